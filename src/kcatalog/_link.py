@@ -1,0 +1,220 @@
+"""Validated files to one Catalog: merge, conflicts, references, policy, targets, `require=`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+
+from ._catalog import Catalog, KernelSpec, OpInfo
+from ._loader import LoadedFile, children
+from ._platform import Platform
+from ._targets import TargetChecker
+from ._yaml import node_location
+from .errors import Diagnostic, Location, Severity, did_you_mean
+from .schema import Backend, Manifest, Settings
+
+Require = Iterable[str] | Mapping[str, Sequence[str]]
+
+
+class _Linker:
+    """Collects diagnostics while assembling ops; builds nothing the caller can see unless all is well."""
+
+    def __init__(self, files: Sequence[LoadedFile]) -> None:
+        self.files = files
+        self.diagnostics: list[Diagnostic] = []
+        self.settings: Settings | None = None
+        self.known: tuple[str, ...] = ()
+        self.ops: dict[str, OpInfo] = {}
+        self.backends: dict[str, dict[str, KernelSpec]] = {}
+        # Every backend declaration read, duplicates included, with its target's position: all get checked.
+        self.declared: list[tuple[KernelSpec, Location]] = []
+
+    def error(self, code: str, message: str, location: Location | None) -> None:
+        self.diagnostics.append(Diagnostic(code, message, location))
+
+    def warn(self, code: str, message: str, location: Location | None) -> None:
+        self.diagnostics.append(Diagnostic(code, message, location, Severity.WARNING))
+
+    # -- settings -------------------------------------------------------------------------------
+
+    def link_settings(self) -> None:
+        found = [f for f in self.files if isinstance(f.model, Settings)]
+        if not found:
+            self.error("KC206", "no catalog settings file (kcatalog.yaml) among the paths; it declares the known "
+                       "backends, their priority and the policy", None)
+            return
+        first = found[0]
+        for extra in found[1:]:
+            self.error("KC206", f"second catalog settings file; the first is {first.path}",
+                       node_location(extra.path, extra.parsed.root))
+        settings = first.model
+        assert isinstance(settings, Settings)
+        self.settings = settings
+        self.known = tuple(settings.backends)
+        entries = children(first.parsed.root)
+        self.check_names(settings.priority, first, ("priority",), "priority list")
+        for device, order in settings.platform_priority.items():
+            self.check_names(order, first, ("platform_priority", device), f"{device} priority list")
+        policy_node = entries.get("policy", (None, None))[1]
+        self.check_names(settings.policy.required_backends, first, ("policy", "required_backends"), "policy")
+        platforms_node = children(policy_node).get("required_platforms", (None, None))[1]
+        for index, text in enumerate(settings.policy.required_platforms):
+            try:
+                Platform.parse(text)
+            except ValueError as exc:
+                item = platforms_node.value[index] if platforms_node is not None else None
+                self.error("KC103", str(exc), node_location(first.path, item))
+
+    def check_names(self, names: Sequence[str], file: LoadedFile, path: Sequence[str], what: str,
+                    allowed: Sequence[str] | None = None) -> None:
+        """Every name must be a known backend (or one of `allowed`); the error points at the list item."""
+        allowed = self.known if allowed is None else allowed
+        node = file.parsed.root
+        for part in path:
+            node = children(node).get(part, (None, None))[1]
+        for index, name in enumerate(names):
+            if name not in allowed:
+                item = node.value[index] if node is not None and index < len(node.value) else node
+                self.error("KC203", f"unknown backend '{name}' in {what}{did_you_mean(name, allowed)}; "
+                           f"known: {', '.join(allowed)}", node_location(file.path, item))
+
+    # -- ops ------------------------------------------------------------------------------------
+
+    def link_ops(self) -> None:
+        manifests = [f for f in self.files if isinstance(f.model, Manifest)]
+        for file in manifests:
+            manifest = file.model
+            assert isinstance(manifest, Manifest)
+            op_nodes = children(children(file.parsed.root).get("ops", (None, None))[1])
+            for name, op in manifest.ops.items():
+                key_node, value_node = op_nodes[name]
+                op_id = f"{manifest.group}.{name}"
+                location = node_location(file.path, key_node)
+                specs = self.backend_specs(file, op_id, op.dtypes, op.backends, value_node)
+                if op.reference not in op.backends:
+                    ref_node = children(value_node)["reference"][1]
+                    self.error("KC204", f"reference backend '{op.reference}' is not a backend of op '{op_id}'"
+                               f"{did_you_mean(op.reference, op.backends)}; its backends: {', '.join(op.backends)}",
+                               node_location(file.path, ref_node))
+                if op_id in self.ops:
+                    self.error("KC201", f"op '{op_id}' already declared at {self.ops[op_id].location}", location)
+                    continue
+                if op.priority is not None:
+                    self.check_names(op.priority, file, ("ops", name, "priority"), f"priority of op '{op_id}'",
+                                     allowed=list(op.backends))
+                self.backends[op_id] = specs
+                self.ops[op_id] = OpInfo(
+                    id=op_id, group=manifest.group, description=op.description, signature=op.signature,
+                    reference=op.reference, dtypes=op.dtypes, mutates=op.mutates,
+                    tolerance=MappingProxyType(dict(op.tolerance)), priority=op.priority, location=location,
+                    backends=MappingProxyType(specs),
+                )
+        for file in manifests:
+            self.link_extensions(file)
+
+    def link_extensions(self, file: LoadedFile) -> None:
+        manifest = file.model
+        assert isinstance(manifest, Manifest)
+        ext_nodes = children(children(file.parsed.root).get("extends", (None, None))[1])
+        for op_id, extension in manifest.extends.items():
+            key_node, value_node = ext_nodes[op_id]
+            info = self.ops.get(op_id)
+            if info is None:
+                self.error("KC205", f"extends op '{op_id}', which no manifest declares"
+                           f"{did_you_mean(op_id, self.ops)}", node_location(file.path, key_node))
+                continue
+            added = self.backend_specs(file, op_id, info.dtypes, extension.backends, value_node)
+            specs = self.backends[op_id]
+            for name, spec in added.items():
+                if name in specs:
+                    self.error("KC202", f"backend '{name}' of op '{op_id}' already declared at "
+                               f"{specs[name].location}", spec.location)
+                else:
+                    specs[name] = spec  # the OpInfo's mapping proxy views this dict
+
+    def backend_specs(self, file: LoadedFile, op_id: str, op_dtypes: tuple[str, ...],
+                      backends: Mapping[str, Backend], op_node: object) -> dict[str, KernelSpec]:
+        specs: dict[str, KernelSpec] = {}
+        backend_nodes = children(children(op_node).get("backends", (None, None))[1])
+        for name, backend in backends.items():
+            key_node, value_node = backend_nodes[name]
+            location = node_location(file.path, key_node)
+            if self.settings is not None and name not in self.known:
+                self.error("KC203", f"unknown backend '{name}' in op '{op_id}'{did_you_mean(name, self.known)}; "
+                           f"known: {', '.join(self.known)}", location)
+            extra = [d for d in backend.dtypes or () if d not in op_dtypes]
+            if extra:
+                self.error("KC207", f"backend '{name}' of op '{op_id}' lists {', '.join(extra)}, not among the op's "
+                           f"dtypes ({', '.join(op_dtypes)})", node_location(file.path, children(value_node)["dtypes"][1]))
+            specs[name] = KernelSpec(
+                op=op_id, backend=name, target=backend.target, requires=backend.requires,
+                capabilities=backend.capabilities, dtypes=backend.dtypes or op_dtypes, location=location,
+            )
+            self.declared.append((specs[name], node_location(file.path, children(value_node)["target"][1])))
+        return specs
+
+    # -- whole-catalog checks ----------------------------------------------------------------------
+
+    def check_policy(self) -> None:
+        if self.settings is None:
+            return
+        policy = self.settings.policy
+        platforms = []
+        for text in policy.required_platforms:
+            try:
+                platforms.append(Platform.parse(text))
+            except ValueError:
+                pass  # reported with the settings
+        for op_id, info in self.ops.items():
+            specs = self.backends[op_id]
+            missing = [b for b in policy.required_backends if b not in specs]
+            if missing:
+                self.error("KC401", f"op '{op_id}' lacks the {', '.join(missing)} backend the policy requires; "
+                           f"it has {', '.join(specs)}", info.location)
+            for platform in platforms:
+                reasons = {name: platform.mismatch(spec.capabilities) for name, spec in specs.items()}
+                if all(reasons.values()):
+                    detail = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
+                    self.error("KC402", f"op '{op_id}' has no backend for required platform {platform} ({detail})",
+                               info.location)
+
+    def check_targets(self) -> None:
+        checker = TargetChecker()
+        for spec, location in self.declared:
+            problem = checker.check(spec.target)
+            if problem is None:
+                continue
+            if problem.code in ("KC303", "KC304"):
+                self.warn(problem.code, problem.message, location)
+            else:
+                self.error(problem.code, problem.message, location)
+
+    def check_require(self, require: Require) -> None:
+        wanted = require.items() if isinstance(require, Mapping) else ((op, ()) for op in require)
+        for op_id, backends in wanted:
+            if op_id not in self.ops:
+                self.error("KC501", f"required op '{op_id}' is not in the catalog{did_you_mean(op_id, self.ops)}", None)
+                continue
+            specs = self.backends[op_id]
+            for backend in [backends] if isinstance(backends, str) else backends:
+                if backend not in specs:
+                    self.error("KC502", f"required backend '{backend}' of op '{op_id}' is not declared; "
+                               f"it has {', '.join(specs)}", self.ops[op_id].location)
+
+
+def link(files: Sequence[LoadedFile], *, require: Require | None = None,
+         check_targets: bool = True) -> tuple[Catalog | None, list[Diagnostic]]:
+    """Link validated files into a Catalog; None (and the diagnostics) if any error was found."""
+    linker = _Linker(files)
+    linker.link_settings()
+    linker.link_ops()
+    linker.check_policy()
+    if check_targets:
+        linker.check_targets()
+    if require is not None:
+        linker.check_require(require)
+    diagnostics = linker.diagnostics
+    if linker.settings is None or any(d.is_error for d in diagnostics):
+        return None, diagnostics
+    warnings = tuple(d for d in diagnostics if not d.is_error)
+    return Catalog(linker.ops, linker.settings, warnings), diagnostics

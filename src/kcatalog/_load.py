@@ -1,0 +1,44 @@
+"""The front door: paths to a Catalog, or every diagnostic at once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ._catalog import Catalog
+from ._link import Require, link
+from ._loader import LoadedFile, PathLike, discover, read_files, shipped_catalog_dir
+from .errors import CatalogError, Diagnostic
+
+
+def check_catalog(
+    paths: Iterable[PathLike] | None = None, *, require: Require | None = None, check_targets: bool = True
+) -> tuple[Catalog | None, list[Diagnostic]]:
+    """Read, validate and link; return the catalog (None on any error) and all diagnostics, sorted."""
+    files, diagnostics = discover([shipped_catalog_dir()] if paths is None else paths)
+    loaded: list[LoadedFile] = []
+    for item in read_files(files):
+        if isinstance(item, Diagnostic):
+            diagnostics.append(item)
+        else:
+            loaded.append(item)
+    catalog, linked = link(loaded, require=require, check_targets=check_targets)
+    diagnostics.extend(linked)
+    diagnostics.sort(key=Diagnostic.sort_key)
+    if any(d.is_error for d in diagnostics):
+        catalog = None
+    return catalog, diagnostics
+
+
+def load_catalog(
+    paths: Iterable[PathLike] | None = None, *, require: Require | None = None, check_targets: bool = True
+) -> Catalog:
+    """Load a catalog (default: the one shipped with kcatalog), checking everything, importing no kernel.
+
+    `paths` are catalog directories or files; `require` lists the ops the application will call,
+    or maps each op to the backends it expects. Raises CatalogError carrying every diagnostic;
+    warnings (e.g. targets unavailable here) are on `catalog.warnings`.
+    """
+    catalog, diagnostics = check_catalog(paths, require=require, check_targets=check_targets)
+    if catalog is None:
+        raise CatalogError.from_diagnostics(diagnostics)
+    return catalog

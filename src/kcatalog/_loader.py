@@ -1,0 +1,209 @@
+"""Catalog files to validated models plus diagnostics: discovery, reading, schema validation."""
+
+from __future__ import annotations
+
+import os
+import typing
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+import pydantic
+import yaml
+
+from ._yaml import MAX_FILE_BYTES, ParsedFile, find_node, node_location, parse_yaml
+from .errors import Diagnostic, Location, did_you_mean
+from .schema import FORMAT_VERSION, Manifest, Settings
+
+SETTINGS_FILE = "kcatalog.yaml"
+_SUFFIXES = (".yaml", ".yml")
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class LoadedFile:
+    """A catalog file that passed the schema: its model and its node tree for positions."""
+
+    parsed: ParsedFile
+    model: Manifest | Settings
+
+    @property
+    def path(self) -> str:
+        return self.parsed.path
+
+
+def shipped_catalog_dir() -> Path:
+    """The catalog directory shipped inside the package (in the wheel, or the repo's catalog/)."""
+    return Path(__file__).resolve().parent / "catalog"
+
+
+def display_path(path: Path) -> str:
+    """A path relative to the working directory when below it, else absolute."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def discover(paths: Iterable[PathLike]) -> tuple[list[Path], list[Diagnostic]]:
+    """Catalog files under the given files and directories, in a stable order, plus problems found."""
+    files: dict[Path, None] = {}
+    problems: list[Diagnostic] = []
+    for raw in paths:
+        given = Path(raw)
+        if given.is_dir():
+            root = given.resolve()
+            found = sorted(p for p in root.rglob("*") if p.suffix in _SUFFIXES and p.is_file())
+            if not found:
+                problems.append(Diagnostic("KC006", f"no catalog files (*.yaml) in directory '{given}'"))
+            for path in found:
+                real = path.resolve()
+                if not real.is_relative_to(root):
+                    problems.append(Diagnostic(
+                        "KC005", f"symlink leaves the catalog directory (points to '{real}'); refused",
+                        Location(display_path(path), 1, 1)))
+                    continue
+                files[real] = None
+        elif given.is_file():
+            real = given.resolve()
+            files[real] = None
+            # A single manifest is checked against the settings beside it.
+            beside = real.parent / SETTINGS_FILE
+            if beside.is_file():
+                files.setdefault(beside, None)
+        else:
+            problems.append(Diagnostic("KC006", f"path '{given}' does not exist"))
+    return list(files), problems
+
+
+def read_files(files: Iterable[Path]) -> Iterator[LoadedFile | Diagnostic]:
+    """Each file as a validated model, or the diagnostics that stop it; one bad file never hides the rest."""
+    for path in files:
+        shown = display_path(path)
+        text = _read_text(path, shown)
+        if isinstance(text, Diagnostic):
+            yield text
+            continue
+        parsed = parse_yaml(shown, text)
+        if isinstance(parsed, Diagnostic):
+            yield parsed
+            continue
+        yield from validate(parsed, is_settings=path.name == SETTINGS_FILE)
+
+
+def _read_text(path: Path, shown: str) -> str | Diagnostic:
+    start = Location(shown, 1, 1)
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            return Diagnostic("KC004", f"file is {size} bytes, over the {MAX_FILE_BYTES}-byte limit", start)
+        raw = path.read_bytes()
+    except OSError as exc:
+        return Diagnostic("KC005", f"cannot read file: {exc.strerror or exc}", start)
+    try:
+        return raw.decode("utf-8-sig")  # a UTF-8 byte-order mark is harmless; drop it
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        return Diagnostic("KC005", f"file is not UTF-8: byte 0x{raw[exc.start]:02x} cannot be decoded",
+                          Location(shown, line, col))
+
+
+def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[LoadedFile | Diagnostic]:
+    """Check one parsed file against its model, mapping every schema error to a position."""
+    model_cls: type[Manifest] | type[Settings] = Settings if is_settings else Manifest
+    data = parsed.data
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
+        yield Diagnostic("KC103", f"file is {kind}; a {'settings file' if is_settings else 'manifest'} "
+                         f"is a mapping starting with 'kcatalog: {FORMAT_VERSION}'", node_location(parsed.path, parsed.root))
+        return
+    version = data.get("kcatalog")
+    if version is not None and version != FORMAT_VERSION:
+        where = node_location(parsed.path, find_node(parsed.root, ["kcatalog"]))
+        if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+            message = (f"format version {version} is newer than this kcatalog reads ({FORMAT_VERSION}); "
+                       "upgrade kcatalog to load it")
+        else:
+            message = f"format version {version!r} is not supported; this kcatalog reads version {FORMAT_VERSION}"
+        yield Diagnostic("KC104", message, where)
+        return
+    try:
+        model = model_cls.model_validate(data)
+    except pydantic.ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            yield _schema_diagnostic(parsed, model_cls, error)
+        return
+    yield LoadedFile(parsed, model)
+
+
+def _schema_diagnostic(parsed: ParsedFile, model_cls: type, error: Any) -> Diagnostic:
+    loc = list(error["loc"])
+    kind = error["type"]
+    if loc and loc[-1] == "[key]":  # an invalid mapping key: point at the key itself
+        loc.pop()
+        node = find_node(parsed.root, loc, key=True)
+        field = f"key '{loc[-1]}'"
+    else:
+        node = find_node(parsed.root, loc, key=kind == "extra_forbidden")
+        field = f"'{loc[-1]}'" if loc and isinstance(loc[-1], str) else f"item {loc[-1]}" if loc else "file"
+    where = node_location(parsed.path, node)
+    if kind == "extra_forbidden":
+        allowed = _fields_at(model_cls, loc[:-1])
+        return Diagnostic("KC101", f"unknown field '{loc[-1]}'{did_you_mean(str(loc[-1]), allowed)}", where)
+    if kind == "missing":
+        return Diagnostic("KC102", f"missing required field '{loc[-1]}'", where)
+    message = error["msg"].removeprefix("Value error, ").replace("valid tuple", "list")
+    message = message[:1].lower() + message[1:]
+    value = error.get("input")
+    if kind == "literal_error" and isinstance(value, str):
+        expected = [part.strip(" '") for part in error["ctx"]["expected"].replace(" or ", ",").split(",")]
+        message = f"unknown value '{value}'{did_you_mean(value, expected)}; expected one of {', '.join(expected)}"
+    elif kind.endswith("_type") or kind == "string_pattern_mismatch":
+        message += f", got {_describe_input(value)}"
+    return Diagnostic("KC103", f"{field}: {message}", where)
+
+
+def _describe_input(value: object) -> str:
+    if isinstance(value, (dict, list)):
+        return f"a {'mapping' if isinstance(value, dict) else 'list'}"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _fields_at(model_cls: type, loc: list[Any]) -> list[str]:
+    """The field names of the model found by following `loc` through the type annotations."""
+    tp: Any = model_cls
+    for part in loc:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
+            field = tp.model_fields.get(part)
+            if field is None:
+                return []
+            tp = field.annotation
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        elif typing.get_origin(tp) in (tuple, list):
+            tp = typing.get_args(tp)[0]
+    tp = _unwrap(tp)
+    return list(tp.model_fields) if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel) else []
+
+
+def _unwrap(tp: Any) -> Any:
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin is Union or type(tp).__name__ == "UnionType":
+            tp = next(arg for arg in typing.get_args(tp) if arg is not type(None))
+        else:
+            return tp
+
+
+def children(node: yaml.Node | None) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+    """A mapping node's entries by key: (key node, value node)."""
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {key.value: (key, value) for key, value in node.value}

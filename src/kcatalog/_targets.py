@@ -1,0 +1,177 @@
+"""Static checks of 'module:attr' targets: find the module and read its source, never import it."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass, field
+from importlib.machinery import ModuleSpec
+from typing import Any
+
+from .errors import did_you_mean
+
+
+@dataclass(frozen=True)
+class TargetProblem:
+    """Why a target does not resolve: a code (KC301-KC304) and a message."""
+
+    code: str
+    message: str
+
+
+@dataclass
+class _Scope:
+    """Names a module or class body defines, as far as the source shows."""
+
+    names: dict[str, ast.AST] = field(default_factory=dict)
+    opaque: str | None = None  # why names may exist that the source does not show
+
+
+@dataclass(frozen=True)
+class _Module:
+    spec: ModuleSpec | None
+    missing: TargetProblem | None = None
+    scope: _Scope | None = None
+
+
+class TargetChecker:
+    """Checks targets against module sources; each module is located and parsed once."""
+
+    def __init__(self) -> None:
+        self._modules: dict[str, _Module] = {}
+
+    def check(self, target: str) -> TargetProblem | None:
+        """None when the target resolves statically, else what is wrong with it."""
+        module_name, _, attr_path = target.partition(":")
+        module = self._module(module_name)
+        if module.missing is not None:
+            return module.missing
+        attrs = attr_path.split(".")
+        scope = module.scope
+        if scope is None:  # extension or built-in module: nothing to read
+            origin = module.spec.origin if module.spec else None
+            return TargetProblem("KC304", f"target '{target}': module '{module_name}' is compiled ({origin}); "
+                                 "not verifiable statically")
+        first = attrs[0]
+        if first not in scope.names:
+            if module.spec and module.spec.submodule_search_locations is not None:
+                sub = self._module(f"{module_name}.{first}")
+                if sub.missing is None:
+                    return None
+            if scope.opaque:
+                return TargetProblem("KC304", f"target '{target}': '{first}' not found in the source of "
+                                     f"'{module_name}', which {scope.opaque}; not verifiable statically")
+            return TargetProblem("KC302", f"target '{target}': module '{module_name}' defines no '{first}'"
+                                 f"{did_you_mean(first, scope.names)}")
+        node = scope.names[first]
+        for depth, attr in enumerate(attrs[1:], start=1):
+            owner = ".".join(attrs[:depth])
+            if not isinstance(node, ast.ClassDef):
+                return TargetProblem("KC304", f"target '{target}': '{owner}' is not a class in the source; "
+                                     f"'{attr}' on it is not verifiable statically")
+            members = _collect(node.body)
+            if attr not in members.names:
+                return TargetProblem("KC302", f"target '{target}': class '{owner}' defines no '{attr}'"
+                                     f"{did_you_mean(attr, members.names)}")
+            node = members.names[attr]
+        return None
+
+    def _module(self, name: str) -> _Module:
+        cached = self._modules.get(name)
+        if cached is None:
+            cached = self._modules[name] = _locate(name)
+        return cached
+
+
+def _locate(name: str) -> _Module:
+    parts = name.split(".")
+    spec: ModuleSpec | None = None
+    search: Any = None
+    for index in range(len(parts)):
+        fullname = ".".join(parts[: index + 1])
+        if index > 0 and search is None:
+            return _Module(None, TargetProblem(
+                "KC301", f"module '{name}' not found: '{'.'.join(parts[:index])}' is a module, not a package"))
+        spec = _find_spec(fullname, search)
+        if spec is None:
+            if index == 0:
+                return _Module(None, TargetProblem(
+                    "KC303", f"module '{name}' unavailable here: top-level package '{fullname}' is not installed"))
+            parent = ".".join(parts[:index])
+            return _Module(None, TargetProblem(
+                "KC301", f"module '{name}' not found: package '{parent}' has no module '{parts[index]}'"
+                f"{did_you_mean(parts[index], _submodules(search))}"))
+        search = spec.submodule_search_locations
+    assert spec is not None
+    return _Module(spec, None, _read_scope(spec))
+
+
+def _find_spec(fullname: str, search: Any) -> ModuleSpec | None:
+    """Ask the import system's finders directly: they locate files without running parent __init__s."""
+    loaded = sys.modules.get(fullname)
+    if loaded is not None and getattr(loaded, "__spec__", None) is not None:
+        return loaded.__spec__
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        try:
+            spec = find_spec(fullname, search)
+        except (ImportError, ValueError, AttributeError):
+            continue
+        if spec is not None:
+            return spec
+    return None
+
+
+def _submodules(search: Any) -> list[str]:
+    import pkgutil
+
+    try:
+        return [info.name for info in pkgutil.iter_modules(list(search or ()))]
+    except OSError:
+        return []
+
+
+def _read_scope(spec: ModuleSpec) -> _Scope | None:
+    origin = spec.origin
+    if origin is None or origin == "namespace":  # namespace package: only submodules
+        return _Scope(opaque=None)
+    if not origin.endswith(".py"):
+        return None
+    try:
+        with open(origin, "rb") as handle:
+            tree = ast.parse(handle.read(), filename=origin)
+    except (OSError, SyntaxError, ValueError) as exc:
+        return _Scope(opaque=f"cannot be parsed ({exc})")
+    return _collect(tree.body)
+
+
+def _collect(body: list[ast.stmt]) -> _Scope:
+    """Names bound at this level: defs, classes, assignments, imports; descends into if/try/with blocks."""
+    scope = _Scope()
+    stack = list(reversed(body))
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            scope.names[stmt.name] = stmt
+            if stmt.name == "__getattr__":
+                scope.opaque = "defines __getattr__"
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for target in targets:
+                for node in ast.walk(target):
+                    if isinstance(node, ast.Name):
+                        scope.names[node.id] = stmt
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            for alias in stmt.names:
+                if alias.name == "*":
+                    scope.opaque = "uses 'import *'"
+                else:
+                    scope.names[alias.asname or alias.name.split(".")[0]] = stmt
+        elif isinstance(stmt, (ast.If, ast.Try, ast.With, ast.For, ast.While)) or type(stmt).__name__ == "TryStar":
+            for block in ("body", "orelse", "finalbody"):
+                stack.extend(reversed(getattr(stmt, block, []) or []))
+            for handler in getattr(stmt, "handlers", []) or []:
+                stack.extend(reversed(handler.body))
+    return scope

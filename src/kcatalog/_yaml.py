@@ -1,0 +1,186 @@
+"""YAML text to plain Python data, keeping the node tree for positions; strict and bounded."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from .errors import Diagnostic, Location
+
+try:  # libyaml's C parser is several times faster; fall back to pure Python where absent.
+    from yaml import CSafeLoader as _Loader
+except ImportError:  # pragma: no cover - depends on how PyYAML was built
+    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_NODES = 500_000  # nodes after alias expansion: bounds "billion laughs" and sheer size
+MAX_DEPTH = 64
+
+_STR = "tag:yaml.org,2002:str"
+_PLAIN_SCALAR_TAGS = {
+    _STR,
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:null",
+}
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+
+# Only the scalar constructors of the safe loader, used for non-string scalars.
+_constructor = yaml.constructor.SafeConstructor()
+
+
+@dataclass(frozen=True)
+class ParsedFile:
+    """A YAML file read into plain data, plus its node tree for looking up positions."""
+
+    path: str
+    data: Any
+    root: yaml.Node | None
+
+
+class YamlProblem(Exception):
+    """Raised inside the converter; becomes a diagnostic at the node that caused it."""
+
+    def __init__(self, code: str, message: str, node: yaml.Node | None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.node = node
+
+
+def node_location(path: str, node: yaml.Node | None) -> Location:
+    """The 1-based position where a node starts."""
+    if node is None:
+        return Location(path, 1, 1)
+    mark = node.start_mark
+    return Location(path, mark.line + 1, mark.column + 1)
+
+
+def parse_yaml(path: str, text: str) -> ParsedFile | Diagnostic:
+    """Parse one YAML document into dicts, lists and scalars; a diagnostic instead of raising."""
+    try:
+        loader = _Loader(text)
+        try:
+            root = loader.get_single_node()
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        return _syntax_diagnostic(path, text, exc)
+    except yaml.YAMLError as exc:
+        return Diagnostic("KC001", f"invalid YAML: {exc}", Location(path, 1, 1))
+    except RecursionError:
+        return Diagnostic("KC004", f"nesting deeper than the parser can follow (limit {MAX_DEPTH})", Location(path, 1, 1))
+    if root is None:
+        return ParsedFile(path, None, None)
+    try:
+        data = _Converter().convert(root, 0)
+    except YamlProblem as problem:
+        return Diagnostic(problem.code, problem.message, node_location(path, problem.node))
+    return ParsedFile(path, data, root)
+
+
+def _syntax_diagnostic(path: str, text: str, exc: yaml.MarkedYAMLError) -> Diagnostic:
+    mark = exc.problem_mark or exc.context_mark
+    location = Location(path, mark.line + 1, mark.column + 1) if mark else Location(path, 1, 1)
+    problem = exc.problem or "invalid YAML"
+    if "expected a single document" in (exc.context or "") or "but found another document" in problem:
+        return Diagnostic("KC003", "multiple YAML documents in one file; a manifest is one document", location)
+    if mark and _char_at(text, mark.line, mark.column) == "\t":
+        return Diagnostic("KC001", "YAML syntax error: tab character where YAML expects indentation; indent with spaces", location)
+    context = f" {exc.context}" if exc.context and exc.context not in problem else ""
+    return Diagnostic("KC001", f"YAML syntax error: {problem}{context}", location)
+
+
+def _char_at(text: str, line: int, column: int) -> str:
+    lines = text.split("\n", line + 1)
+    return lines[line][column : column + 1] if line < len(lines) else ""
+
+
+class _Converter:
+    """Walks composed nodes into plain data, rejecting what plain config must not contain."""
+
+    def __init__(self) -> None:
+        self.budget = MAX_NODES
+        # Collections already converted, by node identity: an alias reuses the value and is
+        # charged its expanded size, so alias bombs are refused in linear time.
+        self.done: dict[int, tuple[Any, int]] = {}
+
+    def convert(self, node: yaml.Node, depth: int) -> Any:
+        self.budget -= 1
+        if self.budget < 0:
+            raise YamlProblem("KC004", f"more than {MAX_NODES} nodes after alias expansion", node)
+        if depth > MAX_DEPTH:
+            raise YamlProblem("KC004", f"nested deeper than {MAX_DEPTH} levels", node)
+        tag = node.tag
+        if isinstance(node, yaml.ScalarNode):
+            if tag == _STR:
+                return node.value
+            if tag in _PLAIN_SCALAR_TAGS:
+                return _constructor.construct_object(node)
+        elif (isinstance(node, yaml.MappingNode) and tag == _MAP) or (
+            isinstance(node, yaml.SequenceNode) and tag == _SEQ
+        ):
+            return self._collection(node, depth)
+        raise YamlProblem("KC003", f"unsupported YAML tag '{tag}'; manifests are plain YAML", node)
+
+    def _collection(self, node: yaml.Node, depth: int) -> Any:
+        seen = self.done.get(id(node))
+        if seen is not None:
+            value, size = seen
+            self.budget -= size
+            if self.budget < 0:
+                raise YamlProblem("KC004", f"more than {MAX_NODES} nodes after alias expansion", node)
+            return value
+        before = self.budget
+        if isinstance(node, yaml.MappingNode):
+            value = self._mapping(node, depth)
+        else:
+            value = [self.convert(item, depth + 1) for item in node.value]
+        self.done[id(node)] = (value, before - self.budget)
+        return value
+
+    def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[Any, Any]:
+        result: dict[Any, Any] = {}
+        first_seen: dict[Any, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise YamlProblem("KC003", "merge keys ('<<') are not supported; write the fields out", key_node)
+            key = self.convert(key_node, depth + 1)
+            if isinstance(key, (dict, list)):
+                raise YamlProblem("KC003", "mapping keys must be scalars", key_node)
+            if key in first_seen:
+                first = first_seen[key].start_mark
+                raise YamlProblem(
+                    "KC002", f"duplicate key '{key}' (first defined at line {first.line + 1}, column {first.column + 1})",
+                    key_node,
+                )
+            first_seen[key] = key_node
+            result[key] = self.convert(value_node, depth + 1)
+        return result
+
+
+def find_node(root: yaml.Node | None, loc: Sequence[Any], *, key: bool = False) -> yaml.Node | None:
+    """The node at a path of mapping keys and list indices (the key node itself when `key`).
+
+    Stops at the deepest node that exists, so a missing field points at its parent mapping.
+    """
+    node = root
+    for index, part in enumerate(loc):
+        last = index == len(loc) - 1
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if key_node.value == str(part):
+                    node = key_node if (last and key) else value_node
+                    break
+            else:
+                return node
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+        else:
+            return node
+    return node

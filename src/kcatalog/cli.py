@@ -1,0 +1,166 @@
+"""The `kcatalog` command line: argv in, exit code out (0 clean, 1 diagnostics, 2 usage or internal error)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._catalog import Catalog
+from ._jsonschema import shipped_schema_dir, stale_schemas, write_schemas
+from ._load import check_catalog
+from ._platform import Platform
+from ._report import REPORTERS, concise
+from .errors import CatalogError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kcatalog", description="Validate, list and explain a kernel catalog.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def catalog_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("paths", nargs="*", metavar="PATH",
+                       help="catalog directories or files (default: the catalog shipped with kcatalog)")
+
+    validate = sub.add_parser("validate", help="check catalog files and report every problem")
+    catalog_args(validate)
+    validate.add_argument("--output-format", choices=sorted(REPORTERS), default="concise")
+    validate.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
+    validate.add_argument("--no-targets", action="store_true", help="skip the static checks of import targets")
+
+    list_ = sub.add_parser("list", help="show the op x backend coverage matrix")
+    catalog_args(list_)
+    list_.add_argument("--output-format", choices=["text", "json"], default="text")
+
+    explain = sub.add_parser("explain", help="which backend runs an op on a platform, and why not the others")
+    explain.add_argument("op", nargs="?", help="op id, e.g. layernorm.rms_norm")
+    explain.add_argument("--all", action="store_true", help="explain every op")
+    explain.add_argument("--platform", help="e.g. cuda:9.0, hip:gfx942, cpu (default: this machine)")
+    explain.add_argument("--dtype", help="the call's dtype, e.g. bfloat16")
+    explain.add_argument("--catalog", action="append", default=None, metavar="PATH",
+                         help="catalog directory or file (repeatable; default: the shipped catalog)")
+    explain.add_argument("--output-format", choices=["text", "json"], default="text")
+
+    schema = sub.add_parser("schema", help="write the JSON Schemas generated from the models, or check them")
+    schema.add_argument("--check", action="store_true", help="exit 1 if the committed schemas are stale")
+    schema.add_argument("--dir", type=Path, default=None, help="schema directory (default: the shipped schemas/)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code instead of exiting, so tests can call it."""
+    try:
+        options = _parser().parse_args(argv)
+    except SystemExit as exc:  # argparse has printed the usage error
+        return int(exc.code or 0) if exc.code in (0, None) else 2
+    try:
+        return COMMANDS[options.command](options)
+    except CatalogError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # never a traceback: name the failure and exit 2
+        print(f"error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _validate(options: argparse.Namespace) -> int:
+    _, diagnostics = check_catalog(options.paths or None, check_targets=not options.no_targets)
+    print(REPORTERS[options.output_format](diagnostics))
+    failed = any(d.is_error for d in diagnostics)
+    return 0 if options.exit_zero or not failed else 1
+
+
+def _load_or_report(paths: Sequence[str] | None) -> Catalog | None:
+    catalog, diagnostics = check_catalog(paths or None)
+    if catalog is None:
+        print(concise(diagnostics), file=sys.stderr)
+    return catalog
+
+
+def _list(options: argparse.Namespace) -> int:
+    catalog = _load_or_report(options.paths)
+    if catalog is None:
+        return 1
+    backends = [b for b in catalog.backends if any(catalog.has(op, b) for op in catalog)]
+    if options.output_format == "json":
+        ops = {
+            op: {
+                "description": catalog.info(op).description,
+                "reference": catalog.info(op).reference,
+                "location": str(catalog.info(op).location),
+                "backends": {
+                    spec.backend: {
+                        "target": spec.target,
+                        "requires": list(spec.requires),
+                        "capabilities": [c.model_dump(exclude_none=True) for c in spec.capabilities],
+                        "dtypes": list(spec.dtypes),
+                    }
+                    for spec in catalog.get(op)
+                },
+            }
+            for op in catalog
+        }
+        print(json.dumps({"backends": backends, "ops": ops}, indent=2))
+        return 0
+    rows = [["op", *backends]]
+    for op in catalog:
+        info = catalog.info(op)
+        rows.append([op, *("ref" if b == info.reference else "yes" if b in info.backends else "-" for b in backends)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    print(f"{len(catalog)} ops, {len(catalog.all_specs())} backend specs")
+    return 0
+
+
+def _explain(options: argparse.Namespace) -> int:
+    if bool(options.op) == options.all:
+        print("error: give one op, or --all", file=sys.stderr)
+        return 2
+    try:
+        platform = Platform.parse(options.platform) if options.platform else None
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    catalog = _load_or_report(options.catalog)
+    if catalog is None:
+        return 1
+    selections = [catalog.select(op, platform, options.dtype) for op in (catalog.ops() if options.all else [options.op])]
+    if options.output_format == "json":
+        print(json.dumps([
+            {
+                "op": s.op,
+                "platform": str(s.platform),
+                "chosen": s.chosen.backend if s.chosen else None,
+                "target": s.chosen.target if s.chosen else None,
+                "order": list(s.order),
+                "rejected": [{"backend": r.backend, "reason": r.reason} for r in s.rejected],
+            }
+            for s in selections
+        ], indent=2))
+    else:
+        for s in selections:
+            chosen = f"{s.chosen.backend} ({s.chosen.target})" if s.chosen else "nothing eligible"
+            print(f"{s.op} on {s.platform}: {chosen}")
+            for r in s.rejected:
+                print(f"  {r.backend}: {r.reason}")
+    return 0 if all(s.chosen for s in selections) else 1
+
+
+def _schema(options: argparse.Namespace) -> int:
+    directory = options.dir or shipped_schema_dir()
+    if options.check:
+        stale = stale_schemas(directory)
+        for name in stale:
+            print(f"{directory / name}: stale or missing; run `kcatalog schema` to regenerate", file=sys.stderr)
+        if not stale:
+            print("Schemas are up to date.")
+        return 1 if stale else 0
+    for path in write_schemas(directory):
+        print(f"wrote {path}")
+    return 0
+
+
+COMMANDS = {"validate": _validate, "list": _list, "explain": _explain, "schema": _schema}

@@ -1,0 +1,126 @@
+"""Diagnostics and the exception hierarchy: errors carry data and name what exists."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Severity(str, Enum):
+    """How bad a diagnostic is: errors fail validation, warnings do not."""
+
+    ERROR = "error"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True)
+class Location:
+    """A 1-based position in a catalog file."""
+
+    path: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One problem found while loading a catalog, with a stable code and where it is."""
+
+    code: str
+    message: str
+    location: Location | None = None
+    severity: Severity = Severity.ERROR
+
+    @property
+    def is_error(self) -> bool:
+        """True for errors, False for warnings."""
+        return self.severity is Severity.ERROR
+
+    def __str__(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        label = "" if self.is_error else "warning: "
+        return f"{where}{self.code} {label}{self.message}"
+
+    def sort_key(self) -> tuple[str, int, int, str]:
+        """Order by file, position, then code, so output is stable whatever the file order."""
+        loc = self.location
+        return (loc.path, loc.line, loc.col, self.code) if loc else ("", 0, 0, self.code)
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """A ' (did you mean 'x'?)' hint for the nearest candidate, or '' when none is close."""
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+class CatalogError(Exception):
+    """Base class of kcatalog's errors. A failed load carries every diagnostic it found."""
+
+    def __init__(self, message: str, diagnostics: Sequence[Diagnostic] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.diagnostics = tuple(diagnostics)
+
+    def __str__(self) -> str:
+        return self.message
+
+    @classmethod
+    def from_diagnostics(cls, diagnostics: Sequence[Diagnostic]) -> CatalogError:
+        """One error for a failed load, its message listing every error diagnostic."""
+        errors = [d for d in diagnostics if d.is_error]
+        lines = "\n".join(f"  {d}" for d in errors)
+        noun = "error" if len(errors) == 1 else "errors"
+        return cls(f"catalog has {len(errors)} {noun}:\n{lines}", diagnostics)
+
+
+class UnknownOpError(CatalogError, KeyError):
+    """No such op in the catalog. Subclasses KeyError so mapping-style callers keep working."""
+
+    def __init__(self, op: str, available: Sequence[str]) -> None:
+        self.op = op
+        self.available = tuple(available)
+        shown = ", ".join(self.available[:20]) + (", ..." if len(self.available) > 20 else "")
+        super().__init__(f"no op '{op}'{did_you_mean(op, self.available)}. Available: {shown or '(none)'}")
+
+
+class UnknownBackendError(CatalogError, KeyError):
+    """The op exists but has no backend of that name."""
+
+    def __init__(self, op: str, backend: str, available: Sequence[str], declared_at: Location | None) -> None:
+        self.op = op
+        self.backend = backend
+        self.available = tuple(available)
+        self.declared_at = declared_at
+        where = f" (declared at {declared_at})" if declared_at else ""
+        super().__init__(
+            f"no '{backend}' backend for op '{op}'{where}{did_you_mean(backend, self.available)}; "
+            f"available: {', '.join(self.available)}"
+        )
+
+
+class NoEligibleBackendError(CatalogError):
+    """No backend of the op can run here; `rejected` says why for each one."""
+
+    def __init__(self, op: str, platform: str, rejected: Sequence[tuple[str, str]]) -> None:
+        self.op = op
+        self.platform = platform
+        self.rejected = tuple(rejected)
+        reasons = "; ".join(f"{backend}: {reason}" for backend, reason in self.rejected)
+        super().__init__(f"no backend of op '{op}' can run on {platform}: {reasons}")
+
+
+class KernelImportError(CatalogError, ImportError):
+    """Importing a backend's target failed on first use."""
+
+    def __init__(self, op: str, backend: str, target: str, cause: BaseException) -> None:
+        self.op = op
+        self.backend = backend
+        self.target = target
+        super().__init__(
+            f"cannot load backend '{backend}' of op '{op}' from '{target}': {type(cause).__name__}: {cause}"
+        )

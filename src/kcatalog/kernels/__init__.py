@@ -1,0 +1,1 @@
+"""Kernels shipped with kcatalog, one module per backend and op group."""

@@ -1,0 +1,1 @@
+"""Thin wrappers over fused ATen ops (torch.nn.functional)."""

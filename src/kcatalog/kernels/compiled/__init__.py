@@ -1,0 +1,1 @@
+"""torch.compile of the torch references, compiled lazily on first call."""

@@ -1,0 +1,1 @@
+"""Pure-torch reference implementations: readable first, float32 accumulation."""

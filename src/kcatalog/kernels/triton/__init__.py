@@ -1,0 +1,1 @@
+"""Triton kernels: one fused kernel per op."""

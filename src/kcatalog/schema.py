@@ -1,0 +1,135 @@
+"""The catalog format as pydantic models: group manifests and the catalog settings file."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+FORMAT_VERSION = 1
+
+DEVICES = ("cuda", "hip", "cpu", "npu", "xpu", "mps")
+Device = Literal["cuda", "hip", "cpu", "npu", "xpu", "mps"]
+DType = Literal[
+    "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+    "int64", "int32", "int16", "int8", "uint8", "bool",
+]
+
+_NAME = r"^[a-z][a-z0-9_]*$"
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_TARGET = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
+_CUDA_ARCH = re.compile(r"^\d{1,2}\.\d$")
+
+Name = Annotated[str, Field(pattern=_NAME, description="lower_snake_case name")]
+OpId = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$", description="'<group>.<name>'")]
+
+
+def _check_target(value: str) -> str:
+    if not _TARGET.match(value):
+        raise ValueError(f"target '{value}' is not 'package.module:attr' (attr may be dotted: 'mod:Class.method')")
+    return value
+
+
+def _arch_text(value: object) -> object:
+    # YAML reads 9.0 as a float; arch windows are text so "10.3" and 8.9 mean what they say.
+    return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def _check_cuda_arch(value: str) -> str:
+    if not _CUDA_ARCH.match(value):
+        raise ValueError(f"arch '{value}' is not a CUDA compute capability 'major.minor' such as '8.0' or '9.0'")
+    return value
+
+
+Target = Annotated[
+    str,
+    AfterValidator(_check_target),
+    Field(description="import target 'package.module:attr'", examples=["kcatalog.kernels.torch.layernorm:rms_norm"]),
+]
+CudaArch = Annotated[str, BeforeValidator(_arch_text), AfterValidator(_check_cuda_arch)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Capability(_Strict):
+    """Where a backend runs: a device kind and, optionally, an architecture window."""
+
+    device: Device
+    min_arch: CudaArch | None = Field(None, description="lowest CUDA compute capability, inclusive (cuda only)")
+    max_arch: CudaArch | None = Field(None, description="highest CUDA compute capability, inclusive (cuda only)")
+    archs: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:+-]+$")], ...] | None = Field(
+        None, description="exact architectures, e.g. ROCm gfx names [gfx942, gfx950]"
+    )
+
+
+class Backend(_Strict):
+    """One implementation of an op."""
+
+    target: Target
+    requires: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")], ...] = Field(
+        (), description="distributions that must be installed (found, never imported, when selecting)"
+    )
+    capabilities: tuple[Capability, ...] = Field((), description="where it runs, any of these; empty: anywhere")
+    dtypes: tuple[DType, ...] | None = Field(None, description="dtypes it supports; default: all of the op's")
+    description: str | None = None
+
+
+class Op(_Strict):
+    """An operation and its implementations."""
+
+    description: str
+    signature: str = Field(description="Python-style signature, e.g. '(x: Tensor, eps: float = 1e-6) -> Tensor'")
+    reference: Name = Field(description="the backend other backends are checked against")
+    dtypes: tuple[DType, ...] = Field(min_length=1)
+    mutates: tuple[str, ...] = Field((), description="arguments the op changes in place")
+    tolerance: dict[DType, Annotated[float, Field(gt=0, lt=1)]] = Field(
+        default_factory=dict, description="per dtype, the largest relative error ‖out−ref‖/‖ref‖ allowed"
+    )
+    priority: tuple[Name, ...] | None = Field(None, description="this op's backend order, best first")
+    backends: dict[Name, Backend] = Field(min_length=1)
+
+
+class OpExtension(_Strict):
+    """More backends for an op declared in another manifest (e.g. a vendor's package)."""
+
+    backends: dict[Name, Backend] = Field(min_length=1)
+
+
+class Manifest(_Strict):
+    """One op group: a file under catalog/."""
+
+    kcatalog: Literal[1] = Field(description="format version")
+    group: Name
+    description: str | None = None
+    ops: dict[Name, Op] = Field(default_factory=dict)
+    extends: dict[OpId, OpExtension] = Field(default_factory=dict, description="backends added to other groups' ops")
+
+
+class Policy(_Strict):
+    """Rules every op of the catalog must satisfy."""
+
+    required_backends: tuple[Name, ...] = Field((), description="backends every op must have")
+    required_platforms: tuple[Annotated[str, Field(pattern=r"^[a-z]+(:[A-Za-z0-9_.+-]+)?$")], ...] = Field(
+        (), description="platforms ('cpu', 'cuda:9.0', 'hip:gfx942') every op must have an eligible backend on"
+    )
+
+
+class BackendInfo(_Strict):
+    """A backend the catalog knows about."""
+
+    description: str
+
+
+class Settings(_Strict):
+    """The catalog settings file, kcatalog.yaml: known backends, default priority, policy."""
+
+    kcatalog: Literal[1] = Field(description="format version")
+    backends: dict[Name, BackendInfo] = Field(min_length=1)
+    priority: tuple[Name, ...] = Field(description="default backend order, best first")
+    platform_priority: dict[Device, tuple[Name, ...]] = Field(
+        default_factory=dict, description="backend order per device kind, overriding the default"
+    )
+    policy: Policy = Field(default_factory=Policy)
