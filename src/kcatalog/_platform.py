@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -104,6 +103,8 @@ def _describe(cap: Capability) -> str:
 @functools.lru_cache(maxsize=None)
 def is_installed(distribution: str) -> bool:
     """Whether a distribution is installed, found through its metadata without importing it."""
+    import importlib.metadata  # costs tens of ms; only selection needs it, never a plain load
+
     try:
         importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:

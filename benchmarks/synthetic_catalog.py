@@ -1,0 +1,60 @@
+"""Write a synthetic catalog of N ops x 3 backends, shaped like the shipped manifests, for load benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+OPS_PER_GROUP = 50
+
+SETTINGS = """\
+kcatalog: 1
+backends:
+  torch: {description: reference}
+  triton: {description: triton kernels}
+  aot: {description: ahead-of-time CUDA kernels}
+priority: [aot, triton, torch]
+policy:
+  required_backends: [torch]
+  required_platforms: [cpu, "cuda:9.0"]
+"""
+
+OP = """\
+  op_{i}:
+    description: synthetic op {i}, y = f(x) over the last dim
+    signature: "(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor"
+    reference: torch
+    dtypes: [float32, float16, bfloat16]
+    tolerance: {{float32: 1.0e-5, float16: 2.0e-3, bfloat16: 1.0e-2}}
+    backends:
+      torch:
+        target: {module}:rms_norm
+      triton:
+        target: {module}:rms_norm
+        requires: [triton]
+        capabilities:
+          - {{device: cuda, min_arch: "8.0"}}
+          - {{device: hip}}
+      aot:
+        target: sgl_kernel:rmsnorm_{i}
+        capabilities: [{{device: cuda, min_arch: "8.0", max_arch: "10.3"}}]
+"""
+
+
+def write_catalog(directory: Path, n_ops: int, module: str = "kcatalog.kernels.torch.layernorm") -> Path:
+    """Write kcatalog.yaml plus ceil(n_ops / 50) group manifests into `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "kcatalog.yaml").write_text(SETTINGS)
+    for start in range(0, n_ops, OPS_PER_GROUP):
+        group = f"group{start // OPS_PER_GROUP:03d}"
+        ops = "".join(OP.format(i=i, module=module) for i in range(start, min(start + OPS_PER_GROUP, n_ops)))
+        (directory / f"{group}.yaml").write_text(f"kcatalog: 1\ngroup: {group}\nops:\n{ops}")
+    return directory
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--ops", type=int, default=1000)
+    args = parser.parse_args()
+    write_catalog(args.directory, args.ops)
