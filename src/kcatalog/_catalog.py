@@ -1,20 +1,27 @@
-"""The immutable registry a load produces: ops, their backend specs, lookups and lazy loading."""
+"""The immutable registry a load produces: ops, their backend specs, lookups, selection, lazy loading."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from .errors import Diagnostic, KernelImportError, Location, UnknownBackendError, UnknownOpError
+from ._overrides import Layer, OverridesArg, check_layer, parse_overrides
+from ._platform import Platform
+from ._select import Selection, select
+from .errors import CatalogError, KernelImportError, Location, UnknownBackendError, UnknownOpError
 
 if TYPE_CHECKING:
-    from ._platform import Platform
-    from ._select import Selection
+    from .errors import Diagnostic
     from .schema import Capability, Settings
+
+logger = logging.getLogger("kcatalog")
 
 
 class _LazyTarget:
@@ -78,23 +85,44 @@ class OpInfo:
     mutates: tuple[str, ...]
     tolerance: Mapping[str, float]
     priority: tuple[str, ...] | None
+    platform_priority: Mapping[str, tuple[str, ...]]
+    dispatch_arg: str | None
     location: Location
     backends: Mapping[str, KernelSpec]
 
 
-class Catalog:
-    """The loaded catalog: every op and backend, checked at load; kernels are imported on first use."""
+class _Scopes:
+    """Scoped overrides of one catalog: a ContextVar, plus a count so handles skip it when none is open."""
 
-    def __init__(self, ops: Mapping[str, OpInfo], settings: Settings, warnings: tuple[Diagnostic, ...]) -> None:
+    def __init__(self) -> None:
+        self.var: ContextVar[tuple[Layer, ...]] = ContextVar("kcatalog_scoped_overrides", default=())
+        self.active = 0
+        self.lock = threading.Lock()
+
+
+class Catalog:
+    """The loaded catalog: every op and backend, checked at load; kernels are imported on first use.
+
+    Backend precedence for a call: `backend=` in the call > `with catalog.use(...)` > KCATALOG_OVERRIDES
+    > KCATALOG_BACKEND > `load_catalog(overrides=...)` > per-platform priority > per-op priority
+    > catalog default. Every path checks that the backend can run here.
+    """
+
+    def __init__(self, ops: Mapping[str, OpInfo], settings: Settings, warnings: tuple[Diagnostic, ...],
+                 *, layers: Iterable[Layer] = (), strict: bool = False) -> None:
         self._ops = MappingProxyType(dict(sorted(ops.items())))
         self.settings = settings
         self.warnings = warnings
+        self.strict = strict
+        self._layers = tuple(layers)
+        self._scopes = _Scopes()
         self._platform: Platform | None = None
         self._kernels: dict[tuple[str, str | None], Callable[..., Any]] = {}
+        self._failed: dict[tuple[str, str], str] = {}
+        self._noted: set[str] = set()
 
     def __repr__(self) -> str:
-        specs = sum(len(op.backends) for op in self._ops.values())
-        return f"<Catalog {len(self._ops)} ops, {specs} backend specs>"
+        return f"<Catalog {len(self._ops)} ops, {len(self.all_specs())} backend specs>"
 
     def __contains__(self, op: object) -> bool:
         return op in self._ops
@@ -104,6 +132,8 @@ class Catalog:
 
     def __len__(self) -> int:
         return len(self._ops)
+
+    # -- lookups (SGLang KernelRegistry-compatible names) --------------------------------------------
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -142,28 +172,93 @@ class Catalog:
         """Every spec of every op, ops sorted, backends in declaration order."""
         return [spec for info in self._ops.values() for spec in info.backends.values()]
 
+    # -- selection -----------------------------------------------------------------------------------
+
     def platform(self) -> Platform:
         """This process's platform, detected (importing torch) on first call."""
         if self._platform is None:
-            from ._platform import Platform
-
             self._platform = Platform.detect()
         return self._platform
 
-    def select(self, op: str, platform: Platform | str | None = None, dtype: str | None = None) -> Selection:
+    def select(self, op: str, platform: Platform | str | None = None, dtype: str | None = None,
+               *, backend: str | None = None) -> Selection:
         """Which backend runs the op on the platform (default: this machine), and why each other one does not."""
-        from ._platform import Platform
-        from ._select import select
-
         if isinstance(platform, str):
             platform = Platform.parse(platform)
-        return select(self, self.info(op), platform or self.platform(), dtype)
+        layers = self._scopes.var.get() + self._layers
+        selection = select(self.settings, self.info(op), platform or self.platform(), dtype, backend=backend,
+                           layers=layers, failed=self._failed, strict=self.strict)
+        for note in selection.notes:
+            self._note(note)
+        return selection
+
+    @contextlib.contextmanager
+    def use(self, overrides: OverridesArg) -> Iterator[None]:
+        """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d'."""
+        try:
+            layer = parse_overrides(overrides, "use()")
+        except ValueError as exc:
+            raise CatalogError(str(exc)) from None
+        problems = check_layer(layer, self.ops(), self.backends)
+        if problems:
+            raise CatalogError("; ".join(message for _, message in problems))
+        scopes = self._scopes
+        token = scopes.var.set((layer, *scopes.var.get()))
+        with scopes.lock:
+            scopes.active += 1
+        try:
+            yield
+        finally:
+            scopes.var.reset(token)
+            with scopes.lock:
+                scopes.active -= 1
+
+    # -- loading ---------------------------------------------------------------------------------------
 
     def kernel(self, op: str, backend: str | None = None) -> Callable[..., Any]:
         """The op's implementation: the named backend, or the best eligible one here; imported on first use."""
         key = (op, backend)
         fn = self._kernels.get(key)
-        if fn is None:
-            spec = self.get_backend(op, backend) if backend else self.select(op).require()
-            fn = self._kernels[key] = spec.load()
+        if fn is None or self._scopes.active:
+            fn = self.resolve(op, backend=backend)
+            if not self._scopes.active:
+                self._kernels[key] = fn
         return fn
+
+    def resolve(self, op: str, platform: Platform | str | None = None, dtype: str | None = None,
+                *, backend: str | None = None) -> Callable[..., Any]:
+        """Select and import, falling back to the next eligible backend when an import fails (unless strict)."""
+        while True:
+            spec = self.select(op, platform, dtype, backend=backend).require()
+            try:
+                return spec.load()
+            except KernelImportError as exc:
+                if self.strict or backend is not None:
+                    raise
+                self._failed[(op, spec.backend)] = f"{type(exc.__cause__).__name__}: {exc.__cause__}"
+                self._note(f"backend '{spec.backend}' of op '{op}' failed to import ({exc.__cause__}); "
+                           "falling back to the next eligible backend")
+
+    def op(self, op: str) -> Callable[..., Any]:
+        """A callable for the hot path that dispatches on its tensor argument's device and dtype.
+
+        Resolution happens once per (device, dtype) and is cached; scoped overrides are honoured.
+        """
+        from ._dispatch import make_handle
+
+        return make_handle(self, self.info(op))
+
+    def prepare(self, platform: Platform | str | None = None, ops: Iterable[str] | None = None) -> dict[str, KernelSpec]:
+        """Resolve and import every op (or `ops`) now, for each declared dtype, so the hot path imports nothing."""
+        chosen = {}
+        for op in self.ops() if ops is None else ops:
+            for dtype in self.info(op).dtypes:
+                self.resolve(op, platform, dtype)
+            chosen[op] = self.select(op, platform).require()
+        return chosen
+
+    def _note(self, message: str) -> None:
+        """Log a warning once per distinct message (fallbacks, ignored overrides)."""
+        if message not in self._noted:
+            self._noted.add(message)
+            logger.warning(message)

@@ -7,6 +7,7 @@ from types import MappingProxyType
 
 from ._catalog import Catalog, KernelSpec, OpInfo
 from ._loader import LoadedFile, children
+from ._overrides import Layer, OverridesArg, check_layer, process_layers
 from ._platform import Platform
 from ._targets import TargetChecker
 from ._yaml import node_location
@@ -102,12 +103,16 @@ class _Linker:
                 if op.priority is not None:
                     self.check_names(op.priority, file, ("ops", name, "priority"), f"priority of op '{op_id}'",
                                      allowed=list(op.backends))
+                for device, order in op.platform_priority.items():
+                    self.check_names(order, file, ("ops", name, "platform_priority", device),
+                                     f"{device} priority of op '{op_id}'", allowed=list(op.backends))
                 self.backends[op_id] = specs
                 self.ops[op_id] = OpInfo(
                     id=op_id, group=manifest.group, description=op.description, signature=op.signature,
                     reference=op.reference, dtypes=op.dtypes, mutates=op.mutates,
-                    tolerance=MappingProxyType(dict(op.tolerance)), priority=op.priority, location=location,
-                    backends=MappingProxyType(specs),
+                    tolerance=MappingProxyType(dict(op.tolerance)), priority=op.priority,
+                    platform_priority=MappingProxyType(dict(op.platform_priority)), dispatch_arg=op.dispatch_arg,
+                    location=location, backends=MappingProxyType(specs),
                 )
         for file in manifests:
             self.link_extensions(file)
@@ -202,8 +207,20 @@ class _Linker:
                                f"it has {', '.join(specs)}", self.ops[op_id].location)
 
 
-def link(files: Sequence[LoadedFile], *, require: Require | None = None,
-         check_targets: bool = True) -> tuple[Catalog | None, list[Diagnostic]]:
+    def check_overrides(self, overrides: OverridesArg) -> list[Layer]:
+        try:
+            layers = process_layers(overrides)
+        except ValueError as exc:
+            self.error("KC603", str(exc), None)
+            return []
+        for layer in layers:
+            for code, message in check_layer(layer, list(self.ops), self.known):
+                self.error(code, message, None)
+        return layers
+
+
+def link(files: Sequence[LoadedFile], *, require: Require | None = None, check_targets: bool = True,
+         overrides: OverridesArg = None, strict: bool = False) -> tuple[Catalog | None, list[Diagnostic]]:
     """Link validated files into a Catalog; None (and the diagnostics) if any error was found."""
     linker = _Linker(files)
     linker.link_settings()
@@ -213,8 +230,9 @@ def link(files: Sequence[LoadedFile], *, require: Require | None = None,
         linker.check_targets()
     if require is not None:
         linker.check_require(require)
+    layers = linker.check_overrides(overrides)
     diagnostics = linker.diagnostics
     if linker.settings is None or any(d.is_error for d in diagnostics):
         return None, diagnostics
     warnings = tuple(d for d in diagnostics if not d.is_error)
-    return Catalog(linker.ops, linker.settings, warnings), diagnostics
+    return Catalog(linker.ops, linker.settings, warnings, layers=layers, strict=strict), diagnostics

@@ -7,11 +7,17 @@ from collections.abc import Iterable
 from ._catalog import Catalog
 from ._link import Require, link
 from ._loader import LoadedFile, PathLike, discover, read_files, shipped_catalog_dir
+from ._overrides import OverridesArg
 from .errors import CatalogError, Diagnostic
 
 
 def check_catalog(
-    paths: Iterable[PathLike] | None = None, *, require: Require | None = None, check_targets: bool = True
+    paths: Iterable[PathLike] | None = None,
+    *,
+    require: Require | None = None,
+    check_targets: bool = True,
+    overrides: OverridesArg = None,
+    strict: bool = False,
 ) -> tuple[Catalog | None, list[Diagnostic]]:
     """Read, validate and link; return the catalog (None on any error) and all diagnostics, sorted."""
     files, diagnostics = discover([shipped_catalog_dir()] if paths is None else paths)
@@ -21,7 +27,7 @@ def check_catalog(
             diagnostics.append(item)
         else:
             loaded.append(item)
-    catalog, linked = link(loaded, require=require, check_targets=check_targets)
+    catalog, linked = link(loaded, require=require, check_targets=check_targets, overrides=overrides, strict=strict)
     diagnostics.extend(linked)
     diagnostics.sort(key=Diagnostic.sort_key)
     if any(d.is_error for d in diagnostics):
@@ -30,15 +36,25 @@ def check_catalog(
 
 
 def load_catalog(
-    paths: Iterable[PathLike] | None = None, *, require: Require | None = None, check_targets: bool = True
+    paths: Iterable[PathLike] | None = None,
+    *,
+    require: Require | None = None,
+    check_targets: bool = True,
+    overrides: OverridesArg = None,
+    strict: bool = False,
 ) -> Catalog:
     """Load a catalog (default: the one shipped with kcatalog), checking everything, importing no kernel.
 
     `paths` are catalog directories or files; `require` lists the ops the application will call,
-    or maps each op to the backends it expects. Raises CatalogError carrying every diagnostic;
-    warnings (e.g. targets unavailable here) are on `catalog.warnings`.
+    or maps each op to the backends it expects. `overrides` ({'layernorm.*': 'triton'} or
+    'layernorm.*=triton,...') prefers backends process-wide; the environment variables
+    KCATALOG_OVERRIDES and KCATALOG_BACKEND take precedence over it. With `strict`, an override that
+    cannot be honoured or a kernel that fails to import raises instead of falling back.
+    Raises CatalogError carrying every diagnostic; warnings (e.g. targets unavailable here) are on
+    `catalog.warnings`.
     """
-    catalog, diagnostics = check_catalog(paths, require=require, check_targets=check_targets)
+    catalog, diagnostics = check_catalog(paths, require=require, check_targets=check_targets,
+                                         overrides=overrides, strict=strict)
     if catalog is None:
         raise CatalogError.from_diagnostics(diagnostics)
     return catalog

@@ -1,16 +1,19 @@
-"""Choosing a backend: eligibility on a platform, priority order, and the reasons for the rest."""
+"""Choosing a backend: eligibility on a platform, overrides, priority order, reasons for the rest."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from ._overrides import Layer, strongest_match
+from ._platform import Platform, is_installed
+from .errors import NoEligibleBackendError, UnknownBackendError
+
 from typing import TYPE_CHECKING
 
-from ._platform import is_installed
-from .errors import NoEligibleBackendError
-
 if TYPE_CHECKING:
-    from ._catalog import Catalog, KernelSpec, OpInfo
-    from ._platform import Platform
+    from ._catalog import KernelSpec, OpInfo
+    from .schema import Settings
 
 
 @dataclass(frozen=True)
@@ -23,13 +26,15 @@ class Rejected:
 
 @dataclass(frozen=True)
 class Selection:
-    """The chosen spec for an op on a platform (None if nothing is eligible), the order tried, the rest."""
+    """The chosen spec for an op on a platform (None if nothing is eligible), why, and why not the rest."""
 
     op: str
     platform: Platform
     chosen: KernelSpec | None
+    decided_by: str
     order: tuple[str, ...]
     rejected: tuple[Rejected, ...]
+    notes: tuple[str, ...] = ()
 
     def require(self) -> KernelSpec:
         """The chosen spec, or NoEligibleBackendError listing every backend's reason."""
@@ -51,26 +56,81 @@ def ineligibility(spec: KernelSpec, platform: Platform, dtype: str | None = None
     return None
 
 
-def priority_order(catalog: Catalog, info: OpInfo, platform: Platform) -> tuple[str, ...]:
-    """The op's backends, best first: per-platform order, else per-op order, else the catalog default."""
-    settings = catalog.settings
-    preferred = settings.platform_priority.get(platform.device) or info.priority or settings.priority
-    ranked = [name for name in preferred if name in info.backends]
-    return tuple(ranked + [name for name in info.backends if name not in ranked])
+def priority_order(settings: Settings, info: OpInfo, platform: Platform) -> tuple[tuple[str, ...], str]:
+    """The op's backends best first, and which order decided: the most specific declared one wins."""
+    device = platform.device
+    for preferred, source in (
+        (info.platform_priority.get(device), f"priority of op '{info.id}' on {device}"),
+        (settings.platform_priority.get(device), f"catalog priority on {device}"),
+        (info.priority, f"priority of op '{info.id}'"),
+        (settings.priority, "catalog default priority"),
+    ):
+        if preferred:
+            ranked = [name for name in preferred if name in info.backends]
+            return tuple(ranked + [name for name in info.backends if name not in ranked]), source
+    return tuple(info.backends), "declaration order"
 
 
-def select(catalog: Catalog, info: OpInfo, platform: Platform, dtype: str | None) -> Selection:
-    """Walk the priority order and take the first eligible backend; record why each other one lost."""
-    order = priority_order(catalog, info, platform)
+def select(
+    settings: Settings,
+    info: OpInfo,
+    platform: Platform,
+    dtype: str | None = None,
+    *,
+    backend: str | None = None,
+    layers: Sequence[Layer] = (),
+    failed: Mapping[tuple[str, str], str] | None = None,
+    strict: bool = False,
+) -> Selection:
+    """Pick the backend for one call: explicit `backend` > override layers (strongest first) > priority.
+
+    Every path checks eligibility. An explicit backend that cannot run raises; an override that
+    cannot be honoured falls back to priority with a note (or raises when `strict`).
+    """
+    failed = failed or {}
+    order, decided_by = priority_order(settings, info, platform)
+
+    def reason_for(name: str) -> str | None:
+        spec = info.backends[name]
+        if (info.id, name) in failed:
+            return f"import failed on first use: {failed[(info.id, name)]}"
+        return ineligibility(spec, platform, dtype)
+
+    notes: list[str] = []
+    if backend is not None:
+        if backend not in info.backends:
+            raise UnknownBackendError(info.id, backend, list(info.backends), info.location)
+        reason = reason_for(backend)
+        if reason is not None:
+            raise NoEligibleBackendError(info.id, str(platform), [(backend, reason)])
+        rest = tuple(Rejected(n, "not requested (backend given in the call)") for n in order if n != backend)
+        return Selection(info.id, platform, info.backends[backend], "requested in the call", order, rest)
+
+    override = strongest_match(layers, info.id)
+    if override is not None:
+        if override.backend not in info.backends:
+            note = f"{override} ignored: op '{info.id}' has no '{override.backend}' backend"
+            if strict:
+                raise UnknownBackendError(info.id, override.backend, list(info.backends), info.location)
+            notes.append(note)
+        else:
+            reason = reason_for(override.backend)
+            if reason is None:
+                order = (override.backend, *(n for n in order if n != override.backend))
+                decided_by = f"override {override}"
+            elif strict:
+                raise NoEligibleBackendError(info.id, str(platform), [(override.backend, reason)])
+            else:
+                notes.append(f"{override} ignored: {override.backend} cannot run ({reason})")
+
     chosen = None
     rejected = []
     for name in order:
-        spec = info.backends[name]
-        reason = ineligibility(spec, platform, dtype)
+        reason = reason_for(name)
         if reason is None and chosen is None:
-            chosen = spec
+            chosen = info.backends[name]
         elif reason is not None:
             rejected.append(Rejected(name, reason))
         else:
-            rejected.append(Rejected(name, f"lower priority than {chosen.backend}"))
-    return Selection(info.id, platform, chosen, order, tuple(rejected))
+            rejected.append(Rejected(name, f"ranked below {chosen.backend} by {decided_by}"))
+    return Selection(info.id, platform, chosen, decided_by, order, tuple(rejected), tuple(notes))

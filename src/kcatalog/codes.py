@@ -4,6 +4,7 @@ from __future__ import annotations
 
 # KC0xx: reading YAML.  KC1xx: schema.  KC2xx: linking files together.
 # KC3xx: import targets.  KC4xx: catalog policy.  KC5xx: an application's `require=`.
+# KC6xx: backend overrides (`overrides=`, KCATALOG_OVERRIDES, KCATALOG_BACKEND).
 CODES: dict[str, str] = {
     "KC001": "YAML syntax error",
     "KC002": "duplicate mapping key",
@@ -30,4 +31,7 @@ CODES: dict[str, str] = {
     "KC402": "op has no backend eligible on a platform the policy requires",
     "KC501": "required op not in the catalog",
     "KC502": "required backend missing for an op",
+    "KC601": "override names an unknown backend",
+    "KC602": "override pattern matches no op",
+    "KC603": "override text malformed",
 }

@@ -89,6 +89,12 @@ class Op(_Strict):
         default_factory=dict, description="per dtype, the largest relative error ‖out−ref‖/‖ref‖ allowed"
     )
     priority: tuple[Name, ...] | None = Field(None, description="this op's backend order, best first")
+    platform_priority: dict[Device, tuple[Name, ...]] = Field(
+        default_factory=dict, description="this op's backend order per device kind, best first"
+    )
+    dispatch_arg: str | None = Field(
+        None, description="argument whose device and dtype select the backend in op handles (default: the first)"
+    )
     backends: dict[Name, Backend] = Field(min_length=1)
 
 

@@ -1,0 +1,174 @@
+"""Rotary position embedding as a Triton kernel (backend `triton`), in place on query and key.
+
+One program per token (times a small head split at decode sizes): it reads the token's
+position, loads that row's cos and sin once, in float32, and reuses them for every q and k head
+it owns, walking the heads in [BLOCK_H, rot_dim] tiles. Only the rotated dims are read and
+written; a partial-rotary tail (rot_dim < head_size) is never touched. NeoX style loads the two
+halves as two contiguous [BLOCK_H, rot_dim / 2] tiles; GPT-J style loads one contiguous
+[BLOCK_H, rot_dim] tile and de-interleaves it in registers (reshape + split), so both styles
+use wide contiguous accesses.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+_TILE = 4096
+"""Elements of q/k (both halves) per loop iteration at large shapes: 8 KiB of bf16."""
+_MIN_TILE = 512
+"""Smallest tile when heads are split across programs for small token counts."""
+_MIN_PROGRAMS = 264
+"""Aim for at least this many programs (2 per SM of an H100/H200) before heads are split."""
+
+
+@triton.jit
+def _rotate_heads(
+    base,
+    h0,
+    n_heads,
+    stride_h,
+    cos,
+    sin,
+    IS_NEOX: tl.constexpr,
+    HALF: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """Rotate heads [h0, h0 + BLOCK_H) of one token in place; cos/sin are float32 [1, BLOCK_D]."""
+    h = h0 + tl.arange(0, BLOCK_H)
+    hmask = (h < n_heads)[:, None]
+    if IS_NEOX:
+        d = tl.arange(0, BLOCK_D)
+        mask = hmask & (d < HALF)[None, :]
+        p1 = base + h[:, None] * stride_h + d[None, :]
+        x1 = tl.load(p1, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(p1 + HALF, mask=mask, other=0.0).to(tl.float32)
+        o1 = x1 * cos - x2 * sin
+        o2 = x2 * cos + x1 * sin
+        tl.store(p1, o1.to(base.dtype.element_ty), mask=mask)
+        tl.store(p1 + HALF, o2.to(base.dtype.element_ty), mask=mask)
+    else:
+        d2 = tl.arange(0, 2 * BLOCK_D)
+        mask = hmask & (d2 < 2 * HALF)[None, :]
+        p = base + h[:, None] * stride_h + d2[None, :]
+        x = tl.load(p, mask=mask, other=0.0).to(tl.float32)
+        x1, x2 = tl.split(tl.reshape(x, [BLOCK_H, BLOCK_D, 2]))  # even, odd elements
+        o = tl.join(x1 * cos - x2 * sin, x2 * cos + x1 * sin)  # [BLOCK_H, BLOCK_D, 2], re-interleaved
+        tl.store(p, tl.reshape(o, [BLOCK_H, 2 * BLOCK_D]).to(base.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rotary_kernel(
+    pos_ptr,
+    q_ptr,
+    k_ptr,
+    cache_ptr,
+    n_q_heads,
+    n_k_heads,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_cache,
+    IS_NEOX: tl.constexpr,
+    HALF: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
+):
+    t = tl.program_id(0)
+    split = tl.program_id(1)
+    n_split = tl.num_programs(1)
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    d = tl.arange(0, BLOCK_D)
+    cs = cache_ptr + pos * stride_cache
+    cos = tl.load(cs + d, mask=d < HALF, other=0.0).to(tl.float32)[None, :]
+    sin = tl.load(cs + HALF + d, mask=d < HALF, other=0.0).to(tl.float32)[None, :]
+    q_tok = q_ptr + t.to(tl.int64) * stride_qt
+    for h0 in range(split * BLOCK_HQ, n_q_heads, n_split * BLOCK_HQ):
+        _rotate_heads(q_tok, h0, n_q_heads, stride_qh, cos, sin, IS_NEOX, HALF, BLOCK_HQ, BLOCK_D)
+    k_tok = k_ptr + t.to(tl.int64) * stride_kt
+    for h0 in range(split * BLOCK_HK, n_k_heads, n_split * BLOCK_HK):
+        _rotate_heads(k_tok, h0, n_k_heads, stride_kh, cos, sin, IS_NEOX, HALF, BLOCK_HK, BLOCK_D)
+
+
+def _launch_config(n_tokens: int, n_q_heads: int, n_k_heads: int, half: int) -> tuple[int, int, int, int]:
+    """(BLOCK_HQ, BLOCK_HK, n_split, num_warps): pure, so it can be tuned or tested.
+
+    Prefill: one program per token, head tiles of ~_TILE elements (for rot_dim 128: 32 heads,
+    so a Llama-style 32 q / 8 kv head token is one q tile and one k tile), cos/sin loaded once.
+    Decode (few tokens): the heads of a token are split over n_split programs (program s takes
+    head tiles s, s + n_split, ...), shrinking the head tiles down to ~_MIN_TILE elements until
+    there are ~2 programs per SM; each program still loads cos/sin once.
+    """
+    block_d = triton.next_power_of_2(half)
+    max_heads = max(1, _TILE // (2 * block_d))
+    bhq = min(triton.next_power_of_2(n_q_heads), max_heads)
+    bhk = min(triton.next_power_of_2(max(n_k_heads, 1)), max_heads)
+
+    def n_split() -> int:
+        return max(triton.cdiv(n_q_heads, bhq), triton.cdiv(n_k_heads, bhk))
+
+    split = n_split()
+    while n_tokens * split < _MIN_PROGRAMS and bhq > 1 and 2 * bhq * block_d > _MIN_TILE:
+        bhq //= 2
+        bhk = min(bhk, bhq)
+        split = n_split()
+    num_warps = max(1, min(8, (2 * bhq * block_d) // 512))
+    return bhq, bhk, split, num_warps
+
+
+def _heads_view(x: torch.Tensor, num_tokens: int, head_size: int, name: str) -> tuple[int, int, int]:
+    """(n_heads, token stride, head stride) of a [T, H * head_size] or [T, H, head_size] tensor."""
+    if x.shape[0] != num_tokens:
+        raise ValueError(f"{name} has {x.shape[0]} tokens, positions has {num_tokens}")
+    if x.stride(-1) != 1:
+        raise ValueError(f"{name} must have a unit-stride last dim (it is rotated in place)")
+    if x.dim() == 2:
+        if x.shape[1] % head_size:
+            raise ValueError(f"{name} width {x.shape[1]} is not a multiple of head_size {head_size}")
+        return x.shape[1] // head_size, x.stride(0), head_size
+    if x.dim() == 3 and x.shape[2] == head_size:
+        return x.shape[1], x.stride(0), x.stride(1)
+    raise ValueError(f"{name} must be [T, H * head_size] or [T, H, head_size], got {tuple(x.shape)}")
+
+
+def rotary_embedding(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool = True,
+) -> None:
+    """Apply rotary embeddings to ``query`` and ``key`` in place (vLLM's ``rotary_embedding``).
+
+    positions: [T] integer positions. query: [T, Hq * head_size] or [T, Hq, head_size];
+    key: [T, Hk * head_size] or [T, Hk, head_size] (Hk may differ from Hq: GQA). Token rows may
+    be strided (e.g. views into a fused qkv tensor). cos_sin_cache: [max_pos, rot_dim], cos in the
+    first rot_dim // 2 columns, sin in the rest (float32 or the activations' dtype); only the first
+    rot_dim (<= head_size) dims of each head rotate. is_neox: rotate halves (NeoX) rather than
+    interleaved pairs (GPT-J). Math in float32, one rounding on the way back.
+    """
+    num_tokens = positions.numel()
+    rot_dim = cos_sin_cache.shape[-1]
+    if rot_dim % 2 or rot_dim > head_size:
+        raise ValueError(f"rot_dim {rot_dim} must be even and <= head_size {head_size}")
+    n_q, stride_qt, stride_qh = _heads_view(query, num_tokens, head_size, "query")
+    n_k, stride_kt, stride_kh = _heads_view(key, num_tokens, head_size, "key")
+    if num_tokens == 0 or (n_q == 0 and n_k == 0):
+        return
+    if positions.dim() != 1:
+        positions = positions.reshape(-1)
+    if cos_sin_cache.stride(-1) != 1:
+        cos_sin_cache = cos_sin_cache.contiguous()
+    half = rot_dim // 2
+    bhq, bhk, split, num_warps = _launch_config(num_tokens, n_q, n_k, half)
+    _rotary_kernel[(num_tokens, split)](
+        positions, query, key, cos_sin_cache,
+        n_q, n_k, stride_qt, stride_qh, stride_kt, stride_kh, cos_sin_cache.stride(0),
+        IS_NEOX=bool(is_neox), HALF=half, BLOCK_D=triton.next_power_of_2(half),
+        BLOCK_HQ=bhq, BLOCK_HK=bhk, num_warps=num_warps,
+    )

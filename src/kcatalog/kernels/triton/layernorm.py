@@ -1,0 +1,337 @@
+"""Triton kernels for the normalisation layers: one fused, single-pass kernel per op.
+
+Design (memory-bound ops, tuned for H100/H200-class GPUs):
+
+* Each program owns ``BLOCK_M`` whole rows as a ``[BLOCK_M, BLOCK_N]`` tile held in registers, with
+  ``BLOCK_N = next_power_of_2(width)``: every input element is read once and every output element written
+  once, all math in float32, cast on store. Short rows share a program (``BLOCK_M > 1``) so that each
+  program still moves a few KiB and the weight is loaded once per tile.
+* Rows wider than ``MAX_FUSED_WIDTH`` elements do not fit in registers without spilling; the same kernel
+  then loops over ``LOOP_BLOCK``-wide chunks (``SINGLE_PASS=False``): a statistics pass, then a normalising
+  pass that reads the row again (mostly from L2).
+* The launch configuration comes from :func:`launch_config`, a small pure-Python function meant to be tuned.
+* Rows may be strided (``x = big[:, :n]``): only the last dim must be unit-stride; nothing is copied then.
+* Tail programs clamp their row index to the last row for loads (so no lane reads out of bounds and no
+  row mask is needed on loads) and mask only the stores.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+#: Widest row (elements) kept whole in registers; wider rows use the chunked loop.
+MAX_FUSED_WIDTH = 16384
+#: Chunk width (elements) of the looped path for very wide rows.
+LOOP_BLOCK = 4096
+#: Target elements per program when several short rows share one program.
+ROW_TILE = 4096
+#: Upper bound on rows per program.
+MAX_ROWS_PER_PROGRAM = 64
+#: Do not pack rows so densely that fewer programs than this are launched (keeps every SM busy;
+#: ~2 per SM on a 132-SM H100/H200).
+MIN_PROGRAMS = 264
+
+
+def _num_warps(elements: int) -> int:
+    """Warps for a tile of `elements` values: ~16 values per thread (2 x 16-byte loads in 16-bit types)."""
+    if elements >= 8192:
+        return 16
+    if elements >= 2048:
+        return 8
+    if elements >= 512:
+        return 4
+    if elements >= 256:
+        return 2
+    return 1
+
+
+@functools.lru_cache(maxsize=4096)
+def launch_config(
+    n_cols: int,
+    n_rows: int,
+    max_fused_width: int = MAX_FUSED_WIDTH,
+    loop_block: int = LOOP_BLOCK,
+    row_tile: int = ROW_TILE,
+    min_programs: int = MIN_PROGRAMS,
+) -> tuple[int, int, int, bool]:
+    """Choose ``(BLOCK_M, BLOCK_N, num_warps, single_pass)`` for a ``[n_rows, n_cols]`` row-wise kernel.
+
+    * ``n_cols <= max_fused_width``: one pass, ``BLOCK_N = next_power_of_2(n_cols)``; rows per program
+      ``BLOCK_M = row_tile // BLOCK_N`` (at least 1, at most MAX_ROWS_PER_PROGRAM), halved while that
+      would launch fewer than ``min_programs`` programs, so that decode-sized batches spread over SMs.
+    * wider rows: ``BLOCK_M = 1``, ``BLOCK_N = loop_block``, looping over the row.
+    * ``num_warps`` grows with the tile (1..16), about 16 float32 values per thread.
+    """
+    block_n = triton.next_power_of_2(max(n_cols, 1))
+    if block_n > max_fused_width:
+        block_n = min(loop_block, block_n)
+        return 1, block_n, _num_warps(block_n), False
+    block_m = max(1, min(row_tile // block_n, MAX_ROWS_PER_PROGRAM))
+    while block_m > 1 and triton.cdiv(n_rows, block_m) < min_programs:
+        block_m //= 2
+    return block_m, block_n, _num_warps(block_m * block_n), True
+
+
+def _config(n_cols: int, n_rows: int) -> tuple[int, int, int, bool]:
+    """launch_config with the module's current tunables (read at call time so they can be patched)."""
+    cap = MAX_ROWS_PER_PROGRAM * MIN_PROGRAMS  # beyond this the row count no longer changes the choice
+    return launch_config(n_cols, min(n_rows, cap), MAX_FUSED_WIDTH, LOOP_BLOCK, ROW_TILE, MIN_PROGRAMS)
+
+
+def _as_rows(t: torch.Tensor) -> torch.Tensor:
+    """A 2-D ``[rows, width]`` view of `t` with a unit-stride last dim; copies only if no such view exists."""
+    if t.stride(-1) != 1:
+        t = t.contiguous()
+    if t.dim() == 2:
+        return t
+    try:
+        return t.view(-1, t.shape[-1])
+    except RuntimeError:
+        return t.reshape(-1, t.shape[-1])
+
+
+def _vector(w: torch.Tensor, n: int, name: str) -> torch.Tensor:
+    """Check a per-column parameter (weight/bias) has `n` elements; make it unit-stride."""
+    if w.numel() != n:
+        raise ValueError(f"{name} has {w.numel()} elements, expected {n} (the last dim of x)")
+    w = w.reshape(n)
+    return w if w.stride(0) == 1 else w.contiguous()
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    n_rows,
+    n_cols,
+    stride_x,
+    stride_y,
+    eps,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_rows
+    rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    x_rows = x_ptr + rows[:, None] * stride_x
+    y_rows = y_ptr + rows[:, None] * stride_y
+    if SINGLE_PASS:
+        cols = tl.arange(0, BLOCK_N)
+        col_ok = cols < n_cols
+        x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
+        y = x * rstd[:, None] * w[None, :]
+        tl.store(y_rows + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for off in range(0, n_cols, BLOCK_N):
+            cols = off + tl.arange(0, BLOCK_N)
+            col_ok = cols < n_cols
+            x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+            acc += x * x
+        rstd = tl.rsqrt(tl.sum(acc, axis=1) / n_cols + eps)
+        for off in range(0, n_cols, BLOCK_N):
+            cols = off + tl.arange(0, BLOCK_N)
+            col_ok = cols < n_cols
+            x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            y = x * rstd[:, None] * w[None, :]
+            tl.store(y_rows + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+
+
+@triton.jit
+def _fused_add_rms_norm_kernel(
+    x_ptr,
+    r_ptr,
+    w_ptr,
+    n_rows,
+    n_cols,
+    stride_x,
+    stride_r,
+    eps,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_rows
+    rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    x_rows = x_ptr + rows[:, None] * stride_x
+    r_rows = r_ptr + rows[:, None] * stride_r
+    if SINGLE_PASS:
+        cols = tl.arange(0, BLOCK_N)
+        col_ok = cols < n_cols
+        mask = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+        r = tl.load(r_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        s = (x + r).to(r_ptr.dtype.element_ty)  # the sum is rounded to the stored dtype before the norm
+        tl.store(r_rows + cols[None, :], s, mask=mask)
+        s = s.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(s * s, axis=1) / n_cols + eps)
+        y = s * rstd[:, None] * w[None, :]
+        tl.store(x_rows + cols[None, :], y.to(x_ptr.dtype.element_ty), mask=mask)
+    else:
+        # Pass 1 only reads; pass 2 re-reads the original x and residual, then writes both, so no lane ever
+        # reads a value another lane has already overwritten.
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for off in range(0, n_cols, BLOCK_N):
+            cols = off + tl.arange(0, BLOCK_N)
+            col_ok = cols < n_cols
+            x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+            r = tl.load(r_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+            s = (x + r).to(r_ptr.dtype.element_ty).to(tl.float32)
+            acc += s * s
+        rstd = tl.rsqrt(tl.sum(acc, axis=1) / n_cols + eps)
+        for off in range(0, n_cols, BLOCK_N):
+            cols = off + tl.arange(0, BLOCK_N)
+            col_ok = cols < n_cols
+            mask = row_ok[:, None] & col_ok[None, :]
+            x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+            r = tl.load(r_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            s = (x + r).to(r_ptr.dtype.element_ty)
+            tl.store(r_rows + cols[None, :], s, mask=mask)
+            y = s.to(tl.float32) * rstd[:, None] * w[None, :]
+            tl.store(x_rows + cols[None, :], y.to(x_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _layer_norm_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    n_rows,
+    n_cols,
+    stride_x,
+    stride_y,
+    eps,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_rows
+    rows = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    x_rows = x_ptr + rows[:, None] * stride_x
+    y_rows = y_ptr + rows[:, None] * stride_y
+    if SINGLE_PASS:
+        cols = tl.arange(0, BLOCK_N)
+        col_ok = cols < n_cols
+        x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        mean = tl.sum(x, axis=1) / n_cols
+        xc = tl.where(col_ok[None, :], x - mean[:, None], 0.0)  # exact two-pass variance, in registers
+        rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+        y = xc * rstd[:, None] * w[None, :] + b[None, :]
+        tl.store(y_rows + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+    else:
+        # Pass 1: per-chunk mean and M2 (two-pass within the chunk), merged across chunks (Chan et al.).
+        mean = tl.zeros([BLOCK_M], dtype=tl.float32)
+        m2 = tl.zeros([BLOCK_M], dtype=tl.float32)
+        count = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for off in range(0, n_cols, BLOCK_N):
+            cols = off + tl.arange(0, BLOCK_N)
+            col_ok = cols < n_cols
+            x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+            n_chunk = tl.minimum(n_cols - off, BLOCK_N).to(tl.float32)
+            c_mean = tl.sum(x, axis=1) / n_chunk
+            d = tl.where(col_ok[None, :], x - c_mean[:, None], 0.0)
+            c_m2 = tl.sum(d * d, axis=1)
+            total = count + n_chunk
+            delta = c_mean - mean
+            mean += delta * (n_chunk / total)
+            m2 += c_m2 + delta * delta * (count * n_chunk / total)
+            count = total
+        rstd = tl.rsqrt(m2 / n_cols + eps)
+        for off in range(0, n_cols, BLOCK_N):
+            cols = off + tl.arange(0, BLOCK_N)
+            col_ok = cols < n_cols
+            x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            y = (x - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :]
+            tl.store(y_rows + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm over the last dim: ``y = x * rsqrt(mean(x^2, -1) + eps) * weight``, returned in ``x.dtype``.
+
+    One fused Triton kernel; rows may be strided (only the last dim must be unit-stride, else it is copied).
+    The output is a new contiguous tensor of ``x``'s shape.
+    """
+    n = x.shape[-1]
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    x2 = _as_rows(x)
+    w = _vector(weight, n, "weight")
+    m = x2.shape[0]
+    block_m, block_n, num_warps, single = _config(n, m)
+    _rms_norm_kernel[(triton.cdiv(m, block_m),)](
+        x2, w, out, m, n, x2.stride(0), n, eps,
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, num_warps=num_warps,
+    )  # fmt: skip
+    return out
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
+    """Residual add then RMSNorm, in place as in vLLM/SGLang, in one fused Triton kernel.
+
+    ``residual <- x + residual`` (rounded to the residual's dtype), then ``x <- rms_norm(residual) * weight``.
+    Each of ``x`` and ``residual`` is read once and written once. Strided rows are updated in place; a tensor
+    whose rows cannot be viewed as ``[rows, width]`` with a unit last stride is processed through a temporary
+    and copied back.
+    """
+    if x.shape != residual.shape:
+        raise ValueError(f"x {tuple(x.shape)} and residual {tuple(residual.shape)} must have the same shape")
+    n = x.shape[-1]
+    if x.numel() == 0:
+        return
+    x2 = _as_rows(x)
+    r2 = _as_rows(residual)
+    w = _vector(weight, n, "weight")
+    m = x2.shape[0]
+    block_m, block_n, num_warps, single = _config(n, m)
+    _fused_add_rms_norm_kernel[(triton.cdiv(m, block_m),)](
+        x2, r2, w, m, n, x2.stride(0), r2.stride(0), eps,
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, num_warps=num_warps,
+    )  # fmt: skip
+    # _as_rows only copies when no in-place view exists; write such temporaries back.
+    if x2.data_ptr() != x.data_ptr():
+        x.copy_(x2.view(x.shape))
+    if r2.data_ptr() != residual.data_ptr():
+        residual.copy_(r2.view(residual.shape))
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """LayerNorm over the last dim: ``(x - mean) * rsqrt(var + eps) * weight + bias`` in one Triton kernel.
+
+    Biased variance, float32 statistics, output a new contiguous tensor in ``x.dtype``.
+    """
+    n = x.shape[-1]
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    x2 = _as_rows(x)
+    w = _vector(weight, n, "weight")
+    b = _vector(bias, n, "bias")
+    m = x2.shape[0]
+    block_m, block_n, num_warps, single = _config(n, m)
+    _layer_norm_kernel[(triton.cdiv(m, block_m),)](
+        x2, w, b, out, m, n, x2.stride(0), n, eps,
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, num_warps=num_warps,
+    )  # fmt: skip
+    return out
