@@ -11,9 +11,19 @@ import yaml
 from .errors import Diagnostic, Location
 
 try:  # libyaml's C parser is several times faster; fall back to pure Python where absent.
-    from yaml import CSafeLoader as _Loader
+    from yaml.cyaml import CParser as _Parser
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+    from yaml.composer import Composer
+    from yaml.parser import Parser
+    from yaml.reader import Reader
+    from yaml.scanner import Scanner
+
+    class _Parser(Reader, Scanner, Parser, Composer):  # type: ignore[no-redef]
+        def __init__(self, stream: str) -> None:
+            Reader.__init__(self, stream)
+            Scanner.__init__(self)
+            Parser.__init__(self)
+            Composer.__init__(self)
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_NODES = 500_000  # nodes after alias expansion: bounds "billion laughs" and sheer size
@@ -29,9 +39,45 @@ _PLAIN_SCALAR_TAGS = {
 }
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
+_MERGE = "tag:yaml.org,2002:merge"
 
 # Only the scalar constructors of the safe loader, used for non-string scalars.
 _constructor = yaml.constructor.SafeConstructor()
+
+# YAML 1.1's implicit scalar types, copied once so resolvers other libraries register globally do
+# not change what a manifest means. Timestamps stay text (an unquoted date in a description is
+# not an error) and '=' value keys are dropped.
+_IMPLICIT = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag in _PLAIN_SCALAR_TAGS or tag.endswith(":merge")]
+    for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
+}
+
+
+class _PlainResolver(yaml.resolver.BaseResolver):
+    """Resolves plain scalars by their first character; no path resolvers. Part of the parse hot path."""
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        pass
+
+    def ascend_resolver(self) -> None:
+        pass
+
+    def resolve(self, kind: type, value: str, implicit: tuple[bool, bool]) -> str:
+        if kind is yaml.ScalarNode:
+            if implicit[0]:
+                for tag, regexp in _IMPLICIT.get(value[:1], ()):
+                    if regexp.match(value):
+                        return tag
+            return _STR
+        return _SEQ if kind is yaml.SequenceNode else _MAP
+
+
+class _Loader(_Parser, _PlainResolver):  # type: ignore[misc, valid-type]
+    """Composes nodes only; plain data is built by _Converter below."""
+
+    def __init__(self, stream: str) -> None:
+        _Parser.__init__(self, stream)
+        _PlainResolver.__init__(self)
 
 
 @dataclass(frozen=True)
@@ -111,20 +157,18 @@ class _Converter:
         self.done: dict[int, tuple[Any, int]] = {}
 
     def convert(self, node: yaml.Node, depth: int) -> Any:
-        self.budget -= 1
-        if self.budget < 0:
-            raise YamlProblem("KC004", f"more than {MAX_NODES} nodes after alias expansion", node)
+        # Plain strings are nearly every node: they take the first branch and nothing else.
+        if node.tag == _STR and type(node) is yaml.ScalarNode:
+            self.budget -= 1
+            return node.value
         if depth > MAX_DEPTH:
             raise YamlProblem("KC004", f"nested deeper than {MAX_DEPTH} levels", node)
         tag = node.tag
-        if isinstance(node, yaml.ScalarNode):
-            if tag == _STR:
-                return node.value
+        if type(node) is yaml.ScalarNode:
             if tag in _PLAIN_SCALAR_TAGS:
+                self.budget -= 1
                 return _constructor.construct_object(node)
-        elif (isinstance(node, yaml.MappingNode) and tag == _MAP) or (
-            isinstance(node, yaml.SequenceNode) and tag == _SEQ
-        ):
+        elif (tag == _MAP and type(node) is yaml.MappingNode) or (tag == _SEQ and type(node) is yaml.SequenceNode):
             return self._collection(node, depth)
         raise YamlProblem("KC003", f"unsupported YAML tag '{tag}'; manifests are plain YAML", node)
 
@@ -133,34 +177,38 @@ class _Converter:
         if seen is not None:
             value, size = seen
             self.budget -= size
-            if self.budget < 0:
-                raise YamlProblem("KC004", f"more than {MAX_NODES} nodes after alias expansion", node)
-            return value
-        before = self.budget
-        if isinstance(node, yaml.MappingNode):
-            value = self._mapping(node, depth)
         else:
-            value = [self.convert(item, depth + 1) for item in node.value]
-        self.done[id(node)] = (value, before - self.budget)
+            before = self.budget
+            if type(node) is yaml.MappingNode:
+                value = self._mapping(node, depth + 1)
+            else:
+                value = [self.convert(item, depth + 1) for item in node.value]
+            self.done[id(node)] = (value, before - self.budget + 1)
+            self.budget -= 1
+        if self.budget < 0:
+            raise YamlProblem("KC004", f"more than {MAX_NODES} nodes after alias expansion", node)
         return value
 
     def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
-        first_seen: dict[Any, yaml.Node] = {}
+        convert = self.convert
         for key_node, value_node in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
+            if key_node.tag == _STR and type(key_node) is yaml.ScalarNode:
+                key = key_node.value
+                self.budget -= 1
+            elif key_node.tag == _MERGE:
                 raise YamlProblem("KC003", "merge keys ('<<') are not supported; write the fields out", key_node)
-            key = self.convert(key_node, depth + 1)
-            if isinstance(key, (dict, list)):
-                raise YamlProblem("KC003", "mapping keys must be scalars", key_node)
-            if key in first_seen:
-                first = first_seen[key].start_mark
+            else:
+                key = convert(key_node, depth)
+                if isinstance(key, (dict, list)):
+                    raise YamlProblem("KC003", "mapping keys must be scalars", key_node)
+            if key in result:
+                first = next(k for k, _ in node.value if k is not key_node and convert(k, depth) == key).start_mark
                 raise YamlProblem(
                     "KC002", f"duplicate key '{key}' (first defined at line {first.line + 1}, column {first.column + 1})",
                     key_node,
                 )
-            first_seen[key] = key_node
-            result[key] = self.convert(value_node, depth + 1)
+            result[key] = convert(value_node, depth)
         return result
 
 
