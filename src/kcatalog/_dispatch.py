@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._platform import Platform
+from .schema import signature_params
 
 if TYPE_CHECKING:
     from ._catalog import Catalog, OpInfo
@@ -14,8 +14,7 @@ if TYPE_CHECKING:
 
 def _dispatch_position(info: OpInfo) -> tuple[int, str]:
     """Index and name of the argument whose tensor decides dispatch (the first one unless declared)."""
-    tree = ast.parse(f"def _{info.signature}: pass")
-    params = [arg.arg for arg in tree.body[0].args.args]  # type: ignore[attr-defined]
+    params = signature_params(info.signature)
     name = info.dispatch_arg or (params[0] if params else "")
     if name not in params:
         raise ValueError(f"op '{info.id}': dispatch argument '{name}' is not in its signature {info.signature}")

@@ -12,7 +12,7 @@ from ._platform import Platform
 from ._targets import TargetChecker
 from ._yaml import node_location
 from .errors import Diagnostic, Location, Severity, did_you_mean
-from .schema import Backend, Manifest, Settings
+from .schema import Backend, Manifest, Op, Settings, signature_params
 
 Require = Iterable[str] | Mapping[str, Sequence[str]]
 
@@ -97,6 +97,8 @@ class _Linker:
                     self.error("KC204", f"reference backend '{op.reference}' is not a backend of op '{op_id}'"
                                f"{did_you_mean(op.reference, op.backends)}; its backends: {', '.join(op.backends)}",
                                node_location(file.path, ref_node))
+                if op.mutates or op.dispatch_arg:
+                    self.check_arguments(file, op_id, op, value_node)
                 if op_id in self.ops:
                     self.error("KC201", f"op '{op_id}' already declared at {self.ops[op_id].location}", location)
                     continue
@@ -116,6 +118,23 @@ class _Linker:
                 )
         for file in manifests:
             self.link_extensions(file)
+
+    def check_arguments(self, file: LoadedFile, op_id: str, op: Op, op_node: object) -> None:
+        """Names in `mutates` and `dispatch_arg` must be parameters of the signature."""
+        entries = children(op_node)
+        try:
+            params = signature_params(op.signature)
+        except ValueError as exc:
+            self.error("KC103", f"'signature': {exc}", node_location(file.path, entries["signature"][1]))
+            return
+        named = [("mutates", name) for name in op.mutates]
+        if op.dispatch_arg:
+            named.append(("dispatch_arg", op.dispatch_arg))
+        for field, name in named:
+            if name not in params:
+                self.error("KC208", f"{field} names '{name}', not a parameter of op '{op_id}'"
+                           f"{did_you_mean(name, params)}; parameters: {', '.join(params)}",
+                           node_location(file.path, entries[field][1]))
 
     def link_extensions(self, file: LoadedFile) -> None:
         manifest = file.model

@@ -23,6 +23,7 @@ CODES: dict[str, str] = {
     "KC205": "extension of an op that no manifest declares",
     "KC206": "catalog settings file (kcatalog.yaml) missing or duplicated",
     "KC207": "backend dtypes not among the op's dtypes",
+    "KC208": "argument named by mutates or dispatch_arg is not in the signature",
     "KC301": "target module not found",
     "KC302": "target attribute not defined by its module",
     "KC303": "target unavailable here: its top-level package is not installed",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Annotated, Literal
 
@@ -81,7 +82,10 @@ class Op(_Strict):
     """An operation and its implementations."""
 
     description: str
-    signature: str = Field(description="Python-style signature, e.g. '(x: Tensor, eps: float = 1e-6) -> Tensor'")
+    signature: str = Field(
+        pattern=r"^\(.*\)( -> .+)?$",
+        description="Python-style signature, e.g. '(x: Tensor, eps: float = 1e-6) -> Tensor'",
+    )
     reference: Name = Field(description="the backend other backends are checked against")
     dtypes: tuple[DType, ...] = Field(min_length=1)
     mutates: tuple[str, ...] = Field((), description="arguments the op changes in place")
@@ -139,3 +143,13 @@ class Settings(_Strict):
         default_factory=dict, description="backend order per device kind, overriding the default"
     )
     policy: Policy = Field(default_factory=Policy)
+
+
+def signature_params(signature: str) -> list[str]:
+    """Parameter names of an op signature; ValueError when it is not a valid Python signature."""
+    try:
+        tree = ast.parse(f"def _{signature}: pass")
+    except SyntaxError as exc:
+        raise ValueError(f"signature '{signature}' is not valid Python: {exc.msg}") from None
+    args = tree.body[0].args  # type: ignore[attr-defined]
+    return [arg.arg for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
