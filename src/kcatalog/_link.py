@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from ._catalog import Catalog, KernelSpec, OpInfo
-from ._loader import LoadedFile, children
+from ._loader import SETTINGS_FILE, LoadedFile, children
 from ._overrides import Layer, OverridesArg, check_layer, process_layers
 from ._platform import Platform
 from ._targets import TargetChecker
@@ -202,6 +202,19 @@ class _Linker:
                     self.error("KC402", f"op '{op_id}' has no backend for required platform {platform} ({detail})",
                                info.location)
 
+    def check_allowed(self, allowed_modules: Sequence[str] | None) -> None:
+        """Every target must sit under an allowed prefix of the settings file and of the caller, when given."""
+        lists = [(f"{SETTINGS_FILE} allowed_modules", self.settings.allowed_modules if self.settings else None),
+                 ("allowed_modules", allowed_modules)]
+        for source, prefixes in lists:
+            if prefixes is None:
+                continue
+            for spec, location in self.declared:
+                module = spec.target.partition(":")[0]
+                if not any(module == p or module.startswith(p + ".") for p in prefixes):
+                    self.error("KC305", f"target '{spec.target}' is outside the allowed modules ({source}: "
+                               f"{', '.join(prefixes) or 'none'})", location)
+
     def check_targets(self) -> None:
         checker = TargetChecker()
         for spec, location in self.declared:
@@ -239,12 +252,14 @@ class _Linker:
 
 
 def link(files: Sequence[LoadedFile], *, require: Require | None = None, check_targets: bool = True,
-         overrides: OverridesArg = None, strict: bool = False) -> tuple[Catalog | None, list[Diagnostic]]:
+         overrides: OverridesArg = None, strict: bool = False,
+         allowed_modules: Sequence[str] | None = None) -> tuple[Catalog | None, list[Diagnostic]]:
     """Link validated files into a Catalog; None (and the diagnostics) if any error was found."""
     linker = _Linker(files)
     linker.link_settings()
     linker.link_ops()
     linker.check_policy()
+    linker.check_allowed(allowed_modules)
     if check_targets:
         linker.check_targets()
     if require is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ._catalog import Catalog
 from ._link import Require, link
@@ -18,6 +18,7 @@ def check_catalog(
     check_targets: bool = True,
     overrides: OverridesArg = None,
     strict: bool = False,
+    allowed_modules: Sequence[str] | None = None,
 ) -> tuple[Catalog | None, list[Diagnostic]]:
     """Read, validate and link; return the catalog (None on any error) and all diagnostics, sorted."""
     files, diagnostics = discover([shipped_catalog_dir()] if paths is None else paths)
@@ -27,7 +28,8 @@ def check_catalog(
             diagnostics.append(item)
         else:
             loaded.append(item)
-    catalog, linked = link(loaded, require=require, check_targets=check_targets, overrides=overrides, strict=strict)
+    catalog, linked = link(loaded, require=require, check_targets=check_targets, overrides=overrides, strict=strict,
+                           allowed_modules=allowed_modules)
     diagnostics.extend(linked)
     diagnostics.sort(key=Diagnostic.sort_key)
     if any(d.is_error for d in diagnostics):
@@ -42,6 +44,7 @@ def load_catalog(
     check_targets: bool = True,
     overrides: OverridesArg = None,
     strict: bool = False,
+    allowed_modules: Sequence[str] | None = None,
 ) -> Catalog:
     """Load a catalog (default: the one shipped with kcatalog), checking everything, importing no kernel.
 
@@ -50,11 +53,12 @@ def load_catalog(
     'layernorm.*=triton,...') prefers backends process-wide; the environment variables
     KCATALOG_OVERRIDES and KCATALOG_BACKEND take precedence over it. With `strict`, an override that
     cannot be honoured or a kernel that fails to import raises instead of falling back.
+    `allowed_modules` lists module prefixes targets may name (on top of the settings file's own list).
     Raises CatalogError carrying every diagnostic; warnings (e.g. targets unavailable here) are on
     `catalog.warnings`.
     """
     catalog, diagnostics = check_catalog(paths, require=require, check_targets=check_targets,
-                                         overrides=overrides, strict=strict)
+                                         overrides=overrides, strict=strict, allowed_modules=allowed_modules)
     if catalog is None:
         raise CatalogError.from_diagnostics(diagnostics)
     return catalog

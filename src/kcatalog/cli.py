@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--output-format", choices=sorted(REPORTERS), default="concise")
     validate.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
     validate.add_argument("--no-targets", action="store_true", help="skip the static checks of import targets")
+    validate.add_argument("--allow-module", action="append", default=None, metavar="PREFIX",
+                          help="only allow targets under this module prefix (repeatable)")
 
     list_ = sub.add_parser("list", help="show the op x backend coverage matrix")
     catalog_args(list_)
@@ -66,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _validate(options: argparse.Namespace) -> int:
-    _, diagnostics = check_catalog(options.paths or None, check_targets=not options.no_targets)
+    _, diagnostics = check_catalog(options.paths or None, check_targets=not options.no_targets,
+                                   allowed_modules=options.allow_module)
     print(REPORTERS[options.output_format](diagnostics))
     failed = any(d.is_error for d in diagnostics)
     return 0 if options.exit_zero or not failed else 1

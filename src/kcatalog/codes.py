@@ -28,6 +28,7 @@ CODES: dict[str, str] = {
     "KC302": "target attribute not defined by its module",
     "KC303": "target unavailable here: its top-level package is not installed",
     "KC304": "target not verifiable statically",
+    "KC305": "target outside the allowed modules",
     "KC401": "op lacks a backend the policy requires",
     "KC402": "op has no backend eligible on a platform the policy requires",
     "KC501": "required op not in the catalog",

@@ -143,6 +143,9 @@ class Settings(_Strict):
         default_factory=dict, description="backend order per device kind, overriding the default"
     )
     policy: Policy = Field(default_factory=Policy)
+    allowed_modules: tuple[Annotated[str, Field(pattern=rf"^{_IDENT}(\.{_IDENT})*$")], ...] | None = Field(
+        None, description="module prefixes targets may name (e.g. [kcatalog.kernels]); unset: any module"
+    )
 
 
 def signature_params(signature: str) -> list[str]:
