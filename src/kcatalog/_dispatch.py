@@ -31,7 +31,7 @@ def make_handle(catalog: Catalog, info: OpInfo) -> Callable[..., Any]:
     lock = threading.Lock()
     op_id = info.id
 
-    def resolve(tensor: Any) -> Callable[..., Any]:
+    def _resolve(tensor: Any) -> Callable[..., Any]:
         device = tensor.device.type
         here = catalog.platform()
         # torch calls ROCm devices 'cuda' too; the detected platform knows which this is.
@@ -40,8 +40,11 @@ def make_handle(catalog: Catalog, info: OpInfo) -> Callable[..., Any]:
         else:
             platform = here if device == here.device else Platform(device)
         dtype = str(tensor.dtype).removeprefix("torch.")
-        with lock:  # one resolution (and import) per key, however many threads make the first call
-            return catalog.resolve(op_id, platform, dtype)
+        return catalog.resolve(op_id, platform, dtype)
+
+    def resolve(tensor: Any) -> Callable[..., Any]:
+        with lock:
+            return _resolve(tensor)
 
     def handle(*args: Any, **kwargs: Any) -> Any:
         tensor = args[position] if len(args) > position else kwargs[name]
@@ -55,7 +58,10 @@ def make_handle(catalog: Catalog, info: OpInfo) -> Callable[..., Any]:
             table, key = by_device, (tensor.device.type, tensor.dtype)
         fn = table.get(key)
         if fn is None:
-            fn = table[key] = resolve(tensor)
+            with lock:  # one resolution (and import) per key, however many threads make the first call
+                fn = table.get(key)
+                if fn is None:
+                    fn = table[key] = _resolve(tensor)
         return fn(*args, **kwargs)
 
     handle.__name__ = info.id.replace(".", "_")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import did_you_mean
@@ -79,15 +79,15 @@ def check_layer(layer: Layer, ops: Sequence[str], backends: Iterable[str]) -> li
             problems.append(("KC601", f"{override.source}: unknown backend '{override.backend}'"
                              f"{did_you_mean(override.backend, known)}; known: {', '.join(known)}"))
         if override.pattern != "*" and not any(override.matches(op) for op in ops):
+            shown = ", ".join(ops[:20]) + (", ..." if len(ops) > 20 else "")
             problems.append(("KC602", f"{override.source}: '{override.pattern}' matches no op"
-                             f"{did_you_mean(override.pattern, ops)}"))
+                             f"{did_you_mean(override.pattern, ops)}; available: {shown or '(none)'}"))
     return problems
 
 
-def strongest_match(layers: Iterable[Layer], op: str) -> Override | None:
-    """The override deciding `op`: the first layer with a match wins, the most specific match in it."""
+def matches_by_strength(layers: Iterable[Layer], op: str) -> Iterator[Override]:
+    """Each layer's most specific override matching `op`, strongest layer first."""
     for layer in layers:
         matches = [o for o in layer if o.matches(op)]
         if matches:
-            return max(matches, key=lambda o: o.specificity)
-    return None
+            yield max(matches, key=lambda o: o.specificity)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ._overrides import Layer, strongest_match
+from ._overrides import Layer, matches_by_strength
 from ._platform import Platform, is_installed
 from .errors import NoEligibleBackendError, UnknownBackendError
 
@@ -85,7 +85,8 @@ def select(
     """Pick the backend for one call: explicit `backend` > override layers (strongest first) > priority.
 
     Every path checks eligibility. An explicit backend that cannot run raises; an override that
-    cannot be honoured falls back to priority with a note (or raises when `strict`).
+    cannot be honoured gives way to the next weaker one, then to priority, with a note (or raises
+    when `strict`).
     """
     failed = failed or {}
     order, decided_by = priority_order(settings, info, platform)
@@ -106,22 +107,21 @@ def select(
         rest = tuple(Rejected(n, "not requested (backend given in the call)") for n in order if n != backend)
         return Selection(info.id, platform, info.backends[backend], "requested in the call", order, rest)
 
-    override = strongest_match(layers, info.id)
-    if override is not None:
+    for override in matches_by_strength(layers, info.id):  # one that cannot be honoured leaves it to the next
         if override.backend not in info.backends:
-            note = f"{override} ignored: op '{info.id}' has no '{override.backend}' backend"
             if strict:
                 raise UnknownBackendError(info.id, override.backend, list(info.backends), info.location)
-            notes.append(note)
-        else:
-            reason = reason_for(override.backend)
-            if reason is None:
-                order = (override.backend, *(n for n in order if n != override.backend))
-                decided_by = f"override {override}"
-            elif strict:
+            notes.append(f"{override} ignored: op '{info.id}' has no '{override.backend}' backend")
+            continue
+        reason = reason_for(override.backend)
+        if reason is not None:
+            if strict:
                 raise NoEligibleBackendError(info.id, str(platform), [(override.backend, reason)])
-            else:
-                notes.append(f"{override} ignored: {override.backend} cannot run ({reason})")
+            notes.append(f"{override} ignored: {override.backend} cannot run ({reason})")
+            continue
+        order = (override.backend, *(n for n in order if n != override.backend))
+        decided_by = f"override {override}"
+        break
 
     chosen = None
     rejected = []

@@ -138,6 +138,8 @@ def _explain(options: argparse.Namespace) -> int:
                 "platform": str(s.platform),
                 "chosen": s.chosen.backend if s.chosen else None,
                 "target": s.chosen.target if s.chosen else None,
+                "decided_by": s.decided_by,
+                "notes": list(s.notes),
                 "order": list(s.order),
                 "rejected": [{"backend": r.backend, "reason": r.reason} for r in s.rejected],
             }
@@ -145,8 +147,10 @@ def _explain(options: argparse.Namespace) -> int:
         ], indent=2))
     else:
         for s in selections:
-            chosen = f"{s.chosen.backend} ({s.chosen.target})" if s.chosen else "nothing eligible"
+            chosen = f"{s.chosen.backend} ({s.chosen.target}), by {s.decided_by}" if s.chosen else "nothing eligible"
             print(f"{s.op} on {s.platform}: {chosen}")
+            for note in s.notes:
+                print(f"  note: {note}")
             for r in s.rejected:
                 print(f"  {r.backend}: {r.reason}")
     return 0 if all(s.chosen for s in selections) else 1

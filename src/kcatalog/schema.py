@@ -6,7 +6,7 @@ import ast
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 FORMAT_VERSION = 1
 
@@ -64,6 +64,13 @@ class Capability(_Strict):
     archs: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:+-]+$")], ...] | None = Field(
         None, description="exact architectures, e.g. ROCm gfx names [gfx942, gfx950]"
     )
+
+    @model_validator(mode="after")
+    def _arch_window_is_cuda_only(self) -> Capability:
+        if self.device != "cuda" and (self.min_arch is not None or self.max_arch is not None):
+            raise ValueError(f"min_arch and max_arch apply to cuda only; for {self.device}, "
+                             "list exact architectures in 'archs'")
+        return self
 
 
 class Backend(_Strict):

@@ -1,12 +1,12 @@
 """Rotary position embedding as a Triton kernel (backend `triton`), in place on query and key.
 
-One program per token (times a small head split at decode sizes): it reads the token's
-position, loads that row's cos and sin once, in float32, and reuses them for every q and k head
-it owns, walking the heads in [BLOCK_H, rot_dim] tiles. Only the rotated dims are read and
-written; a partial-rotary tail (rot_dim < head_size) is never touched. NeoX style loads the two
-halves as two contiguous [BLOCK_H, rot_dim / 2] tiles; GPT-J style loads one contiguous
-[BLOCK_H, rot_dim] tile and de-interleaves it in registers (reshape + split), so both styles
-use wide contiguous accesses.
+One program per token (split over a few programs per token only at decode sizes or for very
+many heads): it loads all its q heads and k heads as [heads, rot_dim] tiles, reads the token's
+position, loads that row's cos and sin once, in float32, and applies them to every head. Only
+the rotated dims are read and written; a partial-rotary tail (rot_dim < head_size) is never
+touched. NeoX style loads the two halves as two contiguous [heads, rot_dim / 2] tiles; GPT-J
+style loads one contiguous [heads, rot_dim] tile and de-interleaves it in registers
+(reshape + split), so both styles use wide, contiguous accesses.
 """
 
 from __future__ import annotations
@@ -15,48 +15,47 @@ import torch
 import triton
 import triton.language as tl
 
-_TILE = 4096
-"""Elements of q/k (both halves) per loop iteration at large shapes: 8 KiB of bf16."""
+_MAX_TILE = 8192
+"""Most rotated elements (both halves) of one tensor per program: 64 heads at rot_dim 128."""
 _MIN_TILE = 512
-"""Smallest tile when heads are split across programs for small token counts."""
+"""Smallest q tile when the heads of a token are split across programs for small token counts."""
 _MIN_PROGRAMS = 264
 """Aim for at least this many programs (2 per SM of an H100/H200) before heads are split."""
 
 
 @triton.jit
-def _rotate_heads(
-    base,
-    h0,
-    n_heads,
-    stride_h,
-    cos,
-    sin,
-    IS_NEOX: tl.constexpr,
-    HALF: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-):
-    """Rotate heads [h0, h0 + BLOCK_H) of one token in place; cos/sin are float32 [1, BLOCK_D]."""
-    h = h0 + tl.arange(0, BLOCK_H)
-    hmask = (h < n_heads)[:, None]
+def _load_heads(base, heads, n_heads, stride_h, IS_NEOX: tl.constexpr, HALF: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Load the rotated part of heads ``heads`` ([BLOCK_H]) of one token: (x1, x2, ptrs, mask).
+
+    x1/x2 are float32 [BLOCK_H, BLOCK_D]: the two halves (NeoX) or the even/odd elements (GPT-J).
+    """
+    hmask = (heads < n_heads)[:, None]
     if IS_NEOX:
         d = tl.arange(0, BLOCK_D)
         mask = hmask & (d < HALF)[None, :]
-        p1 = base + h[:, None] * stride_h + d[None, :]
-        x1 = tl.load(p1, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(p1 + HALF, mask=mask, other=0.0).to(tl.float32)
-        o1 = x1 * cos - x2 * sin
-        o2 = x2 * cos + x1 * sin
-        tl.store(p1, o1.to(base.dtype.element_ty), mask=mask)
-        tl.store(p1 + HALF, o2.to(base.dtype.element_ty), mask=mask)
+        ptrs = base + heads[:, None] * stride_h + d[None, :]
+        x1 = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(ptrs + HALF, mask=mask, other=0.0).to(tl.float32)
     else:
         d2 = tl.arange(0, 2 * BLOCK_D)
         mask = hmask & (d2 < 2 * HALF)[None, :]
-        p = base + h[:, None] * stride_h + d2[None, :]
-        x = tl.load(p, mask=mask, other=0.0).to(tl.float32)
-        x1, x2 = tl.split(tl.reshape(x, [BLOCK_H, BLOCK_D, 2]))  # even, odd elements
-        o = tl.join(x1 * cos - x2 * sin, x2 * cos + x1 * sin)  # [BLOCK_H, BLOCK_D, 2], re-interleaved
-        tl.store(p, tl.reshape(o, [BLOCK_H, 2 * BLOCK_D]).to(base.dtype.element_ty), mask=mask)
+        ptrs = base + heads[:, None] * stride_h + d2[None, :]
+        x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+        x1, x2 = tl.split(tl.reshape(x, [heads.shape[0], BLOCK_D, 2]))  # de-interleave in registers
+    return x1, x2, ptrs, mask
+
+
+@triton.jit
+def _rotate_store(x1, x2, ptrs, mask, cos, sin, IS_NEOX: tl.constexpr, HALF: tl.constexpr):
+    """Rotate (x1, x2) by cos/sin ([1, BLOCK_D], float32) and store back where _load_heads read them."""
+    o1 = x1 * cos - x2 * sin
+    o2 = x2 * cos + x1 * sin
+    if IS_NEOX:
+        tl.store(ptrs, o1.to(ptrs.dtype.element_ty), mask=mask)
+        tl.store(ptrs + HALF, o2.to(ptrs.dtype.element_ty), mask=mask)
+    else:
+        o = tl.reshape(tl.join(o1, o2), [o1.shape[0], 2 * o1.shape[1]])  # re-interleave
+        tl.store(ptrs, o.to(ptrs.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -78,33 +77,39 @@ def _rotary_kernel(
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
 ):
+    # Program (t, s): token t, q heads [s * BLOCK_HQ, (s + 1) * BLOCK_HQ) and the same-numbered
+    # k head tile (empty - fully masked, no traffic - once past the last k head).
     t = tl.program_id(0)
-    split = tl.program_id(1)
-    n_split = tl.num_programs(1)
+    s = tl.program_id(1)
     pos = tl.load(pos_ptr + t).to(tl.int64)
+    # No loops and no branches: the q and k loads are independent of the position, so they are
+    # in flight together with the pos -> cos/sin chain instead of after it.
+    q1, q2, q_ptrs, q_mask = _load_heads(
+        q_ptr + t.to(tl.int64) * stride_qt, s * BLOCK_HQ + tl.arange(0, BLOCK_HQ), n_q_heads, stride_qh,
+        IS_NEOX, HALF, BLOCK_D)
+    k1, k2, k_ptrs, k_mask = _load_heads(
+        k_ptr + t.to(tl.int64) * stride_kt, s * BLOCK_HK + tl.arange(0, BLOCK_HK), n_k_heads, stride_kh,
+        IS_NEOX, HALF, BLOCK_D)
     d = tl.arange(0, BLOCK_D)
     cs = cache_ptr + pos * stride_cache
-    cos = tl.load(cs + d, mask=d < HALF, other=0.0).to(tl.float32)[None, :]
-    sin = tl.load(cs + HALF + d, mask=d < HALF, other=0.0).to(tl.float32)[None, :]
-    q_tok = q_ptr + t.to(tl.int64) * stride_qt
-    for h0 in range(split * BLOCK_HQ, n_q_heads, n_split * BLOCK_HQ):
-        _rotate_heads(q_tok, h0, n_q_heads, stride_qh, cos, sin, IS_NEOX, HALF, BLOCK_HQ, BLOCK_D)
-    k_tok = k_ptr + t.to(tl.int64) * stride_kt
-    for h0 in range(split * BLOCK_HK, n_k_heads, n_split * BLOCK_HK):
-        _rotate_heads(k_tok, h0, n_k_heads, stride_kh, cos, sin, IS_NEOX, HALF, BLOCK_HK, BLOCK_D)
+    cos = tl.load(cs + d, mask=d < HALF, other=0.0).to(tl.float32)[None, :]  # once per program,
+    sin = tl.load(cs + HALF + d, mask=d < HALF, other=0.0).to(tl.float32)[None, :]  # all its heads
+    _rotate_store(q1, q2, q_ptrs, q_mask, cos, sin, IS_NEOX, HALF)
+    _rotate_store(k1, k2, k_ptrs, k_mask, cos, sin, IS_NEOX, HALF)
 
 
 def _launch_config(n_tokens: int, n_q_heads: int, n_k_heads: int, half: int) -> tuple[int, int, int, int]:
     """(BLOCK_HQ, BLOCK_HK, n_split, num_warps): pure, so it can be tuned or tested.
 
-    Prefill: one program per token, head tiles of ~_TILE elements (for rot_dim 128: 32 heads,
-    so a Llama-style 32 q / 8 kv head token is one q tile and one k tile), cos/sin loaded once.
-    Decode (few tokens): the heads of a token are split over n_split programs (program s takes
-    head tiles s, s + n_split, ...), shrinking the head tiles down to ~_MIN_TILE elements until
-    there are ~2 programs per SM; each program still loads cos/sin once.
+    Prefill: one program per token holding all its q heads and all its k heads (up to
+    _MAX_TILE rotated elements each: 64 heads at rot_dim 128), cos/sin loaded once per token.
+    Only bigger head counts split a token's heads over n_split programs (program s takes q tile s
+    and k tile s), each loading cos/sin once. Decode (few tokens): heads are split further,
+    halving the q tile down to ~_MIN_TILE elements, until there are ~2 programs per SM.
+    num_warps gives ~16 rotated q elements per thread (8 warps for a 4096-element q tile).
     """
     block_d = triton.next_power_of_2(half)
-    max_heads = max(1, _TILE // (2 * block_d))
+    max_heads = max(1, _MAX_TILE // (2 * block_d))
     bhq = min(triton.next_power_of_2(n_q_heads), max_heads)
     bhk = min(triton.next_power_of_2(max(n_k_heads, 1)), max_heads)
 
@@ -116,7 +121,7 @@ def _launch_config(n_tokens: int, n_q_heads: int, n_k_heads: int, half: int) -> 
         bhq //= 2
         bhk = min(bhk, bhq)
         split = n_split()
-    num_warps = max(1, min(8, (2 * bhq * block_d) // 512))
+    num_warps = max(1, min(16, (2 * bhq * block_d) // 512))
     return bhq, bhk, split, num_warps
 
 

@@ -50,11 +50,12 @@ def launch_config(
     loop_block: int = LOOP_BLOCK,
     row_tile: int = ROW_TILE,
     min_programs: int = MIN_PROGRAMS,
+    max_rows_per_program: int = MAX_ROWS_PER_PROGRAM,
 ) -> tuple[int, int, int, bool]:
     """Choose ``(BLOCK_M, BLOCK_N, num_warps, single_pass)`` for softmax over ``[n_rows, n_cols]``.
 
     * ``n_cols <= max_fused_width``: one pass, ``BLOCK_N = next_power_of_2(n_cols)``; rows per program
-      ``BLOCK_M = row_tile // BLOCK_N`` (1..MAX_ROWS_PER_PROGRAM), halved while that would launch fewer
+      ``BLOCK_M = row_tile // BLOCK_N`` (1..``max_rows_per_program``), halved while that would launch fewer
       than ``min_programs`` programs.
     * wider rows: ``BLOCK_M = 1``, ``BLOCK_N = loop_block``, online softmax over chunks.
     * ``num_warps`` grows with the tile (1..16), about 16 float32 values per thread.
@@ -63,7 +64,7 @@ def launch_config(
     if block_n > max_fused_width:
         block_n = min(loop_block, block_n)
         return 1, block_n, _num_warps(block_n), False
-    block_m = max(1, min(row_tile // block_n, MAX_ROWS_PER_PROGRAM))
+    block_m = max(1, min(row_tile // block_n, max_rows_per_program))
     while block_m > 1 and triton.cdiv(n_rows, block_m) < min_programs:
         block_m //= 2
     return block_m, block_n, _num_warps(block_m * block_n), True
@@ -72,7 +73,9 @@ def launch_config(
 def _config(n_cols: int, n_rows: int) -> tuple[int, int, int, bool]:
     """launch_config with the module's current tunables (read at call time so they can be patched)."""
     cap = MAX_ROWS_PER_PROGRAM * MIN_PROGRAMS  # beyond this the row count no longer changes the choice
-    return launch_config(n_cols, min(n_rows, cap), MAX_FUSED_WIDTH, LOOP_BLOCK, ROW_TILE, MIN_PROGRAMS)
+    return launch_config(
+        n_cols, min(n_rows, cap), MAX_FUSED_WIDTH, LOOP_BLOCK, ROW_TILE, MIN_PROGRAMS, MAX_ROWS_PER_PROGRAM
+    )
 
 
 def _as_rows(t: torch.Tensor) -> torch.Tensor:

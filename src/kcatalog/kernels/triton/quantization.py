@@ -1,18 +1,31 @@
 """Activation quantization as a Triton kernel (backend `triton`): dynamic per-token FP8 (e4m3fn).
 
-Rows up to _MAX_FUSED_BLOCK elements are quantized in one pass from registers: the row (or a
-few short rows) is loaded once, reduced to its absmax, scaled and stored as float8, so the
-input is read exactly once. Longer rows fall back to two passes over chunks (absmax, then
-quantize); the second read of the row usually hits L2.
+One fused kernel, three compile-time modes picked by `_launch_config`:
 
-On CUDA the float32 -> float8e4nv cast is the hardware's round-to-nearest-even, saturating
-conversion (``cvt.rn.satfinite.e4m3x2.f32``, sm_89+). The Triton *interpreter*'s cast (triton
-3.6-3.9, ``_convert_float``) is not: it rounds ties away from zero, drops the mantissa carry when
-rounding up crosses into an odd exponent (1.9375 -> 1.0 instead of 2.0) and flushes e4m3
-subnormals to zero - about 1 in 9 of random codes come out wrong. So when the kernel runs on CPU
+- PACKED (fp16/bf16, even width, 4-byte aligned rows, width <= 2 * _MAX_PACKED_BLOCK): the row
+  is loaded as 32-bit words, two values per word, and *kept packed* in registers while its absmax
+  is reduced on the raw bits; each word is then unpacked, quantized and stored as one 16-bit pair
+  of fp8 codes. Holding 2 values per register is what lets a 28672-wide bf16 row live in
+  registers at 16 warps with room for 2 programs per SM (unpacked it needs ~90 registers per
+  thread: 1 program per SM, whose load / reduce / store phases then never overlap).
+- one pass from registers (fp32, odd widths, widths <= _MAX_FUSED_BLOCK): same, one value per
+  register; short rows are stacked several per program.
+- TWO_PASS (wider rows): absmax over _CHUNK-wide chunks, then a second pass that re-reads the
+  row (from L2, normally) to quantize it.
+
+Each row's scale is ``max(absmax / 448, 1 / (448 * 512))`` with IEEE division, and the elements
+use a correctly rounded ``x / scale`` (reciprocal multiply plus one fma correction), so the codes
+are bit-identical to the torch reference's (and vLLM's) true division, not just close.
+
+float8 rounding: on CUDA the float32 -> float8e4nv cast is the hardware's round-to-nearest-even,
+saturating ``cvt.rn.satfinite.e4m3x2.f32`` (sm_89+). The Triton *interpreter*'s cast (triton 3.6
+to 3.9, ``_convert_float``) is not: it rounds ties away from zero, drops the mantissa carry when
+rounding up crosses into an odd exponent (1.9375 -> 1.0 instead of 2.0), and flushes e4m3
+subnormals to zero - about 1 in 9 random codes come out wrong. So when the kernel runs on CPU
 tensors (which only the interpreter can do) it first snaps each value onto the e4m3 grid itself,
-round-to-nearest-even in float32 arithmetic, making the interpreter's cast exact; compiled GPU
-kernels skip that step (the SNAP constexpr is False) and the hardware does the same rounding.
+round-to-nearest-even in float32 arithmetic, which makes the interpreter's cast exact; compiled
+GPU kernels skip that step (SNAP is a constexpr, False for CUDA tensors) and let the hardware do
+the same rounding.
 """
 
 from __future__ import annotations
@@ -24,14 +37,16 @@ import triton.language as tl
 FP8_E4M3_MAX = 448.0
 MIN_SCALE = 1.0 / (FP8_E4M3_MAX * 512.0)
 
-_MAX_FUSED_BLOCK = 32768
-"""Widest padded row held in registers for the one-pass kernel (rows of 28672 at 16 warps)."""
+_MAX_PACKED_BLOCK = 16384
+"""Widest padded row, in 2-value words, held in registers by the PACKED mode (32768 values)."""
+_MAX_FUSED_BLOCK = 16384
+"""Widest padded row, in values, held in registers by the unpacked one-pass mode."""
 _TILE = 4096
-"""Elements per program for short rows: several rows are stacked into one program."""
+"""Load units (values or words) per program for short rows: several rows share a program."""
 _CHUNK = 8192
-"""Chunk width of the two-pass kernel for rows wider than _MAX_FUSED_BLOCK."""
+"""Chunk width of the TWO_PASS mode."""
 _MIN_PROGRAMS = 264
-"""Aim for at least this many programs (2 per SM of an H100/H200) before row stacking."""
+"""Aim for at least this many programs (2 per SM of an H100/H200) before stacking rows."""
 
 
 @triton.jit
@@ -53,18 +68,50 @@ def _snap_to_e4m3_grid(y):
 
 
 @triton.jit
-def _quantize_store(q_ptrs, x, scale, inv_scale, mask, SNAP: tl.constexpr):
-    """Store clamp(x / scale) as float8; scale and inv_scale = RN(1 / scale) are [BLOCK_M, 1]."""
-    # Correctly rounded x / scale without a per-element division (Markstein): q0 = RN(x * inv) is
-    # within 1 ulp, the fma residual x - q0 * scale is exact, and one fma correction rounds
-    # correctly - bit-identical to the reference's (and vLLM's) true division, for 2 extra fmas.
-    # (A zero x may come out as +0 instead of -0.)
+def _scaled(x, scale, inv_scale, SNAP: tl.constexpr):
+    """clamp(x / scale, -448, 448) in float32, ready for the float8 cast; scale/inv_scale are [BLOCK_M, 1].
+
+    Correctly rounded x / scale without a per-element division (Markstein): q0 = RN(x * inv) with
+    inv = RN(1 / scale) is within 1 ulp, the fma residual x - q0 * scale is exact, and one fma
+    correction rounds correctly - two fmas instead of a division. (A zero may come out as +0
+    where the division gives -0.)
+    """
     q0 = x * inv_scale
     y = tl.fma(tl.fma(-q0, scale, x), inv_scale, q0)
     y = tl.minimum(tl.maximum(y, -448.0), 448.0)
     if SNAP:
         y = _snap_to_e4m3_grid(y)
-    tl.store(q_ptrs, y.to(q_ptrs.dtype.element_ty), mask=mask)
+    return y
+
+
+@triton.jit
+def _fp8_code(x, scale, inv_scale, SNAP: tl.constexpr):
+    """The float8_e4m3fn bit pattern of clamp(x / scale), widened to uint32 for packing."""
+    return _scaled(x, scale, inv_scale, SNAP).to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.uint32)
+
+
+@triton.jit
+def _half_bits_to_f32(bits, IS_BF16: tl.constexpr):
+    """float32 value of a 16-bit float held in the low half of a uint32."""
+    if IS_BF16:
+        return (bits << 16).to(tl.float32, bitcast=True)
+    else:
+        return bits.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _row_absmax(x):
+    """Row-wise max |x| of a [BLOCK_M, BLOCK_N] tile, float32 [BLOCK_M].
+
+    Reduced on the sign-cleared bit patterns: for non-negative IEEE floats integer order is float
+    order, so this is exactly the float absmax (a NaN, having the largest pattern, propagates).
+    """
+    if x.dtype == tl.float32:
+        bits = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        return tl.max(bits, axis=1).to(tl.float32, bitcast=True)
+    else:
+        bits = x.to(tl.int16, bitcast=True) & 0x7FFF
+        return tl.max(bits, axis=1).to(tl.int16).to(x.dtype, bitcast=True).to(tl.float32)
 
 
 @triton.jit
@@ -79,51 +126,70 @@ def _per_token_quant_fp8_kernel(
     min_scale,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    PACKED: tl.constexpr,
     TWO_PASS: tl.constexpr,
     SNAP: tl.constexpr,
 ):
+    # In PACKED mode n_cols, strides and BLOCK_N count 2-value words, not values.
     row0 = tl.program_id(0) * BLOCK_M
     rows = tl.arange(0, BLOCK_M)
     rmask = (row0 + rows) < n_rows
     cols = tl.arange(0, BLOCK_N)
-    x_rows = x_ptr + row0.to(tl.int64) * stride_x + rows[:, None] * stride_x
-    q_rows = q_ptr + row0.to(tl.int64) * stride_q + rows[:, None] * stride_q
-    if TWO_PASS:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for c0 in range(0, n_cols, BLOCK_N):
-            m = rmask[:, None] & ((c0 + cols) < n_cols)[None, :]
-            x = tl.load(x_rows + c0 + cols[None, :], mask=m, other=0.0).to(tl.float32)
-            acc = tl.maximum(acc, tl.abs(x))
-        amax = tl.max(acc, axis=1)
-    else:
+    if PACKED:
+        IS_BF16: tl.constexpr = x_ptr.dtype.element_ty == tl.bfloat16
+        xw = x_ptr.to(tl.pointer_type(tl.uint32)) + row0.to(tl.int64) * stride_x
+        qw = q_ptr.to(tl.pointer_type(tl.uint16)) + row0.to(tl.int64) * stride_q
         m = rmask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(x_rows + cols[None, :], mask=m, other=0.0).to(tl.float32)
-        amax = tl.max(tl.abs(x), axis=1)
-    # Per-row scalars: IEEE division, so the scale is bit-identical to the torch reference's.
+        w = tl.load(xw + rows[:, None] * stride_x + cols[None, :], mask=m, other=0)
+        amax_bits = tl.max(tl.maximum(w & 0x7FFF, (w >> 16) & 0x7FFF), axis=1)
+        amax = _half_bits_to_f32(amax_bits, IS_BF16)
+    else:
+        x_rows = x_ptr + row0.to(tl.int64) * stride_x + rows[:, None] * stride_x
+        q_rows = q_ptr + row0.to(tl.int64) * stride_q + rows[:, None] * stride_q
+        if TWO_PASS:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for c0 in range(0, n_cols, BLOCK_N):
+                m = rmask[:, None] & ((c0 + cols) < n_cols)[None, :]
+                x = tl.load(x_rows + c0 + cols[None, :], mask=m, other=0.0).to(tl.float32)
+                acc = tl.maximum(acc, tl.abs(x))
+            amax = tl.max(acc, axis=1)
+        else:
+            m = rmask[:, None] & (cols < n_cols)[None, :]
+            x = tl.load(x_rows + cols[None, :], mask=m, other=0.0)
+            amax = _row_absmax(x)
+    # Per-row scalars with IEEE division, so the scale is bit-identical to the reference's.
     scale = tl.maximum(tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32)), min_scale)
     tl.store(scale_ptr + row0 + rows, scale, mask=rmask)
     inv_scale = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)[:, None]
     scale = scale[:, None]
-    if TWO_PASS:
+    if PACKED:
+        lo = _fp8_code(_half_bits_to_f32(w & 0xFFFF, IS_BF16), scale, inv_scale, SNAP)
+        hi = _fp8_code(_half_bits_to_f32(w >> 16, IS_BF16), scale, inv_scale, SNAP)
+        tl.store(qw + rows[:, None] * stride_q + cols[None, :], (lo | (hi << 8)).to(tl.uint16), mask=m)
+    elif TWO_PASS:
         for c0 in range(0, n_cols, BLOCK_N):
             m = rmask[:, None] & ((c0 + cols) < n_cols)[None, :]
             x = tl.load(x_rows + c0 + cols[None, :], mask=m, other=0.0).to(tl.float32)
-            _quantize_store(q_rows + c0 + cols[None, :], x, scale, inv_scale, m, SNAP)
+            y = _scaled(x, scale, inv_scale, SNAP)
+            tl.store(q_rows + c0 + cols[None, :], y.to(q_ptr.dtype.element_ty), mask=m)
     else:
-        _quantize_store(q_rows + cols[None, :], x, scale, inv_scale, m, SNAP)
+        y = _scaled(x.to(tl.float32), scale, inv_scale, SNAP)
+        tl.store(q_rows + cols[None, :], y.to(q_ptr.dtype.element_ty), mask=m)
 
 
-def _launch_config(n_rows: int, n_cols: int) -> tuple[int, int, bool, int]:
-    """(BLOCK_M, BLOCK_N, TWO_PASS, num_warps): pure, so it can be tuned or tested.
+def _launch_config(n_rows: int, n_units: int, packed: bool) -> tuple[int, int, bool, int]:
+    """(BLOCK_M, BLOCK_N, TWO_PASS, num_warps) for rows of n_units load units: pure, tunable.
 
-    One pass while the padded row fits _MAX_FUSED_BLOCK, at ~32 elements per thread (4 warps
-    for <= 4096, 16 warps at 16384; 64 per thread at 32768): the whole row in registers, each
-    thread with several 16-byte loads in flight. Short rows are stacked up to _TILE elements per
-    program unless that leaves fewer than ~2 programs per SM. Wider rows: two passes over
-    _CHUNK-wide chunks, one row per program.
+    A load unit is a 2-value word in PACKED mode, else one value. One pass while the padded row
+    fits (_MAX_PACKED_BLOCK words / _MAX_FUSED_BLOCK values), at ~32 units per thread (4 warps up
+    to 4096 units, 16 warps from 16384): the whole row in registers, several 16-byte loads in
+    flight per thread, and (measured with ptxas for sm_90, bf16) 50 registers at 16384 words x
+    16 warps, so 2 programs fit per SM. Short rows are stacked up to _TILE units per program
+    unless that leaves fewer than ~2 programs per SM. Wider rows: TWO_PASS over _CHUNK-wide
+    chunks, one row per program, 8 warps.
     """
-    block_n = triton.next_power_of_2(n_cols)
-    if block_n > _MAX_FUSED_BLOCK:
+    block_n = triton.next_power_of_2(n_units)
+    if block_n > (_MAX_PACKED_BLOCK if packed else _MAX_FUSED_BLOCK):
         return 1, _CHUNK, True, 8
     block_m = min(triton.next_power_of_2(n_rows), max(1, _TILE // block_n))
     while block_m > 1 and triton.cdiv(n_rows, block_m) < _MIN_PROGRAMS:
@@ -137,8 +203,8 @@ def per_token_quant_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     x: [T, H] float32/float16/bfloat16 (rows may be strided). Returns (q, scale): q float8_e4m3fn
     [T, H] and scale float32 [T, 1], ``scale = max(absmax(row) / 448, 1 / (448 * 512))`` and
-    ``q = clamp(x / scale, -448, 448)`` rounded to nearest even; the division is correctly
-    rounded (as the reference's and vLLM's), so codes match them exactly (zeros up to sign).
+    ``q = clamp(x / scale, -448, 448)`` rounded to nearest even. The division is correctly
+    rounded, so codes match the reference's exactly (zeros up to sign).
     """
     n_cols = x.shape[-1]
     q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
@@ -150,10 +216,22 @@ def per_token_quant_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     x2 = x if x.dim() == 2 else x.reshape(-1, n_cols)
     q2 = q.view(-1, n_cols)
     n_rows = x2.shape[0]
-    block_m, block_n, two_pass, num_warps = _launch_config(n_rows, n_cols)
+    stride_x, stride_q = x2.stride(0), q2.stride(0)
+    packed = (
+        x.dtype in (torch.float16, torch.bfloat16)
+        and n_cols % 2 == 0
+        and (stride_x % 2 == 0 or n_rows == 1)
+        and x2.data_ptr() % 4 == 0
+        and n_cols // 2 <= _MAX_PACKED_BLOCK
+    )
+    if packed:
+        n_units, stride_x, stride_q = n_cols // 2, stride_x // 2, stride_q // 2
+    else:
+        n_units = n_cols
+    block_m, block_n, two_pass, num_warps = _launch_config(n_rows, n_units, packed)
     _per_token_quant_fp8_kernel[(triton.cdiv(n_rows, block_m),)](
-        x2, q2, scale, n_rows, n_cols, x2.stride(0), q2.stride(0), MIN_SCALE,
-        BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass,
+        x2, q2, scale, n_rows, n_units, stride_x, stride_q, MIN_SCALE,
+        BLOCK_M=block_m, BLOCK_N=block_n, PACKED=packed, TWO_PASS=two_pass,
         SNAP=x.device.type == "cpu", num_warps=num_warps,
     )
     return q, scale
