@@ -185,8 +185,11 @@ class Catalog:
         """Which backend runs the op on the platform (default: this machine), and why each other one does not."""
         if isinstance(platform, str):
             platform = Platform.parse(platform)
+        info = self.info(op)
+        if backend is not None and backend not in info.backends:  # before detecting the platform imports torch
+            raise UnknownBackendError(op, backend, list(info.backends), info.location)
         layers = self._scopes.var.get() + self._layers
-        selection = select(self.settings, self.info(op), platform or self.platform(), dtype, backend=backend,
+        selection = select(self.settings, info, platform or self.platform(), dtype, backend=backend,
                            layers=layers, failed=self._failed, strict=self.strict)
         for note in selection.notes:
             self._note(note)

@@ -11,7 +11,7 @@ from ._overrides import Layer, OverridesArg, check_layer, process_layers
 from ._platform import Platform
 from ._targets import TargetChecker
 from ._yaml import node_location
-from .errors import Diagnostic, Location, Severity, did_you_mean
+from .errors import Diagnostic, Location, Severity, did_you_mean, listing
 from .schema import Backend, Manifest, Op, Settings, signature_params
 
 Require = Iterable[str] | Mapping[str, Sequence[str]]
@@ -20,8 +20,9 @@ Require = Iterable[str] | Mapping[str, Sequence[str]]
 class _Linker:
     """Collects diagnostics while assembling ops; builds nothing the caller can see unless all is well."""
 
-    def __init__(self, files: Sequence[LoadedFile]) -> None:
+    def __init__(self, files: Sequence[LoadedFile], settings_found: bool = False) -> None:
         self.files = files
+        self.settings_found = settings_found  # a settings file was read, even if it failed the schema
         self.diagnostics: list[Diagnostic] = []
         self.settings: Settings | None = None
         self.known: tuple[str, ...] = ()
@@ -29,6 +30,7 @@ class _Linker:
         self.backends: dict[str, dict[str, KernelSpec]] = {}
         # Every backend declaration read, duplicates included, with its target's position: all get checked.
         self.declared: list[tuple[KernelSpec, Location]] = []
+        self.refused: set[int] = set()  # ids of specs whose target the allow-list refused
 
     def error(self, code: str, message: str, location: Location | None) -> None:
         self.diagnostics.append(Diagnostic(code, message, location))
@@ -40,6 +42,8 @@ class _Linker:
 
     def link_settings(self) -> None:
         found = [f for f in self.files if isinstance(f.model, Settings)]
+        if not found and self.settings_found:
+            return  # the settings file's own diagnostics say what is wrong with it
         if not found:
             self.error("KC206", "no catalog settings file (kcatalog.yaml) among the paths; it declares the known "
                        "backends, their priority and the policy", None)
@@ -74,15 +78,20 @@ class _Linker:
         for part in path:
             node = children(node).get(part, (None, None))[1]
         for index, name in enumerate(names):
-            if name not in allowed:
-                item = node.value[index] if node is not None and index < len(node.value) else node
-                self.error("KC203", f"unknown backend '{name}' in {what}{did_you_mean(name, allowed)}; "
-                           f"known: {', '.join(allowed)}", node_location(file.path, item))
+            if name in allowed:
+                continue
+            item = node.value[index] if node is not None and index < len(node.value) else node
+            if allowed is not self.known and name in self.known:
+                message = f"backend '{name}' in {what} is not a backend of the op; its backends: {', '.join(allowed)}"
+            else:
+                message = f"unknown backend '{name}' in {what}{did_you_mean(name, allowed)}; known: {', '.join(allowed)}"
+            self.error("KC203", message, node_location(file.path, item))
 
     # -- ops ------------------------------------------------------------------------------------
 
     def link_ops(self) -> None:
         manifests = [f for f in self.files if isinstance(f.model, Manifest)]
+        orders: list[tuple[LoadedFile, str, str, Op]] = []
         for file in manifests:
             manifest = file.model
             assert isinstance(manifest, Manifest)
@@ -97,17 +106,12 @@ class _Linker:
                     self.error("KC204", f"reference backend '{op.reference}' is not a backend of op '{op_id}'"
                                f"{did_you_mean(op.reference, op.backends)}; its backends: {', '.join(op.backends)}",
                                node_location(file.path, ref_node))
-                if op.mutates or op.dispatch_arg:
-                    self.check_arguments(file, op_id, op, value_node)
+                self.check_arguments(file, op_id, op, value_node)
+                self.check_tolerance(file, op_id, op, value_node)
                 if op_id in self.ops:
                     self.error("KC201", f"op '{op_id}' already declared at {self.ops[op_id].location}", location)
                     continue
-                if op.priority is not None:
-                    self.check_names(op.priority, file, ("ops", name, "priority"), f"priority of op '{op_id}'",
-                                     allowed=list(op.backends))
-                for device, order in op.platform_priority.items():
-                    self.check_names(order, file, ("ops", name, "platform_priority", device),
-                                     f"{device} priority of op '{op_id}'", allowed=list(op.backends))
+                orders.append((file, name, op_id, op))
                 self.backends[op_id] = specs
                 self.ops[op_id] = OpInfo(
                     id=op_id, group=manifest.group, description=op.description, signature=op.signature,
@@ -118,9 +122,25 @@ class _Linker:
                 )
         for file in manifests:
             self.link_extensions(file)
+        for file, name, op_id, op in orders:  # after extensions, which may add the backends an order names
+            backends = list(self.backends[op_id])
+            if op.priority is not None:
+                self.check_names(op.priority, file, ("ops", name, "priority"), f"priority of op '{op_id}'",
+                                 allowed=backends)
+            for device, order in op.platform_priority.items():
+                self.check_names(order, file, ("ops", name, "platform_priority", device),
+                                 f"{device} priority of op '{op_id}'", allowed=backends)
+
+    def check_tolerance(self, file: LoadedFile, op_id: str, op: Op, op_node: object) -> None:
+        """Tolerances may only be given for dtypes the op declares."""
+        extra = [dtype for dtype in op.tolerance if dtype not in op.dtypes]
+        if extra:
+            key_node = children(children(op_node)["tolerance"][1])[extra[0]][0]
+            self.error("KC207", f"tolerance of op '{op_id}' lists {', '.join(extra)}, not among the op's dtypes "
+                       f"({', '.join(op.dtypes)})", node_location(file.path, key_node))
 
     def check_arguments(self, file: LoadedFile, op_id: str, op: Op, op_node: object) -> None:
-        """Names in `mutates` and `dispatch_arg` must be parameters of the signature."""
+        """The signature must parse; names in `mutates` and `dispatch_arg` must be its parameters."""
         entries = children(op_node)
         try:
             params = signature_params(op.signature)
@@ -191,7 +211,7 @@ class _Linker:
                 pass  # reported with the settings
         for op_id, info in self.ops.items():
             specs = self.backends[op_id]
-            missing = [b for b in policy.required_backends if b not in specs]
+            missing = [b for b in policy.required_backends if b in self.known and b not in specs]
             if missing:
                 self.error("KC401", f"op '{op_id}' lacks the {', '.join(missing)} backend the policy requires; "
                            f"it has {', '.join(specs)}", info.location)
@@ -212,12 +232,15 @@ class _Linker:
             for spec, location in self.declared:
                 module = spec.target.partition(":")[0]
                 if not any(module == p or module.startswith(p + ".") for p in prefixes):
+                    self.refused.add(id(spec))
                     self.error("KC305", f"target '{spec.target}' is outside the allowed modules ({source}: "
                                f"{', '.join(prefixes) or 'none'})", location)
 
     def check_targets(self) -> None:
         checker = TargetChecker()
         for spec, location in self.declared:
+            if id(spec) in self.refused:
+                continue  # never look for a module the allow-list refuses
             problem = checker.check(spec.target)
             if problem is None:
                 continue
@@ -230,7 +253,8 @@ class _Linker:
         wanted = require.items() if isinstance(require, Mapping) else ((op, ()) for op in require)
         for op_id, backends in wanted:
             if op_id not in self.ops:
-                self.error("KC501", f"required op '{op_id}' is not in the catalog{did_you_mean(op_id, self.ops)}", None)
+                self.error("KC501", f"required op '{op_id}' is not in the catalog{did_you_mean(op_id, self.ops)}; "
+                           f"available: {listing(self.ops)}", None)
                 continue
             specs = self.backends[op_id]
             for backend in [backends] if isinstance(backends, str) else backends:
@@ -253,9 +277,10 @@ class _Linker:
 
 def link(files: Sequence[LoadedFile], *, require: Require | None = None, check_targets: bool = True,
          overrides: OverridesArg = None, strict: bool = False,
-         allowed_modules: Sequence[str] | None = None) -> tuple[Catalog | None, list[Diagnostic]]:
+         allowed_modules: Sequence[str] | None = None,
+         settings_found: bool = False) -> tuple[Catalog | None, list[Diagnostic]]:
     """Link validated files into a Catalog; None (and the diagnostics) if any error was found."""
-    linker = _Linker(files)
+    linker = _Linker(files, settings_found)
     linker.link_settings()
     linker.link_ops()
     linker.check_policy()

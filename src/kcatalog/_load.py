@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 
 from ._catalog import Catalog
 from ._link import Require, link
-from ._loader import LoadedFile, PathLike, discover, read_files, shipped_catalog_dir
+from ._loader import SETTINGS_FILE, LoadedFile, PathLike, discover, read_files, shipped_catalog_dir
 from ._overrides import OverridesArg
 from .errors import CatalogError, Diagnostic
 
@@ -29,7 +29,8 @@ def check_catalog(
         else:
             loaded.append(item)
     catalog, linked = link(loaded, require=require, check_targets=check_targets, overrides=overrides, strict=strict,
-                           allowed_modules=allowed_modules)
+                           allowed_modules=allowed_modules,
+                           settings_found=any(path.name == SETTINGS_FILE for path in files))
     diagnostics.extend(linked)
     diagnostics.sort(key=Diagnostic.sort_key)
     if any(d.is_error for d in diagnostics):

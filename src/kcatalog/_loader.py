@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import typing
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import yaml
 
 from ._yaml import MAX_FILE_BYTES, ParsedFile, find_node, node_location, parse_yaml
 from .errors import Diagnostic, Location, did_you_mean
-from .schema import FORMAT_VERSION, Manifest, Settings
+from .schema import FORMAT_VERSION, NAME_PATTERN, OP_ID_PATTERN, SIGNATURE_PATTERN, Manifest, Settings
 
 SETTINGS_FILE = "kcatalog.yaml"
 _SUFFIXES = (".yaml", ".yml")
@@ -57,7 +58,7 @@ def discover(paths: Iterable[PathLike]) -> tuple[list[Path], list[Diagnostic]]:
             root = given.resolve()
             found = sorted(p for p in root.rglob("*") if p.suffix in _SUFFIXES and p.is_file())
             if not found:
-                problems.append(Diagnostic("KC006", f"no catalog files (*.yaml) in directory '{given}'"))
+                problems.append(Diagnostic("KC006", f"no catalog files (*.yaml, *.yml) in directory '{given}'"))
             for path in found:
                 real = path.resolve()
                 if not real.is_relative_to(root):
@@ -121,14 +122,17 @@ def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[LoadedFile | 
                          f"is a mapping starting with 'kcatalog: {FORMAT_VERSION}'", node_location(parsed.path, parsed.root))
         return
     version = data.get("kcatalog")
-    if version is not None and version != FORMAT_VERSION:
+    if version is not None and (type(version) is not int or version != FORMAT_VERSION):
         where = node_location(parsed.path, find_node(parsed.root, ["kcatalog"]))
-        if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
-            message = (f"format version {version} is newer than this kcatalog reads ({FORMAT_VERSION}); "
-                       "upgrade kcatalog to load it")
+        if type(version) is not int:  # also refuses `true` and `1.0`, which Python compares equal to 1
+            yield Diagnostic("KC103", f"'kcatalog': format version should be the number {FORMAT_VERSION}, "
+                             f"got {_describe_input(version)}", where)
+        elif version > FORMAT_VERSION:
+            yield Diagnostic("KC104", f"format version {version} is newer than this kcatalog reads "
+                             f"({FORMAT_VERSION}); upgrade kcatalog to load it", where)
         else:
-            message = f"format version {version!r} is not supported; this kcatalog reads version {FORMAT_VERSION}"
-        yield Diagnostic("KC104", message, where)
+            yield Diagnostic("KC104", f"format version {version} is not supported; this kcatalog reads "
+                             f"version {FORMAT_VERSION}", where)
         return
     try:
         model = model_cls.model_validate(data)
@@ -137,6 +141,13 @@ def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[LoadedFile | 
             yield _schema_diagnostic(parsed, model_cls, error)
         return
     yield LoadedFile(parsed, model)
+
+
+_PATTERN_MEANING = {
+    NAME_PATTERN: "should be a lower_snake_case name",
+    OP_ID_PATTERN: "should be an op id '<group>.<name>'",
+    SIGNATURE_PATTERN: "should be a Python signature such as '(x: Tensor, eps: float = 1e-6) -> Tensor'",
+}
 
 
 def _schema_diagnostic(parsed: ParsedFile, model_cls: type, error: Any) -> Diagnostic:
@@ -148,22 +159,39 @@ def _schema_diagnostic(parsed: ParsedFile, model_cls: type, error: Any) -> Diagn
         field = f"key '{loc[-1]}'"
     else:
         node = find_node(parsed.root, loc, key=kind == "extra_forbidden")
-        field = f"'{loc[-1]}'" if loc and isinstance(loc[-1], str) else f"item {loc[-1]}" if loc else "file"
+        field = _field_label(loc)
     where = node_location(parsed.path, node)
     if kind == "extra_forbidden":
         allowed = _fields_at(model_cls, loc[:-1])
         return Diagnostic("KC101", f"unknown field '{loc[-1]}'{did_you_mean(str(loc[-1]), allowed)}", where)
     if kind == "missing":
         return Diagnostic("KC102", f"missing required field '{loc[-1]}'", where)
-    message = error["msg"].removeprefix("Value error, ").replace("valid tuple", "list")
-    message = message[:1].lower() + message[1:]
     value = error.get("input")
+    ctx = error.get("ctx") or {}
     if kind == "literal_error" and isinstance(value, str):
-        expected = [part.strip(" '") for part in error["ctx"]["expected"].replace(" or ", ",").split(",")]
+        expected = [part.strip(" '") for part in ctx["expected"].replace(" or ", ",").split(",")]
         message = f"unknown value '{value}'{did_you_mean(value, expected)}; expected one of {', '.join(expected)}"
-    elif kind.endswith("_type") or kind == "string_pattern_mismatch":
-        message += f", got {_describe_input(value)}"
+    elif kind == "too_short":
+        wanted = ctx["min_length"]
+        message = f"should have at least {wanted} item{'s' * (wanted != 1)}, got {ctx['actual_length']}"
+    elif kind == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERN_MEANING:
+        message = f"{_PATTERN_MEANING[ctx['pattern']]}, got {_describe_input(value)}"
+    else:
+        message = error["msg"].removeprefix("Value error, ").replace("valid tuple", "list")
+        message = re.sub(r"a valid dictionary(?: or instance of \w+)?", "a mapping", message)
+        message = message[:1].lower() + message[1:]
+        if kind.endswith("_type") or kind == "string_pattern_mismatch":
+            message += f", got {_describe_input(value)}"
     return Diagnostic("KC103", f"{field}: {message}", where)
+
+
+def _field_label(loc: list[Any]) -> str:
+    """'dtypes'[1] for an item of a list field; 'name' for a field; 'file' for the whole document."""
+    names = [part for part in loc if isinstance(part, str)]
+    if not names:
+        return "file"
+    last = len(loc) - 1 - loc[::-1].index(names[-1])
+    return f"'{names[-1]}'" + "".join(f"[{index}]" for index in loc[last + 1:])
 
 
 def _describe_input(value: object) -> str:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from .errors import did_you_mean
+from .errors import did_you_mean, listing
 
 ENV_OVERRIDES = "KCATALOG_OVERRIDES"
 ENV_BACKEND = "KCATALOG_BACKEND"
@@ -79,9 +79,8 @@ def check_layer(layer: Layer, ops: Sequence[str], backends: Iterable[str]) -> li
             problems.append(("KC601", f"{override.source}: unknown backend '{override.backend}'"
                              f"{did_you_mean(override.backend, known)}; known: {', '.join(known)}"))
         if override.pattern != "*" and not any(override.matches(op) for op in ops):
-            shown = ", ".join(ops[:20]) + (", ..." if len(ops) > 20 else "")
             problems.append(("KC602", f"{override.source}: '{override.pattern}' matches no op"
-                             f"{did_you_mean(override.pattern, ops)}; available: {shown or '(none)'}"))
+                             f"{did_you_mean(override.pattern, ops)}; available: {listing(ops)}"))
     return problems
 
 

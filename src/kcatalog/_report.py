@@ -14,7 +14,7 @@ def _counts(diagnostics: Sequence[Diagnostic]) -> tuple[int, int, int]:
     return errors, len(diagnostics) - errors, files
 
 
-def _plural(count: int, noun: str) -> str:
+def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
@@ -23,11 +23,11 @@ def concise(diagnostics: Sequence[Diagnostic]) -> str:
     errors, warnings, files = _counts(diagnostics)
     lines = [str(d) for d in diagnostics]
     if errors:
-        extra = f" and {_plural(warnings, 'warning')}" if warnings else ""
-        where = f" in {_plural(files, 'file')}" if files else ""
-        lines.append(f"Found {_plural(errors, 'error')}{extra}{where}.")
+        extra = f" and {plural(warnings, 'warning')}" if warnings else ""
+        where = f" in {plural(files, 'file')}" if files else ""
+        lines.append(f"Found {plural(errors, 'error')}{extra}{where}.")
     else:
-        lines.append("All checks passed!" + (f" ({_plural(warnings, 'warning')})" if warnings else ""))
+        lines.append("All checks passed!" + (f" ({plural(warnings, 'warning')})" if warnings else ""))
     return "\n".join(lines)
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ._overrides import Layer, matches_by_strength
 from ._platform import Platform, is_installed
 from .errors import NoEligibleBackendError, UnknownBackendError
-
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._catalog import KernelSpec, OpInfo

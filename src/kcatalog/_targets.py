@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ast
+import os
 import sys
 from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec
 from typing import Any
 
-from .errors import did_you_mean
+from .errors import did_you_mean, listing
 
 
 @dataclass(frozen=True)
@@ -98,12 +99,16 @@ def _locate(name: str) -> _Module:
                 return _Module(None, TargetProblem(
                     "KC303", f"module '{name}' unavailable here: top-level package '{fullname}' is not installed"))
             parent = ".".join(parts[:index])
+            siblings = sorted(_submodules(search))
             return _Module(None, TargetProblem(
                 "KC301", f"module '{name}' not found: package '{parent}' has no module '{parts[index]}'"
-                f"{did_you_mean(parts[index], _submodules(search))}"))
+                f"{did_you_mean(parts[index], siblings)}; its modules: {listing(siblings)}"))
         search = spec.submodule_search_locations
     assert spec is not None
-    return _Module(spec, None, _read_scope(spec))
+    scope = _read_scope(spec)
+    if isinstance(scope, TargetProblem):
+        return _Module(spec, scope)
+    return _Module(spec, None, scope)
 
 
 def _find_spec(fullname: str, search: Any) -> ModuleSpec | None:
@@ -133,7 +138,7 @@ def _submodules(search: Any) -> list[str]:
         return []
 
 
-def _read_scope(spec: ModuleSpec) -> _Scope | None:
+def _read_scope(spec: ModuleSpec) -> _Scope | TargetProblem | None:
     origin = spec.origin
     if origin is None or origin == "namespace":  # namespace package: only submodules
         return _Scope(opaque=None)
@@ -141,9 +146,16 @@ def _read_scope(spec: ModuleSpec) -> _Scope | None:
         return None
     try:
         with open(origin, "rb") as handle:
-            tree = ast.parse(handle.read(), filename=origin)
-    except (OSError, SyntaxError, ValueError) as exc:
-        return _Scope(opaque=f"cannot be parsed ({exc})")
+            source = handle.read()
+    except OSError as exc:
+        return _Scope(opaque=f"cannot be read ({exc.strerror or exc})")
+    try:
+        tree = ast.parse(source, filename=origin)
+    except (SyntaxError, ValueError) as exc:  # importing it would certainly fail
+        line = f", line {exc.lineno}" if isinstance(exc, SyntaxError) and exc.lineno else ""
+        detail = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+        return TargetProblem("KC306", f"module '{spec.name}' cannot be imported: "
+                             f"syntax error in {os.path.basename(origin)}{line}: {detail}")
     return _collect(tree.body)
 
 

@@ -161,8 +161,6 @@ class _Converter:
         if node.tag == _STR and type(node) is yaml.ScalarNode:
             self.budget -= 1
             return node.value
-        if depth > MAX_DEPTH:
-            raise YamlProblem("KC004", f"nested deeper than {MAX_DEPTH} levels", node)
         tag = node.tag
         if type(node) is yaml.ScalarNode:
             if tag in _PLAIN_SCALAR_TAGS:
@@ -170,9 +168,12 @@ class _Converter:
                 return _constructor.construct_object(node)
         elif (tag == _MAP and type(node) is yaml.MappingNode) or (tag == _SEQ and type(node) is yaml.SequenceNode):
             return self._collection(node, depth)
-        raise YamlProblem("KC003", f"unsupported YAML tag '{tag}'; manifests are plain YAML", node)
+        shown = "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
+        raise YamlProblem("KC003", f"unsupported YAML tag '{shown}'; manifests are plain YAML", node)
 
     def _collection(self, node: yaml.Node, depth: int) -> Any:
+        if depth >= MAX_DEPTH:
+            raise YamlProblem("KC004", f"nested deeper than {MAX_DEPTH} levels", node)
         seen = self.done.get(id(node))
         if seen is not None:
             value, size = seen

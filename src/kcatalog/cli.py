@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +13,7 @@ from ._catalog import Catalog
 from ._jsonschema import shipped_schema_dir, stale_schemas, write_schemas
 from ._load import check_catalog
 from ._platform import Platform
-from ._report import REPORTERS, concise
+from ._report import REPORTERS, concise, plural
 from .errors import CatalogError
 
 
@@ -57,14 +58,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = _parser().parse_args(argv)
     except SystemExit as exc:  # argparse has printed the usage error
         return int(exc.code or 0) if exc.code in (0, None) else 2
+    # Library warnings (fallbacks, ignored overrides) reach the user through the command's own output.
+    logging.getLogger("kcatalog").addHandler(logging.NullHandler())
     try:
         return COMMANDS[options.command](options)
     except CatalogError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return _fail(options, str(exc), 1)
     except Exception as exc:  # never a traceback: name the failure and exit 2
-        print(f"error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+        return _fail(options, f"internal error: {type(exc).__name__}: {exc}", 2)
+
+
+def _fail(options: argparse.Namespace, message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    if getattr(options, "output_format", None) == "json":  # JSON output stays valid JSON, also on failure
+        print(json.dumps({"error": message}))
+    return code
 
 
 def _validate(options: argparse.Namespace) -> int:
@@ -114,7 +122,7 @@ def _list(options: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-    print(f"{len(catalog)} ops, {len(catalog.all_specs())} backend specs")
+    print(f"{plural(len(catalog), 'op')}, {plural(len(catalog.all_specs()), 'backend spec')}")
     return 0
 
 

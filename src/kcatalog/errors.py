@@ -58,6 +58,13 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+def listing(names: Iterable[str], limit: int = 20) -> str:
+    """'a, b, c' capped at `limit` names, or '(none)'."""
+    names = list(names)
+    shown = ", ".join(names[:limit]) + (", ..." if len(names) > limit else "")
+    return shown or "(none)"
+
+
 class CatalogError(Exception):
     """Base class of kcatalog's errors. A failed load carries every diagnostic it found."""
 
@@ -84,8 +91,7 @@ class UnknownOpError(CatalogError, KeyError):
     def __init__(self, op: str, available: Sequence[str]) -> None:
         self.op = op
         self.available = tuple(available)
-        shown = ", ".join(self.available[:20]) + (", ..." if len(self.available) > 20 else "")
-        super().__init__(f"no op '{op}'{did_you_mean(op, self.available)}. Available: {shown or '(none)'}")
+        super().__init__(f"no op '{op}'{did_you_mean(op, self.available)}. Available: {listing(self.available)}")
 
 
 class UnknownBackendError(CatalogError, KeyError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import Annotated, Literal
 
@@ -17,13 +18,15 @@ DType = Literal[
     "int64", "int32", "int16", "int8", "uint8", "bool",
 ]
 
-_NAME = r"^[a-z][a-z0-9_]*$"
+NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
+OP_ID_PATTERN = r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$"
+SIGNATURE_PATTERN = r"^\(.*\)( -> .+)?$"
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _TARGET = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
 _CUDA_ARCH = re.compile(r"^\d{1,2}\.\d$")
 
-Name = Annotated[str, Field(pattern=_NAME, description="lower_snake_case name")]
-OpId = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$", description="'<group>.<name>'")]
+Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower_snake_case name")]
+OpId = Annotated[str, Field(pattern=OP_ID_PATTERN, description="'<group>.<name>'")]
 
 
 def _check_target(value: str) -> str:
@@ -35,6 +38,10 @@ def _check_target(value: str) -> str:
 def _arch_text(value: object) -> object:
     # YAML reads 9.0 as a float; arch windows are text so "10.3" and 8.9 mean what they say.
     return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def _arch_key(arch: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in arch.split("."))
 
 
 def _check_cuda_arch(value: str) -> str:
@@ -70,6 +77,8 @@ class Capability(_Strict):
         if self.device != "cuda" and (self.min_arch is not None or self.max_arch is not None):
             raise ValueError(f"min_arch and max_arch apply to cuda only; for {self.device}, "
                              "list exact architectures in 'archs'")
+        if self.min_arch and self.max_arch and _arch_key(self.min_arch) > _arch_key(self.max_arch):
+            raise ValueError(f"min_arch {self.min_arch} is above max_arch {self.max_arch}, so no cuda device matches")
         return self
 
 
@@ -90,7 +99,7 @@ class Op(_Strict):
 
     description: str
     signature: str = Field(
-        pattern=r"^\(.*\)( -> .+)?$",
+        pattern=SIGNATURE_PATTERN,
         description="Python-style signature, e.g. '(x: Tensor, eps: float = 1e-6) -> Tensor'",
     )
     reference: Name = Field(description="the backend other backends are checked against")
@@ -155,11 +164,12 @@ class Settings(_Strict):
     )
 
 
-def signature_params(signature: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)  # catalogs repeat a handful of signatures across many ops
+def signature_params(signature: str) -> tuple[str, ...]:
     """Parameter names of an op signature; ValueError when it is not a valid Python signature."""
     try:
         tree = ast.parse(f"def _{signature}: pass")
     except SyntaxError as exc:
         raise ValueError(f"signature '{signature}' is not valid Python: {exc.msg}") from None
     args = tree.body[0].args  # type: ignore[attr-defined]
-    return [arg.arg for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    return tuple(arg.arg for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs))

@@ -165,8 +165,8 @@ def rotary_embedding(
     n_k, stride_kt, stride_kh = _heads_view(key, num_tokens, head_size, "key")
     if num_tokens == 0 or (n_q == 0 and n_k == 0):
         return
-    if positions.dim() != 1:
-        positions = positions.reshape(-1)
+    if positions.dim() != 1 or positions.stride(0) != 1:
+        positions = positions.reshape(-1).contiguous()
     if cos_sin_cache.stride(-1) != 1:
         cos_sin_cache = cos_sin_cache.contiguous()
     half = rot_dim // 2

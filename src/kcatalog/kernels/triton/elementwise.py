@@ -4,7 +4,7 @@
   tile, ``BLOCK_N = next_power_of_2(width)``, several short rows per program): one read, one write.
 * Wider rows (e.g. vocabulary-sized logits): an online-softmax loop over ``LOOP_BLOCK``-wide chunks keeps
   a running max and rescaled running sum (one read), then a second loop writes ``exp(x - max) / sum``
-  (a second read, mostly from L2).
+  (a second read, mostly from L2); loads are software-pipelined ``LOOP_STAGES`` deep.
 * Float32 math throughout, output cast to ``x.dtype``; the launch configuration comes from
   :func:`launch_config`, a small pure-Python function meant to be tuned.
 """
@@ -17,10 +17,14 @@ import torch
 import triton
 import triton.language as tl
 
-#: Widest row (elements) kept whole in registers (no weight to hold, so wider than the norms allow).
-MAX_FUSED_WIDTH = 32768
+#: Widest row (elements) kept whole in registers. 32768 would fit (no weight to hold) but needs ~96 registers
+#: per thread at 16 warps, i.e. one program per SM with no overlap of loads and math; the pipelined loop keeps
+#: 2-3 programs per SM and its second read mostly hits L2.
+MAX_FUSED_WIDTH = 16384
 #: Chunk width (elements) of the online-softmax loop for wider rows.
 LOOP_BLOCK = 8192
+#: Software-pipelining depth of the chunk loops (loads of later chunks in flight while one is reduced).
+LOOP_STAGES = 3
 #: Target elements per program when several short rows share one program.
 ROW_TILE = 4096
 #: Upper bound on rows per program.
@@ -101,6 +105,7 @@ def _softmax_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -121,7 +126,7 @@ def _softmax_kernel(
         # Online softmax: running max m and running sum s of exp(x - m), rescaled when m grows.
         m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         s = tl.zeros([BLOCK_M], dtype=tl.float32)
-        for off in range(0, n_cols, BLOCK_N):
+        for off in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
             cols = off + tl.arange(0, BLOCK_N)
             col_ok = cols < n_cols
             x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=float("-inf")).to(tl.float32)
@@ -131,7 +136,7 @@ def _softmax_kernel(
             s = s * tl.exp(m - shift) + tl.sum(tl.exp(x - shift[:, None]), axis=1)
             m = m_new
         inv_sum = 1.0 / s
-        for off in range(0, n_cols, BLOCK_N):
+        for off in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
             cols = off + tl.arange(0, BLOCK_N)
             col_ok = cols < n_cols
             x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=float("-inf")).to(tl.float32)
@@ -154,6 +159,6 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     block_m, block_n, num_warps, single = _config(n, m)
     _softmax_kernel[(triton.cdiv(m, block_m),)](
         x2, out, m, n, x2.stride(0), n,
-        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, num_warps=num_warps,
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=LOOP_STAGES, num_warps=num_warps,
     )  # fmt: skip
     return out

@@ -7,8 +7,8 @@ Design (memory-bound ops, tuned for H100/H200-class GPUs):
   once, all math in float32, cast on store. Short rows share a program (``BLOCK_M > 1``) so that each
   program still moves a few KiB and the weight is loaded once per tile.
 * Rows wider than ``MAX_FUSED_WIDTH`` elements do not fit in registers without spilling; the same kernel
-  then loops over ``LOOP_BLOCK``-wide chunks (``SINGLE_PASS=False``): a statistics pass, then a normalising
-  pass that reads the row again (mostly from L2).
+  then loops over ``LOOP_BLOCK``-wide chunks (``SINGLE_PASS=False``, loads software-pipelined
+  ``LOOP_STAGES`` deep): a statistics pass, then a normalising pass that reads the row again (mostly from L2).
 * The launch configuration comes from :func:`launch_config`, a small pure-Python function meant to be tuned.
 * Rows may be strided (``x = big[:, :n]``): only the last dim must be unit-stride; nothing is copied then.
 * Tail programs clamp their row index to the last row for loads (so no lane reads out of bounds and no
@@ -27,6 +27,8 @@ import triton.language as tl
 MAX_FUSED_WIDTH = 16384
 #: Chunk width (elements) of the looped path for very wide rows.
 LOOP_BLOCK = 4096
+#: Software-pipelining depth of the chunk loops (loads of later chunks in flight while one is reduced).
+LOOP_STAGES = 3
 #: Target elements per program when several short rows share one program.
 ROW_TILE = 4096
 #: Upper bound on rows per program.
@@ -118,6 +120,7 @@ def _rms_norm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -135,13 +138,13 @@ def _rms_norm_kernel(
         tl.store(y_rows + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for off in range(0, n_cols, BLOCK_N):
+        for off in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
             cols = off + tl.arange(0, BLOCK_N)
             col_ok = cols < n_cols
             x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
             acc += x * x
         rstd = tl.rsqrt(tl.sum(acc, axis=1) / n_cols + eps)
-        for off in range(0, n_cols, BLOCK_N):
+        for off in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
             cols = off + tl.arange(0, BLOCK_N)
             col_ok = cols < n_cols
             x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
@@ -163,6 +166,7 @@ def _fused_add_rms_norm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -187,7 +191,7 @@ def _fused_add_rms_norm_kernel(
         # Pass 1 only reads; pass 2 re-reads the original x and residual, then writes both, so no lane ever
         # reads a value another lane has already overwritten.
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for off in range(0, n_cols, BLOCK_N):
+        for off in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
             cols = off + tl.arange(0, BLOCK_N)
             col_ok = cols < n_cols
             x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
@@ -195,7 +199,7 @@ def _fused_add_rms_norm_kernel(
             s = (x + r).to(r_ptr.dtype.element_ty).to(tl.float32)
             acc += s * s
         rstd = tl.rsqrt(tl.sum(acc, axis=1) / n_cols + eps)
-        for off in range(0, n_cols, BLOCK_N):
+        for off in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
             cols = off + tl.arange(0, BLOCK_N)
             col_ok = cols < n_cols
             mask = row_ok[:, None] & col_ok[None, :]
@@ -222,6 +226,7 @@ def _layer_norm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -245,7 +250,7 @@ def _layer_norm_kernel(
         mean = tl.zeros([BLOCK_M], dtype=tl.float32)
         m2 = tl.zeros([BLOCK_M], dtype=tl.float32)
         count = tl.zeros([BLOCK_M], dtype=tl.float32)
-        for off in range(0, n_cols, BLOCK_N):
+        for off in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
             cols = off + tl.arange(0, BLOCK_N)
             col_ok = cols < n_cols
             x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
@@ -259,7 +264,7 @@ def _layer_norm_kernel(
             m2 += c_m2 + delta * delta * (count * n_chunk / total)
             count = total
         rstd = tl.rsqrt(m2 / n_cols + eps)
-        for off in range(0, n_cols, BLOCK_N):
+        for off in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
             cols = off + tl.arange(0, BLOCK_N)
             col_ok = cols < n_cols
             x = tl.load(x_rows + cols[None, :], mask=col_ok[None, :], other=0.0).to(tl.float32)
@@ -285,7 +290,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     block_m, block_n, num_warps, single = _config(n, m)
     _rms_norm_kernel[(triton.cdiv(m, block_m),)](
         x2, w, out, m, n, x2.stride(0), n, eps,
-        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, num_warps=num_warps,
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=LOOP_STAGES, num_warps=num_warps,
     )  # fmt: skip
     return out
 
@@ -310,7 +315,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     block_m, block_n, num_warps, single = _config(n, m)
     _fused_add_rms_norm_kernel[(triton.cdiv(m, block_m),)](
         x2, r2, w, m, n, x2.stride(0), r2.stride(0), eps,
-        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, num_warps=num_warps,
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=LOOP_STAGES, num_warps=num_warps,
     )  # fmt: skip
     # _as_rows only copies when no in-place view exists; write such temporaries back.
     if x2.data_ptr() != x.data_ptr():
@@ -335,6 +340,6 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     block_m, block_n, num_warps, single = _config(n, m)
     _layer_norm_kernel[(triton.cdiv(m, block_m),)](
         x2, w, b, out, m, n, x2.stride(0), n, eps,
-        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, num_warps=num_warps,
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=LOOP_STAGES, num_warps=num_warps,
     )  # fmt: skip
     return out

@@ -6,8 +6,9 @@ One fused kernel, three compile-time modes picked by `_launch_config`:
   is loaded as 32-bit words, two values per word, and *kept packed* in registers while its absmax
   is reduced on the raw bits; each word is then unpacked, quantized and stored as one 16-bit pair
   of fp8 codes. Holding 2 values per register is what lets a 28672-wide bf16 row live in
-  registers at 16 warps with room for 2 programs per SM (unpacked it needs ~90 registers per
-  thread: 1 program per SM, whose load / reduce / store phases then never overlap).
+  registers at 16 warps with room for 2 programs per SM (51 registers per thread in an offline
+  sm_90 compile with triton 3.9; unpacked it needs ~90: 1 program per SM, whose load / reduce /
+  store phases then never overlap).
 - one pass from registers (fp32, odd widths, widths <= _MAX_FUSED_BLOCK): same, one value per
   register; short rows are stacked several per program.
 - TWO_PASS (wider rows): absmax over _CHUNK-wide chunks, then a second pass that re-reads the
@@ -18,10 +19,11 @@ use a correctly rounded ``x / scale`` (reciprocal multiply plus one fma correcti
 are bit-identical to the torch reference's (and vLLM's) true division, not just close.
 
 float8 rounding: on CUDA the float32 -> float8e4nv cast is the hardware's round-to-nearest-even,
-saturating ``cvt.rn.satfinite.e4m3x2.f32`` (sm_89+). The Triton *interpreter*'s cast (triton 3.6
-to 3.9, ``_convert_float``) is not: it rounds ties away from zero, drops the mantissa carry when
-rounding up crosses into an odd exponent (1.9375 -> 1.0 instead of 2.0), and flushes e4m3
-subnormals to zero - about 1 in 9 random codes come out wrong. So when the kernel runs on CPU
+saturating ``cvt.rn.satfinite.e4m3x2.f32`` (sm_89+). The Triton *interpreter*'s cast (seen on
+triton 3.9, ``interpreter._convert_float``) is not: it rounds ties away from zero (17 -> 18), drops
+the mantissa carry when rounding up crosses into an odd exponent (1.9375 -> 1.0 instead of 2.0),
+and truncates results in the e4m3 subnormal range (0.001 -> 0, 0.005 -> 0.0039) - a few percent
+to over 10% of codes, depending on the data, come out wrong. So when the kernel runs on CPU
 tensors (which only the interpreter can do) it first snaps each value onto the e4m3 grid itself,
 round-to-nearest-even in float32 arithmetic, which makes the interpreter's cast exact; compiled
 GPU kernels skip that step (SNAP is a constexpr, False for CUDA tensors) and let the hardware do
@@ -127,6 +129,7 @@ def _per_token_quant_fp8_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PACKED: tl.constexpr,
+    IS_BF16: tl.constexpr,
     TWO_PASS: tl.constexpr,
     SNAP: tl.constexpr,
 ):
@@ -136,7 +139,6 @@ def _per_token_quant_fp8_kernel(
     rmask = (row0 + rows) < n_rows
     cols = tl.arange(0, BLOCK_N)
     if PACKED:
-        IS_BF16: tl.constexpr = x_ptr.dtype.element_ty == tl.bfloat16
         xw = x_ptr.to(tl.pointer_type(tl.uint32)) + row0.to(tl.int64) * stride_x
         qw = q_ptr.to(tl.pointer_type(tl.uint16)) + row0.to(tl.int64) * stride_q
         m = rmask[:, None] & (cols < n_cols)[None, :]
@@ -231,7 +233,7 @@ def per_token_quant_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     block_m, block_n, two_pass, num_warps = _launch_config(n_rows, n_units, packed)
     _per_token_quant_fp8_kernel[(triton.cdiv(n_rows, block_m),)](
         x2, q2, scale, n_rows, n_units, stride_x, stride_q, MIN_SCALE,
-        BLOCK_M=block_m, BLOCK_N=block_n, PACKED=packed, TWO_PASS=two_pass,
+        BLOCK_M=block_m, BLOCK_N=block_n, PACKED=packed, IS_BF16=x.dtype == torch.bfloat16, TWO_PASS=two_pass,
         SNAP=x.device.type == "cpu", num_warps=num_warps,
     )
     return q, scale

@@ -1,0 +1,146 @@
+"""The diagnostic corpus: every tests/corpus/<case>/ is a catalog with one mistake and the exact output it gets.
+
+Each case directory holds the catalog files of the case, any throwaway kernel modules (*.py) its
+targets name, and expected.txt: the whole output of `kcatalog validate .` run inside it, snapshot
+style. Codes that no catalog file can produce (`require=`, `overrides=`) have their cases here, in
+API_CASES. Together they must cover every code in kcatalog.codes.CODES.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kcatalog import check_catalog
+from kcatalog._yaml import MAX_FILE_BYTES
+from kcatalog.cli import main
+from kcatalog.codes import CODES
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+CASES = sorted(path.name for path in CORPUS.iterdir() if path.is_dir())
+CODE = re.compile(r"^(?:\S+:\d+:\d+: )?(KC\d{3}) ")
+
+# Outside any file: (keyword arguments of check_catalog, environment, expected diagnostic lines),
+# checked against the clean_minimal case's catalog.
+API_CASES: dict[str, tuple[dict[str, object], dict[str, str], list[str]]] = {
+    "require_satisfied": ({"require": ["norm.rms_norm"]}, {}, []),
+    "require_unknown_op_typo": ({"require": ["norm.rms_nrom"]}, {}, [
+        "KC501 required op 'norm.rms_nrom' is not in the catalog (did you mean 'norm.rms_norm'?); "
+        "available: norm.rms_norm",
+    ]),
+    "require_unknown_op": ({"require": ["softmax.softmax"]}, {}, [
+        "KC501 required op 'softmax.softmax' is not in the catalog; available: norm.rms_norm",
+    ]),
+    "require_backend_missing": ({"require": {"norm.rms_norm": ["torch", "triton"]}}, {}, [
+        "norm.yaml:4:3: KC502 required backend 'triton' of op 'norm.rms_norm' is not declared; it has torch",
+    ]),
+    "require_backend_given_as_string": ({"require": {"norm.rms_norm": "triton"}}, {}, [
+        "norm.yaml:4:3: KC502 required backend 'triton' of op 'norm.rms_norm' is not declared; it has torch",
+    ]),
+    "allowed_modules_of_the_caller": ({"allowed_modules": ["kcatalog.kernels.triton"]}, {}, [
+        "norm.yaml:11:17: KC305 target 'kcatalog.kernels.torch.layernorm:rms_norm' is outside the allowed modules "
+        "(allowed_modules: kcatalog.kernels.triton)",
+    ]),
+    "override_unknown_backend": ({"overrides": {"norm.*": "trtion"}}, {}, [
+        "KC601 overrides=: unknown backend 'trtion' (did you mean 'triton'?); known: torch, triton",
+    ]),
+    "override_env_unknown_backends": ({}, {"KCATALOG_OVERRIDES": "norm.*=tirton", "KCATALOG_BACKEND": "aot"}, [
+        "KC601 KCATALOG_OVERRIDES: unknown backend 'tirton' (did you mean 'triton'?); known: torch, triton",
+        "KC601 KCATALOG_BACKEND: unknown backend 'aot'; known: torch, triton",
+    ]),
+    "override_matches_no_op": ({"overrides": "attention.*=torch"}, {}, [
+        "KC602 overrides=: 'attention.*' matches no op; available: norm.rms_norm",
+    ]),
+    "override_malformed": ({"overrides": "norm.rms_norm"}, {}, [
+        "KC603 overrides=: 'norm.rms_norm' is not 'op-or-glob=backend'",
+    ]),
+}
+
+
+def validate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
+    """Run `kcatalog validate ARGS`; its exit code and stdout lines."""
+    code = main(["validate", *args])
+    return code, capsys.readouterr().out.splitlines()
+
+
+def expected_lines(case: str) -> list[str]:
+    """The case's expected output, line by line."""
+    return (CORPUS / case / "expected.txt").read_text(encoding="utf-8").splitlines()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case(case: str, kernel_module: Callable[[str, str], str], monkeypatch: pytest.MonkeyPatch,
+              capsys: pytest.CaptureFixture[str]) -> None:
+    directory = CORPUS / case
+    for module in directory.glob("*.py"):
+        kernel_module(module.stem, module.read_text(encoding="utf-8"))
+    monkeypatch.chdir(directory)
+    code, out = validate(capsys, ".")
+    expected = expected_lines(case)
+    assert out == expected
+    assert code == (1 if expected[-1].startswith("Found ") else 0)
+
+
+@pytest.mark.parametrize("case", sorted(API_CASES))
+def test_api_case(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    kwargs, environ, expected = API_CASES[case]
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(CORPUS / "clean_minimal")
+    catalog, diagnostics = check_catalog(["."], **kwargs)
+    assert [str(d) for d in diagnostics] == expected
+    assert (catalog is None) == bool(expected)
+
+
+def test_corpus_covers_every_code() -> None:
+    lines = [line for case in CASES for line in expected_lines(case)]
+    lines += [line for _, _, expected in API_CASES.values() for line in expected]
+    found = {match[1] for match in map(CODE.match, lines) if match}
+    assert sorted(found) == sorted(CODES)
+
+
+# Cases that cannot live as a directory in the corpus: a missing path, a 4 MiB file, a symlink.
+
+
+def test_path_that_does_not_exist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert validate(capsys, "no_such_dir") == (1, [
+        "KC006 path 'no_such_dir' does not exist",
+        "KC206 no catalog settings file (kcatalog.yaml) among the paths; it declares the known backends, "
+        "their priority and the policy",
+        "Found 2 errors.",
+    ])
+
+
+def test_file_over_the_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "kcatalog.yaml").write_bytes((CORPUS / "clean_minimal" / "kcatalog.yaml").read_bytes())
+    with open(tmp_path / "huge.yaml", "wb") as handle:
+        handle.truncate(MAX_FILE_BYTES + 1)  # sparse: the size check must come before reading
+    monkeypatch.chdir(tmp_path)
+    assert validate(capsys, ".") == (1, [
+        f"huge.yaml:1:1: KC004 file is {MAX_FILE_BYTES + 1} bytes, over the {MAX_FILE_BYTES}-byte limit",
+        "Found 1 error in 1 file.",
+    ])
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symlinks on this platform")
+def test_symlink_out_of_the_catalog_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    for name in ("kcatalog.yaml", "norm.yaml"):
+        (catalog / name).write_bytes((CORPUS / "clean_minimal" / name).read_bytes())
+    outside = tmp_path / "secret.yaml"
+    outside.write_text("kcatalog: 1\n", encoding="utf-8")
+    (catalog / "link.yaml").symlink_to(outside)
+    monkeypatch.chdir(catalog)
+    assert validate(capsys, ".") == (1, [
+        f"link.yaml:1:1: KC005 symlink leaves the catalog directory (points to '{outside.resolve()}'); refused",
+        "Found 1 error in 1 file.",
+    ])

@@ -1,0 +1,94 @@
+"""The pydantic models and the JSON Schemas generated from them: strict, frozen, and committed fresh."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from kcatalog import schema
+from kcatalog._jsonschema import render_schemas, shipped_schema_dir, write_schemas
+from kcatalog.cli import main
+
+MODELS = sorted(
+    (cls for _, cls in inspect.getmembers(schema, inspect.isclass)
+     if issubclass(cls, pydantic.BaseModel) and cls.__module__ == schema.__name__ and not cls.__name__.startswith("_")),
+    key=lambda cls: cls.__name__,
+)
+# The smallest valid instance of each model, as YAML would give it.
+MINIMAL: dict[str, dict[str, object]] = {
+    "Capability": {"device": "cuda"},
+    "Backend": {"target": "pkg.mod:fn"},
+    "Op": {"description": "d", "signature": "(x: Tensor) -> Tensor", "reference": "torch", "dtypes": ["float32"],
+           "backends": {"torch": {"target": "pkg.mod:fn"}}},
+    "OpExtension": {"backends": {"torch": {"target": "pkg.mod:fn"}}},
+    "Manifest": {"kcatalog": 1, "group": "norm"},
+    "Policy": {},
+    "BackendInfo": {"description": "d"},
+    "Settings": {"kcatalog": 1, "backends": {"torch": {"description": "d"}}, "priority": ["torch"]},
+}
+
+
+def test_every_model_has_a_minimal_example() -> None:
+    assert sorted(MINIMAL) == sorted(cls.__name__ for cls in MODELS)
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda cls: cls.__name__)
+def test_models_are_frozen(model: type[pydantic.BaseModel]) -> None:
+    instance = model.model_validate(MINIMAL[model.__name__])
+    field = next(iter(model.model_fields))
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
+        setattr(instance, field, getattr(instance, field))
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda cls: cls.__name__)
+def test_models_forbid_unknown_fields(model: type[pydantic.BaseModel]) -> None:
+    with pytest.raises(pydantic.ValidationError) as excinfo:
+        model.model_validate({**MINIMAL[model.__name__], "bogus": 1})
+    assert [(e["type"], e["loc"]) for e in excinfo.value.errors()] == [("extra_forbidden", ("bogus",))]
+
+
+def test_the_committed_schemas_are_fresh(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "--check"]) == 0
+    assert capsys.readouterr().out == "Schemas are up to date.\n"
+
+
+def test_committed_schemas_match_the_models_byte_for_byte() -> None:
+    for name, text in render_schemas().items():
+        assert (shipped_schema_dir() / name).read_text(encoding="utf-8") == text, name
+
+
+def test_a_modified_schema_fails_the_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_schemas(tmp_path)
+    assert main(["schema", "--check", "--dir", str(tmp_path)]) == 0
+    edited = tmp_path / "manifest.v1.json"
+    document = json.loads(edited.read_text(encoding="utf-8"))
+    document["description"] = "edited by hand"
+    edited.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["schema", "--check", "--dir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == f"{edited}: stale or missing; run `kcatalog schema` to regenerate\n"
+
+
+def test_a_missing_schema_fails_the_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_schemas(tmp_path)
+    (tmp_path / "settings.v1.json").unlink()
+    assert main(["schema", "--check", "--dir", str(tmp_path)]) == 1
+    assert "settings.v1.json: stale or missing" in capsys.readouterr().err
+
+
+def test_schema_writes_what_the_check_accepts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "--dir", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(render_schemas())
+    assert main(["schema", "--check", "--dir", str(tmp_path)]) == 0
+
+
+def test_schemas_are_json_schema_2020_12_documents() -> None:
+    for name, text in render_schemas().items():
+        document = json.loads(text)
+        assert document["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+        assert document["$id"] == name
+        assert document["additionalProperties"] is False  # extra="forbid" reaches the editor too

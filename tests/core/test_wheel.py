@@ -1,0 +1,94 @@
+"""The built wheel ships the catalog and schemas, and an installed copy loads its own catalog."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import kcatalog
+
+REPO = Path(__file__).resolve().parents[2]
+# Build from a copy: an in-tree build would write build/ and *.egg-info into the working tree.
+NOT_BUILT = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
+                                   ".hypothesis", "tests", "benchmarks")
+
+
+def pip(*args: str, cwd: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
+                            capture_output=True, text=True, cwd=cwd, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "source"
+    shutil.copytree(REPO, source, symlinks=True, ignore=NOT_BUILT)
+    pip("wheel", "--no-deps", "--no-build-isolation", "--quiet", "--wheel-dir", str(root / "dist"), str(source),
+        cwd=root)
+    [built] = (root / "dist").glob("kcatalog-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def site(wheel: Path) -> Path:
+    target = wheel.parent.parent / "site"
+    pip("install", "--no-deps", "--quiet", "--target", str(target), str(wheel), cwd=wheel.parent)
+    return target
+
+
+def packaged(wheel: Path, folder: str, suffix: str) -> set[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {Path(name).name for name in archive.namelist()
+                if name.startswith(f"kcatalog/{folder}/") and name.endswith(suffix)}
+
+
+def test_wheel_ships_every_manifest(wheel: Path) -> None:
+    assert packaged(wheel, "catalog", ".yaml") == {path.name for path in (REPO / "catalog").glob("*.yaml")}
+
+
+def test_wheel_ships_the_schemas(wheel: Path) -> None:
+    assert packaged(wheel, "schemas", ".json") == {path.name for path in (REPO / "schemas").glob("*.json")}
+
+
+def test_wheel_ships_py_typed(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        assert "kcatalog/py.typed" in archive.namelist()
+
+
+INSTALLED_SCRIPT = """\
+import json
+import kcatalog
+
+catalog = kcatalog.load_catalog()
+print(json.dumps({"file": kcatalog.__file__, "ops": catalog.ops(), "warnings": [str(w) for w in catalog.warnings]}))
+"""
+
+
+def python_in(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run python with only the installed wheel's kcatalog importable, from a directory outside the repo."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCATALOG_")}
+    env["PYTHONPATH"] = str(site)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=site.parent, env=env,
+                          timeout=120)
+
+
+def test_installed_wheel_loads_its_shipped_catalog(site: Path) -> None:
+    result = python_in(site, "-c", INSTALLED_SCRIPT)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert Path(report["file"]).resolve().is_relative_to(site.resolve())
+    assert report["ops"] == kcatalog.load_catalog().ops()
+    assert report["warnings"] == []
+
+
+def test_installed_wheel_validates_its_catalog(site: Path) -> None:
+    result = python_in(site, "-m", "kcatalog", "validate")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "All checks passed!\n", "")

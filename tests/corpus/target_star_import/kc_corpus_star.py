@@ -1,0 +1,1 @@
+from kcatalog.kernels.torch.layernorm import *
