@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from ._catalog import Catalog, KernelSpec, OpInfo
+from ._imports import import_problems
 from ._loader import SETTINGS_FILE, LoadedFile, children
 from ._overrides import Layer, OverridesArg, check_layer, process_layers
 from ._platform import Platform
@@ -31,6 +32,7 @@ class _Linker:
         # Every backend declaration read, duplicates included, with its target's position: all get checked.
         self.declared: list[tuple[KernelSpec, Location]] = []
         self.refused: set[int] = set()  # ids of specs whose target the allow-list refused
+        self.signatures: dict[str, str] = {}
 
     def error(self, code: str, message: str, location: Location | None) -> None:
         self.diagnostics.append(Diagnostic(code, message, location))
@@ -106,6 +108,7 @@ class _Linker:
                     self.error("KC204", f"reference backend '{op.reference}' is not a backend of op '{op_id}'"
                                f"{did_you_mean(op.reference, op.backends)}; its backends: {', '.join(op.backends)}",
                                node_location(file.path, ref_node))
+                self.signatures.setdefault(op_id, op.signature)
                 self.check_arguments(file, op_id, op, value_node)
                 self.check_tolerance(file, op_id, op, value_node)
                 if op_id in self.ops:
@@ -236,13 +239,16 @@ class _Linker:
                     self.error("KC305", f"target '{spec.target}' is outside the allowed modules ({source}: "
                                f"{', '.join(prefixes) or 'none'})", location)
 
-    def check_targets(self) -> None:
+    def check_targets(self, import_targets: bool = False) -> None:
         checker = TargetChecker()
         for spec, location in self.declared:
             if id(spec) in self.refused:
                 continue  # never look for a module the allow-list refuses
             problem = checker.check(spec.target)
             if problem is None:
+                if import_targets:
+                    for code, message in import_problems(spec, self.signatures[spec.op]):
+                        self.error(code, message, location)
                 continue
             if problem.code in ("KC303", "KC304"):
                 self.warn(problem.code, problem.message, location)
@@ -277,16 +283,16 @@ class _Linker:
 
 def link(files: Sequence[LoadedFile], *, require: Require | None = None, check_targets: bool = True,
          overrides: OverridesArg = None, strict: bool = False,
-         allowed_modules: Sequence[str] | None = None,
-         settings_found: bool = False) -> tuple[Catalog | None, list[Diagnostic]]:
+         allowed_modules: Sequence[str] | None = None, settings_found: bool = False,
+         import_targets: bool = False) -> tuple[Catalog | None, list[Diagnostic]]:
     """Link validated files into a Catalog; None (and the diagnostics) if any error was found."""
     linker = _Linker(files, settings_found)
     linker.link_settings()
     linker.link_ops()
     linker.check_policy()
     linker.check_allowed(allowed_modules)
-    if check_targets:
-        linker.check_targets()
+    if check_targets or import_targets:
+        linker.check_targets(import_targets)
     if require is not None:
         linker.check_require(require)
     layers = linker.check_overrides(overrides)

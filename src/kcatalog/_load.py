@@ -19,8 +19,13 @@ def check_catalog(
     overrides: OverridesArg = None,
     strict: bool = False,
     allowed_modules: Sequence[str] | None = None,
+    import_targets: bool = False,
 ) -> tuple[Catalog | None, list[Diagnostic]]:
-    """Read, validate and link; return the catalog (None on any error) and all diagnostics, sorted."""
+    """Read, validate and link; return the catalog (None on any error) and all diagnostics, sorted.
+
+    `import_targets` is the explicit deeper check: it imports every target (running kernel modules'
+    code) and checks each is a callable whose parameters match the op's signature.
+    """
     files, diagnostics = discover([shipped_catalog_dir()] if paths is None else paths)
     loaded: list[LoadedFile] = []
     for item in read_files(files):
@@ -30,7 +35,8 @@ def check_catalog(
             loaded.append(item)
     catalog, linked = link(loaded, require=require, check_targets=check_targets, overrides=overrides, strict=strict,
                            allowed_modules=allowed_modules,
-                           settings_found=any(path.name == SETTINGS_FILE for path in files))
+                           settings_found=any(path.name == SETTINGS_FILE for path in files),
+                           import_targets=import_targets)
     diagnostics.extend(linked)
     diagnostics.sort(key=Diagnostic.sort_key)
     if any(d.is_error for d in diagnostics):

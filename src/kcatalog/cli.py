@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("--output-format", choices=sorted(REPORTERS), default="concise")
     validate.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
     validate.add_argument("--no-targets", action="store_true", help="skip the static checks of import targets")
+    validate.add_argument("--import", dest="import_targets", action="store_true",
+                          help="deeper check: import every target (runs kernel modules' code) and compare "
+                               "its parameters with the op's signature")
     validate.add_argument("--allow-module", action="append", default=None, metavar="PREFIX",
                           help="only allow targets under this module prefix (repeatable)")
 
@@ -77,7 +80,7 @@ def _fail(options: argparse.Namespace, message: str, code: int) -> int:
 
 def _validate(options: argparse.Namespace) -> int:
     _, diagnostics = check_catalog(options.paths or None, check_targets=not options.no_targets,
-                                   allowed_modules=options.allow_module)
+                                   allowed_modules=options.allow_module, import_targets=options.import_targets)
     print(REPORTERS[options.output_format](diagnostics))
     failed = any(d.is_error for d in diagnostics)
     return 0 if options.exit_zero or not failed else 1

@@ -79,7 +79,8 @@ def test_case(case: str, kernel_module: Callable[[str, str], str], monkeypatch: 
     for module in directory.glob("*.py"):
         kernel_module(module.stem, module.read_text(encoding="utf-8"))
     monkeypatch.chdir(directory)
-    code, out = validate(capsys, ".")
+    extra = directory / "args.txt"  # e.g. --import: options a case needs beyond a plain validate
+    code, out = validate(capsys, ".", *(extra.read_text(encoding="utf-8").split() if extra.exists() else ()))
     expected = expected_lines(case)
     assert out == expected
     assert code == (1 if expected[-1].startswith("Found ") else 0)

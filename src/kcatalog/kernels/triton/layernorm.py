@@ -101,6 +101,8 @@ def _as_rows(t: torch.Tensor) -> torch.Tensor:
 
 def _vector(w: torch.Tensor, n: int, name: str) -> torch.Tensor:
     """Check a per-column parameter (weight/bias) has `n` elements; make it unit-stride."""
+    if w.dim() == 1 and w.shape[0] == n and w.stride(0) == 1:  # the usual case: no new tensor
+        return w
     if w.numel() != n:
         raise ValueError(f"{name} has {w.numel()} elements, expected {n} (the last dim of x)")
     w = w.reshape(n)
