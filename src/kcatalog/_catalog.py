@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
@@ -20,8 +19,6 @@ from .errors import CatalogError, KernelImportError, Location, UnknownBackendErr
 if TYPE_CHECKING:
     from .errors import Diagnostic
     from .schema import Capability, Settings
-
-logger = logging.getLogger("kcatalog")
 
 
 class _LazyTarget:
@@ -263,5 +260,7 @@ class Catalog:
     def _note(self, message: str) -> None:
         """Log a warning once per distinct message (fallbacks, ignored overrides)."""
         if message not in self._noted:
+            import logging  # only fallbacks and ignored overrides log; keep it off the load path
+
             self._noted.add(message)
-            logger.warning(message)
+            logging.getLogger("kcatalog").warning(message)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -54,6 +53,8 @@ class Diagnostic:
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """A ' (did you mean 'x'?)' hint for the nearest candidate, or '' when none is close."""
+    import difflib  # only errors need it; keep it off the import path of a clean load
+
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 

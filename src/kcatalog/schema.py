@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import functools
 import re
 from typing import Annotated, Literal
@@ -167,6 +166,8 @@ class Settings(_Strict):
 @functools.lru_cache(maxsize=4096)  # catalogs repeat a handful of signatures across many ops
 def signature_params(signature: str) -> tuple[str, ...]:
     """Parameter names of an op signature; ValueError when it is not a valid Python signature."""
+    import ast
+
     try:
         tree = ast.parse(f"def _{signature}: pass")
     except SyntaxError as exc:
