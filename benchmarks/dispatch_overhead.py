@@ -16,7 +16,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import timeit
 from datetime import datetime, timezone
 from pathlib import Path

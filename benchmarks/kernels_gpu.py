@@ -1,0 +1,1094 @@
+#!/usr/bin/env python3
+"""Check, then time, every catalogued kernel (op x backend) on one GPU in one call.
+
+Run from the repository root (the GPU machine's ``python3``: torch 2.11, triton 3.6)::
+
+    PYTHONPATH=src python3 benchmarks/kernels_gpu.py            # full run, < 7 min on an H200
+    PYTHONPATH=src python3 benchmarks/kernels_gpu.py --quick    # a few shapes per op
+    PYTHONPATH=src python benchmarks/kernels_gpu.py --device cpu --quick   # CPU smoke: checks only,
+                                                                # Triton under TRITON_INTERPRET=1
+
+The kernels are the ``target: "module:attr"`` entries of ``catalog/*.yaml`` (read with PyYAML; op ids
+are ``<group>.<op>``); this file only knows how to drive each op (the ``BENCHES`` table: inputs for a
+shape, the outputs to compare, the fewest bytes the op must move). In order (benchmarks/BENCH_METHOD.md):
+
+1. copy bandwidth: a large device-to-device copy, bytes read + written: the ceiling for every op;
+2. correctness: each op x backend x declared dtype at small awkward shapes (odd and non-power-of-two
+   widths, strided rows, GQA/partial/GPT-J rotary), fresh random inputs, against the op's reference
+   backend run on inputs upcast to float32 (float64 for float32 inputs), by ‖out - ref‖/‖ref‖ against
+   the manifest's per-dtype tolerance; returned outputs land in NaN-poisoned memory; in-place ops are
+   checked on what they mutate, and everything else they were given (whole buffers behind views
+   included) must stay bit-identical; fp8 quantization is checked as q·scale against the reference's
+   (manifest tolerance) and against the input (within e4m3 rounding), and its scales to 1e-5;
+3. prefill timings (bf16, then fp16 at the end): every shape is checked again first (that also warms
+   up torch.compile), then timed with ``triton.testing.do_bench`` (median, L2 flushed per run);
+4. decode timings (1-64 tokens, bf16): N calls on rotating input sets captured in one CUDA graph,
+   replayed, time / N.
+
+A time budget (``--budget-s``) keeps the whole run under the device's limit: when it runs short, the
+cases still to come are skipped with that reason (torch.compile ones first), never silently.
+Results: ``$OUT/kernels_gpu.json`` (every record) and ``$OUT/kernels_gpu.txt`` (tables and targets);
+OUT defaults to ./out. Exit status 1 if any correctness check failed or a kernel would not load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import functools
+import importlib
+import itertools
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+import types
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch  # importing torch does not import triton, so TRITON_INTERPRET can still be set in main()
+
+REPO = Path(__file__).resolve().parent.parent
+BACKEND_ORDER = ("triton", "torch_compile", "aten", "torch")
+TIMED_DTYPES = (torch.bfloat16, torch.float16)
+SCALE_TOL = 1e-5  # fp8 scales are one float32 division of the row's absmax: far tighter than q itself
+FP8_ROUNDING_TOL = 1 / 16  # e4m3 keeps 3 mantissa bits: rounding moves a value by <= 1/16 of itself
+MAX_POSITION = 32768  # rows of the rotary cos/sin cache
+LARGE_BYTES = 256e6  # "large shape" for the bandwidth target
+TARGET_FRAC = {"attention.rotary_embedding": 0.80}  # of copy bandwidth at large shapes; others: 0.90
+DEFAULT_TARGET_FRAC = 0.90
+DECODE_TARGET_US = 4.0
+DEVICE_CHECK_NUMEL = 1 << 22  # larger outputs are compared on the GPU instead of in kcatalog.testing
+
+Params = dict[str, Any]
+Args = dict[str, Any]
+_T0 = time.perf_counter()  # the budget and the log count from here (after `import torch`)
+
+
+def log(message: str) -> None:
+    """Progress line with the elapsed time, flushed (the device returns only the output's tail)."""
+    print(f"[{time.perf_counter() - _T0:6.1f}s] {message}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs
+
+
+@dataclass
+class Rng:
+    """Seeded random inputs on one device (never zeros)."""
+
+    seed: int
+    device: torch.device
+    gen: torch.Generator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.gen = torch.Generator(device=self.device).manual_seed(self.seed)
+
+    def normal(self, *shape: int, dtype: torch.dtype, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+        """shift + scale * N(0, 1) in `dtype`."""
+        x = torch.randn(*shape, generator=self.gen, device=self.device, dtype=torch.float32)
+        return (x * scale + shift).to(dtype)
+
+    def rows(self, tokens: int, width: int, dtype: torch.dtype, pad: int = 0) -> torch.Tensor:
+        """[tokens, width] N(0, 1); with pad > 0 a view of a wider buffer (row stride width + pad)."""
+        return self.normal(tokens, width + pad, dtype=dtype)[:, :width]
+
+    def integers(self, high: int, n: int) -> torch.Tensor:
+        """n int64 values in [0, high)."""
+        return torch.randint(0, high, (n,), generator=self.gen, device=self.device, dtype=torch.int64)
+
+
+def _grid(**axes: Iterable[Any]) -> tuple[Params, ...]:
+    """Every combination of the axes (first axis outermost) as parameter dicts."""
+    keys = list(axes)
+    return tuple(dict(zip(keys, values, strict=True)) for values in itertools.product(*axes.values()))
+
+
+def _shapes(keys: str, *rows: tuple[Any, ...]) -> tuple[Params, ...]:
+    """Parameter dicts from a header ("T H pad") and value tuples; missing trailing values are dropped."""
+    names = keys.split()
+    return tuple(dict(zip(names, row, strict=False)) for row in rows)  # rows may stop early
+
+
+# --------------------------------------------------------------------------------------------------
+# How to drive each op: the table of op "cases"
+
+
+@dataclass(frozen=True)
+class OpBench:
+    """What this script needs to know about one op beyond its catalog entry.
+
+    Shapes are small parameter dicts read by `build`; ``prefill[0]`` is the headline shape (the one
+    --quick times). `outputs` picks the compared tensors from a call's result and arguments (default:
+    the returned tensor(s), or the arguments the manifest says are mutated); `expected` does the same
+    for the reference's call on upcast inputs (default: `outputs`).
+    """
+
+    build: Callable[[Params, torch.dtype, Rng], Args]
+    label: Callable[[Params], str]
+    min_bytes: Callable[[Params, torch.dtype], int]
+    check: tuple[Params, ...]
+    cpu: tuple[Params, ...]
+    prefill: tuple[Params, ...]
+    decode: tuple[Params, ...]
+    outputs: Callable[[Any, Args], dict[str, torch.Tensor]] | None = None
+    expected: Callable[[Any, Args], dict[str, torch.Tensor]] | None = None
+    ref_dtype: torch.dtype | None = None  # None: float64 for float32 inputs, else float32
+    tol_override: dict[str, float] = field(default_factory=dict)
+
+
+def _rows_label(p: Params) -> str:
+    return f"{p['T']}x{p['H']}" + (f" stride {p['H'] + p['pad']}" if p.get("pad") else "")
+
+
+def _norm_bench(passes: int, weights: int, *, extra: Callable[[Params, torch.dtype, Rng], Args]) -> OpBench:
+    """A row-wise op over x [T, H] (`extra` builds its other arguments).
+
+    Fewest bytes: `passes` [T, H] tensors read or written (rms_norm: x in, y out = 2; fused add:
+    x and residual, both in and out = 4) plus `weights` vectors of H read once.
+    """
+
+    def build(p: Params, dtype: torch.dtype, rng: Rng) -> Args:
+        return {"x": rng.rows(p["T"], p["H"], dtype, p.get("pad", 0)), **extra(p, dtype, rng)}
+
+    return OpBench(
+        build=build,
+        label=_rows_label,
+        min_bytes=lambda p, dt: (passes * p["T"] + weights) * p["H"] * dt.itemsize,
+        check=_shapes("T H pad", (1, 4096), (7, 1000), (33, 4099, 128), (128, 8192), (64, 5120, 3), (16, 20000)),
+        cpu=_shapes("T H pad", (3, 33), (5, 1000, 7), (2, 4099)),
+        prefill=_shapes("T H", (8192, 8192), (32768, 4096), (16384, 2048), (4096, 4096), (16384, 5120), (8192, 7168)),
+        decode=_grid(H=(4096, 8192), T=(1, 8, 32, 64)),
+    )
+
+
+def _weight(p: Params, dtype: torch.dtype, rng: Rng) -> torch.Tensor:
+    return rng.normal(p["H"], dtype=dtype, scale=0.1, shift=1.0)
+
+
+def _act_bench(check: tuple[Params, ...] = (), cpu: tuple[Params, ...] = ()) -> OpBench:
+    """A gated activation: x [T, 2I] read once, [T, I] written once; `check`/`cpu` add op-specific shapes."""
+
+    def build(p: Params, dtype: torch.dtype, rng: Rng) -> Args:
+        args: Args = {"x": rng.rows(p["T"], 2 * p["I"], dtype, p.get("pad", 0))}
+        return args | ({"approximate": p["approximate"]} if "approximate" in p else {})
+
+    def label(p: Params) -> str:
+        stride = f" stride {2 * p['I'] + p['pad']}" if p.get("pad") else ""
+        return f"{p['T']}x2*{p['I']}{stride}" + (f" {p['approximate']}" if "approximate" in p else "")
+
+    return OpBench(
+        build=build,
+        label=label,
+        min_bytes=lambda p, dt: 3 * p["T"] * p["I"] * dt.itemsize,
+        check=_shapes("T I pad", (1, 11008), (7, 1000), (33, 4099, 64), (16, 28672)) + check,
+        cpu=_shapes("T I pad", (3, 33), (5, 1000, 6)) + cpu,
+        prefill=_grid(T=(8192,), I=(28672, 11008, 14336, 18432)),
+        decode=_grid(I=(14336,), T=(1, 8, 32, 64)),
+    )
+
+
+@functools.cache
+def _cos_sin_cache(rot_dim: int, device: torch.device) -> torch.Tensor:
+    """[MAX_POSITION, rot_dim] float32: cos | sin of Llama's angles (base 10000)."""
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim))
+    angles = torch.outer(torch.arange(MAX_POSITION, dtype=torch.float64), inv_freq)
+    return torch.cat((angles.cos(), angles.sin()), dim=-1).to(device=device, dtype=torch.float32)
+
+
+def _build_rotary(p: Params, dtype: torch.dtype, rng: Rng) -> Args:
+    """q/k as separate 2-D tensors, as 3-D [T, H, d] views, or as row views of one fused qkv buffer."""
+    t, hs, layout = p["T"], p["hs"], p.get("layout", "qkv")
+    q_width, k_width = p["Hq"] * hs, p["Hk"] * hs
+    if layout == "qkv":
+        qkv = rng.rows(t, q_width + 2 * k_width, dtype)
+        query, key = qkv[:, :q_width], qkv[:, q_width : q_width + k_width]
+    else:
+        query, key = rng.rows(t, q_width, dtype), rng.rows(t, k_width, dtype)
+        if layout == "3d":
+            query, key = query.view(t, p["Hq"], hs), key.view(t, p["Hk"], hs)
+    return {
+        "positions": rng.integers(MAX_POSITION, t),
+        "query": query,
+        "key": key,
+        "head_size": hs,
+        "cos_sin_cache": _cos_sin_cache(p.get("rot", hs), rng.device),
+        "is_neox": p.get("neox", True),
+    }
+
+
+def _rotary_label(p: Params) -> str:
+    rot = f" rot {p['rot']}" if p.get("rot", p["hs"]) != p["hs"] else ""
+    style = "" if p.get("neox", True) else " gptj"
+    return f"{p['T']}t q{p['Hq']} k{p['Hk']} d{p['hs']}{rot}{style} {p.get('layout', 'qkv')}"
+
+
+def _rotary_bytes(p: Params, dtype: torch.dtype) -> int:
+    """q and k read and written at rot_dim per head; one position and one cache row (float32) per token."""
+    rot = p.get("rot", p["hs"])
+    return p["T"] * (2 * (p["Hq"] + p["Hk"]) * rot * dtype.itemsize + 8 + rot * 4)
+
+
+def _build_quant(p: Params, dtype: torch.dtype, rng: Rng) -> Args:
+    """Rows of N(0, 1) times a per-row magnitude spread over ~e^±1, so the scales differ."""
+    rows = rng.normal(p["T"], p["H"] + p.get("pad", 0), dtype=torch.float32)
+    rows = rows * rng.normal(p["T"], 1, dtype=torch.float32, scale=0.5).exp()
+    return {"x": rows.to(dtype)[:, : p["H"]]}
+
+
+def _dequantized(result: Any, args: Args) -> dict[str, torch.Tensor]:
+    """q * scale, against the reference's (manifest tolerance) and against the input; and the scales."""
+    q, scale = result
+    dequant = q.float() * scale
+    return {"dequant": dequant, "dequant_vs_x": dequant, "scale": scale}
+
+
+def _quant_expected(result: Any, args: Args) -> dict[str, torch.Tensor]:
+    return _dequantized(result, args) | {"dequant_vs_x": args["x"].float()}
+
+
+BENCHES: dict[str, OpBench] = {
+    "layernorm.rms_norm": _norm_bench(2, 1, extra=lambda p, dt, rng: {"weight": _weight(p, dt, rng), "eps": 1e-6}),
+    "layernorm.fused_add_rms_norm": _norm_bench(
+        4,
+        1,
+        extra=lambda p, dt, rng: {"residual": rng.rows(p["T"], p["H"], dt), "weight": _weight(p, dt, rng), "eps": 1e-6},
+    ),
+    "layernorm.layer_norm": _norm_bench(
+        2,
+        2,
+        extra=lambda p, dt, rng: {
+            "weight": _weight(p, dt, rng),
+            "bias": rng.normal(p["H"], dtype=dt, scale=0.1),
+            "eps": 1e-5,
+        },
+    ),
+    "elementwise.softmax": dataclasses.replace(
+        _norm_bench(2, 0, extra=lambda p, dt, rng: {}),
+        check=_shapes("T H pad", (1, 4096), (7, 1000), (33, 4099, 128), (64, 8192), (4, 32000, 5), (2, 131072)),
+    ),
+    "activation.silu_and_mul": _act_bench(),
+    "activation.gelu_and_mul": _act_bench(
+        check=({"T": 5, "I": 2048, "approximate": "tanh"}, {"T": 3, "I": 4099, "pad": 1, "approximate": "tanh"}),
+        cpu=({"T": 2, "I": 100, "approximate": "tanh"},),
+    ),
+    "attention.rotary_embedding": OpBench(
+        build=_build_rotary,
+        label=_rotary_label,
+        min_bytes=_rotary_bytes,
+        check=(
+            {"T": 1, "Hq": 32, "Hk": 8, "hs": 128},
+            {"T": 33, "Hq": 32, "Hk": 8, "hs": 128, "layout": "2d"},
+            {"T": 7, "Hq": 8, "Hk": 2, "hs": 64, "neox": False, "layout": "3d"},
+            {"T": 17, "Hq": 16, "Hk": 4, "hs": 128, "rot": 64, "layout": "qkv"},
+            {"T": 9, "Hq": 12, "Hk": 12, "hs": 80, "rot": 40, "neox": False, "layout": "2d"},
+            {"T": 64, "Hq": 64, "Hk": 8, "hs": 128},
+        ),
+        cpu=(
+            {"T": 3, "Hq": 4, "Hk": 2, "hs": 16},
+            {"T": 5, "Hq": 2, "Hk": 1, "hs": 32, "rot": 16, "neox": False, "layout": "3d"},
+            {"T": 2, "Hq": 3, "Hk": 3, "hs": 20, "rot": 12, "layout": "2d"},
+        ),
+        prefill=_grid(T=(16384, 4096), Hq=(32, 64), Hk=(8,), hs=(128,)),
+        decode=_grid(T=(1, 8, 32, 64), Hq=(32,), Hk=(8,), hs=(128,)),
+    ),
+    "quantization.per_token_quant_fp8": OpBench(
+        build=_build_quant,
+        label=_rows_label,
+        min_bytes=lambda p, dt: p["T"] * p["H"] * (dt.itemsize + 1) + p["T"] * 4,
+        check=_shapes("T H pad", (1, 4096), (7, 1000), (33, 4099, 128), (128, 8192), (16, 28672, 3)),
+        cpu=_shapes("T H pad", (3, 33), (5, 1000, 7), (2, 4099)),
+        prefill=_shapes("T H", (16384, 8192), (8192, 7168), (8192, 28672)),
+        decode=_grid(H=(4096, 8192), T=(1, 8, 32, 64)),
+        outputs=_dequantized,
+        expected=_quant_expected,
+        ref_dtype=torch.float32,
+        tol_override={"scale": SCALE_TOL, "dequant_vs_x": FP8_ROUNDING_TOL},
+    ),
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# The catalog: targets read from catalog/*.yaml
+
+
+@dataclass(frozen=True)
+class OpEntry:
+    """One op as its manifest declares it (only the fields this script uses)."""
+
+    op_id: str
+    source: str
+    reference: str
+    dtypes: tuple[str, ...]
+    tolerance: dict[str, float]
+    mutates: tuple[str, ...]
+    targets: dict[str, str]  # backend -> "module:attr"
+    backend_dtypes: dict[str, tuple[str, ...]]
+
+
+def read_catalog(catalog_dir: Path) -> tuple[dict[str, OpEntry], list[str]]:
+    """Every op of every manifest under `catalog_dir` (files without `ops` are settings), plus problems."""
+    import yaml
+
+    ops: dict[str, OpEntry] = {}
+    problems: list[str] = []
+    for path in sorted(catalog_dir.glob("*.yaml")):
+        try:
+            doc = yaml.safe_load(path.read_text())
+            for name, op in (doc.get("ops") or {}).items():
+                op_id = f"{doc['group']}.{name}"
+                backends = op.get("backends") or {}
+                ops[op_id] = OpEntry(
+                    op_id=op_id,
+                    source=path.name,
+                    reference=op.get("reference", "torch"),
+                    dtypes=tuple(op.get("dtypes") or ("float32", "float16", "bfloat16")),
+                    tolerance={str(k): float(v) for k, v in (op.get("tolerance") or {}).items()},
+                    mutates=tuple(op.get("mutates") or ()),
+                    targets={b: spec["target"] for b, spec in backends.items()},
+                    backend_dtypes={b: tuple(spec["dtypes"]) for b, spec in backends.items() if spec.get("dtypes")},
+                )
+        except Exception as exc:  # one bad file must not hide the others
+            problems.append(f"{path.name}: {type(exc).__name__}: {exc}")
+    return ops, problems
+
+
+def import_kcatalog() -> str | None:
+    """Make `kcatalog.*` importable; return a warning when the package's __init__ itself fails.
+
+    The GPU machine has no pydantic: if src/kcatalog/__init__.py needs it, a bare package object is
+    put in its place, so kcatalog.kernels.* and kcatalog.testing import without running that __init__.
+    """
+    src = REPO / "src"
+    if str(src) not in sys.path:
+        sys.path.insert(0, str(src))
+    try:
+        import kcatalog  # noqa: F401
+
+        return None
+    except Exception as exc:
+        for name in [m for m in sys.modules if m == "kcatalog" or m.startswith("kcatalog.")]:
+            del sys.modules[name]
+        package = types.ModuleType("kcatalog")
+        package.__path__ = [str(src / "kcatalog")]  # type: ignore[attr-defined]
+        sys.modules["kcatalog"] = package
+        return f"`import kcatalog` failed ({type(exc).__name__}: {exc}); kernels imported without its __init__"
+
+
+@functools.cache
+def resolve(target: str) -> Callable[..., Any]:
+    """Import "module:attr"."""
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+# --------------------------------------------------------------------------------------------------
+# Checking
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
+def _default_outputs(mutates: tuple[str, ...]) -> Callable[[Any, Args], dict[str, torch.Tensor]]:
+    def outputs(result: Any, args: Args) -> dict[str, torch.Tensor]:
+        if mutates:
+            return {name: args[name] for name in mutates}
+        tensors = _tensors(result)
+        return {"out": tensors[0]} if len(tensors) == 1 else {f"out{i}": t for i, t in enumerate(tensors)}
+
+    return outputs
+
+
+def _upcast(args: Args, dtype: torch.dtype) -> Args:
+    """Copies of the tensor arguments, floating ones in `dtype` (the reference mutates its own copies)."""
+    return {
+        k: v.to(dtype=dtype if v.is_floating_point() else v.dtype, copy=True) if isinstance(v, torch.Tensor) else v
+        for k, v in args.items()
+    }
+
+
+def _base(t: torch.Tensor) -> torch.Tensor:
+    return t._base if t._base is not None else t
+
+
+def _snapshot(args: Args) -> dict[int, tuple[str, torch.Tensor, torch.Tensor]]:
+    """name, live buffer and a copy of it, per distinct buffer behind the tensor arguments."""
+    snaps: dict[int, tuple[str, torch.Tensor, torch.Tensor]] = {}
+    for name, value in args.items():
+        if isinstance(value, torch.Tensor):
+            base = _base(value)
+            snaps.setdefault(base.untyped_storage().data_ptr(), (name, base, base.clone()))
+    return snaps
+
+
+def _check_untouched(
+    snaps: dict[int, tuple[str, torch.Tensor, torch.Tensor]], args: Args, mutates: tuple[str, ...]
+) -> None:
+    """Every buffer is bit-identical to its snapshot, except where a mutated argument views it."""
+    for key, (name, live, saved) in snaps.items():
+        for m in mutates:
+            view = args[m]
+            if _base(view).untyped_storage().data_ptr() == key:
+                saved.as_strided(view.shape, view.stride(), view.storage_offset() - live.storage_offset()).copy_(view)
+        if not torch.equal(saved, live):
+            changed = int((saved != live).sum())
+            raise AssertionError(f"{name}: {changed} elements changed outside what the op may write")
+
+
+def _poison_allocator(specs: list[tuple[torch.Size, torch.dtype]], device: torch.device) -> None:
+    """Fill, then free, blocks of these sizes, so the caching allocator hands the next call NaN memory."""
+    from kcatalog.testing import poison_
+
+    blocks = [poison_(torch.empty(shape, dtype=dtype, device=device)) for shape, dtype in specs]
+    del blocks
+
+
+def _check_close(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float) -> float:
+    """kcatalog.testing.check_close; for big GPU outputs the same arithmetic, kept on the GPU."""
+    from kcatalog.testing import check_close
+
+    if out.device.type == "cpu" or out.numel() <= DEVICE_CHECK_NUMEL:
+        return check_close(name, out, ref, tol)
+    out64, ref64 = out.to(torch.float64), ref.to(torch.float64)
+    if tuple(out64.shape) != tuple(ref64.shape):
+        raise ValueError(f"shape mismatch: got {tuple(out64.shape)}, expected {tuple(ref64.shape)}")
+    nan = int(torch.isnan(out64).sum())
+    if nan:
+        raise AssertionError(f"{name}: {nan} of {out.numel()} elements are NaN (unwritten or invalid)")
+    finite = bool(torch.isfinite(out64).all())
+    err = float(torch.linalg.vector_norm(out64 - ref64) / torch.linalg.vector_norm(ref64)) if finite else math.inf
+    if not err <= tol:
+        max_abs = float((out64 - ref64).abs().max())
+        raise AssertionError(f"{name}: relative error {err:.3e} > tolerance {tol:.1e} (max abs error {max_abs:.3e})")
+    return err
+
+
+@dataclass(frozen=True, eq=False)
+class Case:
+    """One op at one shape and dtype: everything that checks and times of it share the same inputs."""
+
+    op: OpEntry
+    bench: OpBench
+    params: Params
+    dtype: torch.dtype
+
+    @property
+    def label(self) -> str:
+        return self.bench.label(self.params)
+
+    @property
+    def seed(self) -> int:
+        return zlib.crc32(f"{self.op.op_id}|{self.label}|{self.dtype}".encode())
+
+    def inputs(self, device: torch.device, variant: int = 0) -> Args:
+        """Fresh random arguments; the same ones for every call with the same `variant`."""
+        return self.bench.build(self.params, self.dtype, Rng(self.seed + variant, device))
+
+    def outputs(self, result: Any, args: Args) -> dict[str, torch.Tensor]:
+        return (self.bench.outputs or _default_outputs(self.op.mutates))(result, args)
+
+
+def reference_outputs(case: Case, device: torch.device) -> dict[str, torch.Tensor]:
+    """The op's reference backend on upcast copies of the case's inputs: the outputs to compare with."""
+    ref_dtype = case.bench.ref_dtype or (torch.float64 if case.dtype == torch.float32 else torch.float32)
+    args = _upcast(case.inputs(device), ref_dtype)
+    result = resolve(case.op.targets[case.op.reference])(**args)
+    return case.bench.expected(result, args) if case.bench.expected else case.outputs(result, args)
+
+
+def check_backend(
+    case: Case, fn: Callable[..., Any], expected: dict[str, torch.Tensor], device: torch.device
+) -> tuple[dict[str, float], Args]:
+    """Call `fn` on the case's inputs and compare; return the errors and the arguments (for timing).
+
+    Raises AssertionError listing every output that failed.
+    """
+    args = case.inputs(device)
+    snaps = _snapshot(args)
+    result = fn(**args)
+    if not case.op.mutates and device.type == "cuda":
+        # The wrappers allocate their outputs: call again into freed NaN-filled blocks of the same sizes.
+        specs = [(t.shape, t.dtype) for t in _tensors(result)]
+        del result  # free the first outputs' blocks, so that the NaN blocks take their place
+        _poison_allocator(specs, device)
+        result = fn(**args)
+    got = case.outputs(result, args)
+    tol = case.op.tolerance.get(_dtype_name(case.dtype))
+    errors: dict[str, float] = {}
+    failures: list[str] = []
+    for name, want in expected.items():
+        try:
+            limit = case.bench.tol_override.get(name, tol)
+            if limit is None:
+                raise AssertionError(f"{name}: the manifest declares no tolerance for {_dtype_name(case.dtype)}")
+            errors[name] = _check_close(name, got[name], want, limit)
+        except (AssertionError, ValueError, KeyError) as exc:
+            failures.append(str(exc))
+    try:
+        _check_untouched(snaps, args, case.op.mutates)
+    except AssertionError as exc:
+        failures.append(str(exc))
+    if failures:
+        raise AssertionError("; ".join(failures))
+    return errors, args
+
+
+# --------------------------------------------------------------------------------------------------
+# Timing
+
+
+def time_prefill(fn: Callable[..., Any], args: Args, warmup_ms: int, rep_ms: int) -> float:
+    """Median ms of fn(**args) by triton.testing.do_bench (CUDA events, L2 flushed before each run)."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(lambda: fn(**args), warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def time_graph(fn: Callable[..., Any], arg_sets: list[Args], replays: int = 50) -> float:
+    """Median ms per call of len(arg_sets) calls (one per input set) captured in one CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up off the default stream, as capture wants
+        for args in arg_sets:
+            fn(**args)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for args in arg_sets:
+            fn(**args)
+    graph.replay()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
+    for start, end in events:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(end) for start, end in events)
+    return times[len(times) // 2] / len(arg_sets)
+
+
+def measure_copy_bandwidth(nbytes: int, device: torch.device, warmup_ms: int, rep_ms: int) -> dict[str, float]:
+    """GB/s of a device-to-device copy of `nbytes`, counting bytes read plus bytes written."""
+    src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    ms = time_prefill(lambda: dst.copy_(src), {}, warmup_ms, rep_ms)
+    return {"bytes": 2 * nbytes, "ms": ms, "gbps": 2 * nbytes / ms / 1e6}
+
+
+# --------------------------------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class Record:
+    """One (phase, op, backend, shape, dtype): its check and, for timed phases, its time."""
+
+    phase: str
+    op: str
+    backend: str
+    shape: str
+    dtype: str
+    params: Params
+    bytes: int = 0
+    ok: bool | None = None  # None: not checked (skipped for time, or after a lost CUDA context)
+    errors: dict[str, float] = field(default_factory=dict)
+    ms: float | None = None
+    warm_s: float | None = None  # first call (check) wall time: torch.compile's compile shows here
+    note: str = ""
+    gbps: float | None = None
+    frac_copy: float | None = None
+    x_eager: float | None = None
+    x_compile: float | None = None
+
+
+@dataclass
+class Run:
+    """Options, the catalog, the records so far and the time budget of one invocation."""
+
+    args: argparse.Namespace
+    device: torch.device
+    ops: dict[str, OpEntry]
+    records: list[Record] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    copy: dict[str, float] = field(default_factory=dict)
+    deadline: float = 0.0
+    cuda_broken: str = ""
+
+    def remaining(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def skip_reason(self, backend: str, budget: bool) -> str:
+        """Why a case must not start now ("" if it may); `budget`: whether the time budget applies."""
+        if self.cuda_broken:
+            return f"not run: CUDA context lost earlier ({self.cuda_broken})"
+        if not budget:
+            return ""
+        if backend == "torch_compile" and self.remaining() < self.args.compile_reserve_s:
+            return f"skipped: time budget ({self.remaining():.0f}s left, torch.compile needs a fresh compile)"
+        if self.remaining() < self.args.reserve_s:
+            return f"skipped: time budget ({self.remaining():.0f}s left)"
+        return ""
+
+
+def _compile_at_decode(params: Params) -> bool:
+    """torch.compile recompiles per shape (seconds each): under graphs, time it at 1 and 64 tokens of
+    the first hidden size only."""
+    return params["T"] in (1, 64) and params.get("H", 4096) == 4096
+
+
+def _backends(run: Run, op: OpEntry, dtype: torch.dtype) -> list[str]:
+    """The op's backends, in BACKEND_ORDER, that declare `dtype` and pass --backends."""
+    wanted = set(run.args.backends.split(",")) if run.args.backends else None
+    names = sorted(op.targets, key=lambda b: BACKEND_ORDER.index(b) if b in BACKEND_ORDER else len(BACKEND_ORDER))
+    return [
+        b
+        for b in names
+        if _dtype_name(dtype) in op.backend_dtypes.get(b, op.dtypes) and (wanted is None or b in wanted)
+    ]
+
+
+def _cuda_lost(run: Run, exc: BaseException) -> None:
+    """After a failure on the GPU: if the context is gone (illegal address...), stop all GPU work."""
+    if run.device.type != "cuda":
+        return
+    try:
+        torch.cuda.synchronize()
+    except Exception as sync_exc:  # a sticky CUDA error: nothing later can run
+        run.cuda_broken = f"{type(exc).__name__}: {exc}".splitlines()[0][:200] or repr(sync_exc)
+
+
+def _short(exc: BaseException) -> str:
+    """The exception on one line, cut at 400 characters (torch's messages run to pages)."""
+    text = " ".join(f"{type(exc).__name__}: {str(exc).split(chr(10) * 2)[0]}".split())
+    return text if len(text) <= 400 else text[:400] + "..."
+
+
+def run_case(run: Run, phase: str, case: Case, backends: list[str]) -> None:
+    """Check, then (phase prefill/decode) time, each of `backends` on one case."""
+    meta = {"phase": phase, "op": case.op.op_id, "shape": case.label, "dtype": _dtype_name(case.dtype)}
+    what = " ".join(meta.values())
+    nbytes = case.bench.min_bytes(case.params, case.dtype)
+    if not backends:
+        return
+    try:
+        expected = reference_outputs(case, run.device)
+    except Exception as exc:
+        note = f"reference failed: {_short(exc)}"
+        run.records += [
+            Record(**meta, backend=b, params=case.params, bytes=nbytes, ok=False, note=note) for b in backends
+        ]
+        log(f"FAIL {what}: {note}")
+        _cuda_lost(run, exc)
+        return
+    for backend in backends:
+        rec = Record(**meta, backend=backend, params=case.params, bytes=nbytes)
+        run.records.append(rec)
+        rec.note = run.skip_reason(backend, budget=phase != "check")  # correctness is never cut for time
+        if rec.note:
+            continue
+        try:
+            fn = resolve(case.op.targets[backend])
+            start = time.perf_counter()
+            rec.errors, args = check_backend(case, fn, expected, run.device)
+            rec.warm_s, rec.ok = time.perf_counter() - start, True
+        except Exception as exc:  # an import error, a crash or a wrong answer: all fail the check
+            rec.ok, rec.note = False, f"check failed: {_short(exc)}"
+            log(f"FAIL {what} {backend}: {rec.note}")
+            _cuda_lost(run, exc)
+            continue
+        try:
+            if phase == "prefill":
+                rec.ms = time_prefill(fn, args, run.args.warmup_ms, run.args.rep_ms)
+            elif phase == "decode":
+                rec.ms = time_graph(fn, [case.inputs(run.device, variant=i) for i in range(run.args.graph_calls)])
+        except Exception as exc:
+            rec.note = f"timing failed: {_short(exc)}"
+            log(f"note {what} {backend}: {rec.note}")
+            _cuda_lost(run, exc)
+        del args
+        if phase != "check":  # checks are summed up per op (phase_check); failures are logged above
+            _log_record(rec, run)
+
+
+def _errors_text(errors: dict[str, float]) -> str:
+    """'1.2e-03', or per output when there are several ('x 1.2e-03 residual 4.0e-04')."""
+    if len(errors) == 1:
+        return f"{next(iter(errors.values())):.1e}"
+    return " ".join(f"{name} {err:.1e}" for name, err in errors.items())
+
+
+def _log_record(rec: Record, run: Run) -> None:
+    timing = (
+        f" {rec.ms * 1e3:9.1f} us {rec.bytes / rec.ms / 1e6 / run.copy['gbps']:5.2f} of copy"
+        if rec.ms and run.copy
+        else ""
+    )
+    warm = f" (first call {rec.warm_s:.1f}s)" if rec.warm_s and rec.warm_s > 1.0 else ""
+    log(
+        f"ok   {rec.phase:7s} {rec.op:34s} {rec.backend:13s} {rec.shape:26s} {rec.dtype:8s}{timing}{warm}"
+        f" err {_errors_text(rec.errors)}"
+    )
+
+
+def _selected(run: Run, shapes: tuple[Params, ...], phase: str) -> tuple[Params, ...]:
+    if not run.args.quick:
+        return shapes
+    if phase == "prefill":
+        return shapes[:1]
+    if phase == "decode":
+        return tuple(s for s in shapes if s["T"] in (1, 64))[:2]
+    return shapes[:2]
+
+
+def phase_check(run: Run, op_ids: list[str]) -> None:
+    """Correctness at small awkward shapes, every declared dtype.
+
+    torch.compile recompiles for every shape and dtype, so it is checked here at one shape in float32
+    only; its float16/bfloat16 checks come with the prefill timings (which warm it up anyway).
+    """
+    for op_id in op_ids:
+        op, bench = run.ops[op_id], BENCHES[op_id]
+        shapes = _selected(run, bench.cpu if run.device.type == "cpu" else bench.check, "check")
+        first = len(run.records)
+        for dtype_name in op.dtypes:
+            dtype = getattr(torch, dtype_name)
+            for i, params in enumerate(shapes):
+                backends = [
+                    b for b in _backends(run, op, dtype) if b != "torch_compile" or (i == 0 and dtype == torch.float32)
+                ]
+                run_case(run, "check", Case(op, bench, params, dtype), backends)
+        done = run.records[first:]
+        passed = sum(1 for r in done if r.ok)
+        backends = sorted({r.backend for r in done})
+        log(
+            f"{'ok  ' if passed == len(done) else 'FAIL'} check {op_id}: {passed}/{len(done)} passed "
+            f"({len(shapes)} shapes x {', '.join(op.dtypes)} x {', '.join(backends)})"
+        )
+
+
+def phase_timed(run: Run, op_ids: list[str], phase: str, dtypes: Iterable[torch.dtype]) -> None:
+    """Check then time every backend at the phase's shapes."""
+    for dtype in dtypes:
+        for op_id in op_ids:
+            op, bench = run.ops[op_id], BENCHES[op_id]
+            if _dtype_name(dtype) not in op.dtypes:
+                continue
+            for params in _selected(run, getattr(bench, phase), phase):
+                backends = _backends(run, op, dtype)
+                if phase == "decode" and not _compile_at_decode(params):
+                    backends = [b for b in backends if b != "torch_compile"]
+                run_case(run, phase, Case(op, bench, params, dtype), backends)
+                if run.device.type == "cuda" and not run.cuda_broken:
+                    torch.cuda.empty_cache()  # prefill shapes move GBs: keep the pool from growing per shape
+
+
+# --------------------------------------------------------------------------------------------------
+# Reporting
+
+
+def derive(run: Run) -> None:
+    """Bandwidth, fraction of copy bandwidth and speedups over eager and torch.compile per timed record."""
+    index = {(r.phase, r.op, r.shape, r.dtype, r.backend): r for r in run.records if r.ms}
+    for r in run.records:
+        if not r.ms:
+            continue
+        r.gbps = r.bytes / r.ms / 1e6
+        r.frac_copy = r.gbps / run.copy["gbps"] if run.copy else None
+        for attr, peer in (("x_eager", "torch"), ("x_compile", "torch_compile")):
+            other = index.get((r.phase, r.op, r.shape, r.dtype, peer))
+            setattr(r, attr, other.ms / r.ms if other else None)
+
+
+_DT_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def _fmt(value: float | None, spec: str, width: int) -> str:
+    return f"{value:{width}{spec}}" if value is not None else " " * (width - 1) + "-"
+
+
+def full_table(run: Run) -> list[str]:
+    """One line per record."""
+    lines = [
+        f"{'phase':7s} {'op':34s} {'backend':13s} {'shape':26s} {'dtype':8s} {'MB':>8s} {'check':>5s} "
+        f"{'us':>9s} {'GB/s':>7s} {'frac':>5s} {'x_eag':>6s} {'x_comp':>6s}  errors or note"
+    ]
+    for r in run.records:
+        check = {None: "-", True: "ok", False: "FAIL"}[r.ok]
+        lines.append(
+            f"{r.phase:7s} {r.op:34s} {r.backend:13s} {r.shape:26s} {r.dtype:8s} {r.bytes / 1e6:8.1f} {check:>9s} "
+            f"{_fmt(r.ms and r.ms * 1e3, '.1f', 9)} {_fmt(r.gbps, '.0f', 7)} {_fmt(r.frac_copy, '.2f', 5)} "
+            f"{_fmt(r.x_eager, '.2f', 6)} {_fmt(r.x_compile, '.2f', 6)}  {r.note or _errors_text(r.errors)}"
+        )
+    return lines
+
+
+def short_table(run: Run, phase: str) -> list[str]:
+    """One line per timed (op, shape, dtype) of `phase`: each backend's us, and triton's fraction of
+    copy bandwidth and speedups over eager and torch.compile."""
+    rows: dict[tuple[str, str, str], dict[str, Record]] = {}
+    for r in run.records:
+        if r.phase == phase:
+            rows.setdefault((r.op, r.shape, r.dtype), {})[r.backend] = r
+    if not rows:
+        return []
+    ops = list(BENCHES)
+    order = sorted(rows, key=lambda k: (ops.index(k[0]), k[2] != "bfloat16", next(iter(rows[k].values())).bytes))
+    lines = [
+        f"-- {phase} (us; frac: of copy bandwidth; x: triton's speedup) --",
+        f"{'op':19s} {'shape':23s} {'dt':4s} {'MB':>6s} {'triton':>7s} {'frac':>4s} {'compile':>7s} {'frac':>4s} "
+        f"{'aten':>7s} {'eager':>7s} {'x_eag':>5s} {'x_cmp':>5s}",
+    ]
+    for key in order:
+        (op, shape, dtype), by_backend = key, rows[key]
+        t, c = by_backend.get("triton"), by_backend.get("torch_compile")
+        us = {b: by_backend[b].ms * 1e3 if b in by_backend and by_backend[b].ms else None for b in BACKEND_ORDER}
+        lines.append(
+            f"{op.split('.')[-1]:19s} {shape:23s} {_DT_SHORT.get(dtype, dtype):4s} "
+            f"{next(iter(by_backend.values())).bytes / 1e6:6.1f} {_fmt(us['triton'], '.1f', 7)} "
+            f"{_fmt(t and t.frac_copy, '.2f', 4)} {_fmt(us['torch_compile'], '.1f', 7)} "
+            f"{_fmt(c and c.frac_copy, '.2f', 4)} "
+            f"{_fmt(us['aten'], '.1f', 7)} {_fmt(us['torch'], '.1f', 7)} {_fmt(t and t.x_eager, '.2f', 5)} "
+            f"{_fmt(t and t.x_compile, '.2f', 5)}"
+        )
+    return lines
+
+
+def _listed(records: list[Record], show: Callable[[Record], str], limit: int = 8) -> str:
+    text = "; ".join(f"{r.op.split('.')[-1]} {r.shape} {r.dtype}: {show(r)}" for r in records[:limit])
+    return text + (f"; ... {len(records) - limit} more" if len(records) > limit else "")
+
+
+def summary(run: Run) -> tuple[list[str], dict[str, Any]]:
+    """The targets (KERNEL_SPEC.md), correctness, skips and notes: as lines, and as data for the JSON."""
+    triton = [r for r in run.records if r.backend == "triton" and r.ms]
+    prefill = [r for r in triton if r.phase == "prefill"]
+    large = [r for r in prefill if r.bytes >= LARGE_BYTES and r.frac_copy is not None]
+    vs_compile = [r for r in prefill if r.x_compile]
+    decode = [r for r in triton if r.phase == "decode"]
+    targets = [  # what, the records it covers, those that miss it, how to show a miss
+        (
+            f"large shapes (>= {LARGE_BYTES / 1e6:.0f} MB) >= {DEFAULT_TARGET_FRAC:.2f} of copy BW (rotary >= 0.80)",
+            large,
+            [r for r in large if r.frac_copy < TARGET_FRAC.get(r.op, DEFAULT_TARGET_FRAC)],
+            lambda r: f"{r.frac_copy:.2f}",
+        ),
+        (
+            "triton >= 1.0x torch_compile at every prefill shape",
+            vs_compile,
+            [r for r in vs_compile if r.x_compile < 1.0],
+            lambda r: f"{r.x_compile:.2f}x",
+        ),
+        (
+            f"decode <= {DECODE_TARGET_US:.0f} us (triton, CUDA graph)",
+            decode,
+            [r for r in decode if r.ms * 1e3 > DECODE_TARGET_US],
+            lambda r: f"{r.ms * 1e3:.1f} us",
+        ),
+    ]
+    geomean = math.exp(sum(math.log(r.x_compile) for r in vs_compile) / len(vs_compile)) if vs_compile else None
+    checked = [r for r in run.records if r.ok is not None]
+    failed = [r for r in checked if not r.ok]
+    not_run: dict[str, int] = {}  # reason -> count: budget skips, timing failures
+    for r in run.records:
+        if r.note and (r.ok is None or (r.ok and r.phase != "check" and not r.ms)):
+            reason = f"{r.backend}: {r.note.split(' (')[0][:160]}"
+            not_run[reason] = not_run.get(reason, 0) + 1
+
+    lines = ["== targets =="]
+    if run.copy:
+        lines.append(f"copy bandwidth: {run.copy['gbps']:.0f} GB/s ({run.copy['bytes'] / 1e9:.2f} GB moved, median)")
+    if run.device.type == "cuda":
+        for what, covered, misses, show in targets:
+            verdict = "PASS" if covered and not misses else "MISS"
+            detail = f"; misses: {_listed(misses, show)}" if misses else ""
+            lines.append(f"[{verdict}] {what}: {len(covered) - len(misses)}/{len(covered)}{detail}")
+        verdict = "PASS" if geomean is not None and geomean >= 1.1 else "MISS"
+        lines.append(f"[{verdict}] triton geomean vs torch_compile >= 1.1x: " + (f"{geomean:.2f}x" if geomean else "-"))
+    lines.append(
+        f"[{'MISS' if failed else 'PASS'}] correctness: {len(checked) - len(failed)}/{len(checked)} checks passed"
+    )
+    lines += [f"  FAIL {r.phase} {r.op} {r.backend} {r.shape} {r.dtype}: {r.note}" for r in failed[:20]]
+    lines += [f"  ... {len(failed) - 20} more failures in the JSON"] if len(failed) > 20 else []
+    lines += [f"  not run or untimed x{n}: {reason}" for reason, n in not_run.items()]
+    lines += [f"note: {n}" for n in run.notes]
+    data = {
+        "copy_gbps": run.copy.get("gbps"),
+        "targets": {what: {"n": len(covered), "misses": len(misses)} for what, covered, misses, _ in targets},
+        "triton_vs_compile_geomean": geomean,
+        "checks": {"n": len(checked), "failed": len(failed)},
+        "not_run": not_run,
+    }
+    return lines, data
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """Versions and the device, for the results file."""
+    env: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "host": platform.node(),
+        "argv": sys.argv[1:],
+    }
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except Exception as exc:
+        env["triton"] = f"unavailable: {exc}"
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(gpu=props.name, sm_count=props.multi_processor_count, capability=f"{props.major}.{props.minor}")
+    try:
+        env["commit"] = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+    except Exception:  # no git or no .git on the device machine
+        env["commit"] = None
+    return env
+
+
+def write_results(run: Run, final: bool) -> int:
+    """Write the JSON (and, when final, the text tables); return the exit status."""
+    derive(run)
+    out = Path(run.args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines, data = summary(run)
+    payload = {
+        "environment": environment(run.device),
+        "complete": final,
+        "copy": run.copy,
+        "notes": run.notes,
+        "summary": data,
+        "records": [dataclasses.asdict(r) for r in run.records],
+    }
+    (out / "kernels_gpu.json").write_text(json.dumps(payload, indent=1, default=str))
+    if final:
+        tables: list[str] = []
+        for phase in ("decode", "prefill"):  # decode first: if the device keeps only the tail, prefill survives
+            table = short_table(run, phase)
+            tables += [*table, ""] if table else []
+        tables += lines
+        (out / "kernels_gpu.txt").write_text("\n".join([*full_table(run), "", *tables]) + "\n")
+        print("\n".join(tables), flush=True)
+        print(f"results: {out / 'kernels_gpu.json'}, {out / 'kernels_gpu.txt'}", flush=True)
+    return 1 if data["checks"]["failed"] else 0
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda", help="cpu: checks only, Triton interpreted"
+    )
+    parser.add_argument("--quick", action="store_true", help="a few shapes per op (smoke test)")
+    parser.add_argument("--ops", default="", help="comma-separated op ids or names (default: all)")
+    parser.add_argument("--backends", default="", help="comma-separated backends (default: all declared)")
+    parser.add_argument("--catalog", type=Path, default=REPO / "catalog", help="manifests folder (default: catalog/)")
+    parser.add_argument("--out", default=os.environ.get("OUT", "out"), help="results folder (default: $OUT or ./out)")
+    parser.add_argument("--budget-s", type=float, default=370.0, help="start no timed case after this many seconds")
+    parser.add_argument("--compile-reserve-s", type=float, default=45.0, help="no new torch.compile with less left")
+    parser.add_argument("--reserve-s", type=float, default=10.0, help="no new case with less left")
+    parser.add_argument("--warmup-ms", type=int, default=10, help="do_bench warm-up time per case")
+    parser.add_argument("--rep-ms", type=int, default=40, help="do_bench timed time per case")
+    parser.add_argument("--graph-calls", type=int, default=20, help="calls (input sets) per CUDA graph in decode")
+    parser.add_argument("--copy-gb", type=float, default=2.0, help="size of the copy that measures bandwidth")
+    return parser.parse_args(argv)
+
+
+def _op_ids(run: Run, wanted: str, problems: list[str]) -> list[str]:
+    """The benched op ids to run, in BENCHES order; missing catalog entries become notes."""
+    names = {w.strip() for w in wanted.split(",") if w.strip()}
+    chosen = [op for op in BENCHES if not names or op in names or op.split(".")[-1] in names]
+    unknown = names - {n for op in BENCHES for n in (op, op.split(".")[-1])}
+    if unknown:
+        problems.append(f"--ops: no bench case for {', '.join(sorted(unknown))}; known: {', '.join(BENCHES)}")
+    for op in [op for op in chosen if op not in run.ops]:
+        problems.append(f"{op}: not in catalog/*.yaml (yet): not run")
+        run.records.append(Record("check", op, "-", "-", "-", {}, ok=False, note="not in the catalog"))
+    problems += [f"{op}: in the catalog but has no bench case here" for op in run.ops if op not in BENCHES]
+    return [op for op in chosen if op in run.ops]
+
+
+def _allow_recompiles() -> None:
+    """torch.compile(dynamic=False) compiles once per shape and dtype; past dynamo's recompile limit
+    (8 by default) it would silently run eager, and the torch_compile figures would be eager ones."""
+    import torch._dynamo
+
+    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 4096)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("error: no CUDA device (use --device cpu for the smoke mode)", file=sys.stderr)
+        return 2
+    notes = [n for n in [import_kcatalog()] if n]
+    for n in notes:
+        log(f"WARNING: {n}")
+    ops, problems = read_catalog(args.catalog)
+    run = Run(args=args, device=device, ops=ops, notes=notes, deadline=_T0 + args.budget_s)
+    op_ids = _op_ids(run, args.ops, problems)
+    run.notes += problems
+    for p in problems:
+        log(f"note: {p}")
+    log(f"torch {torch.__version__} on {device}; ops: {', '.join(op_ids) or 'none'}")
+    if not args.backends or "torch_compile" in args.backends.split(","):
+        _allow_recompiles()
+    try:
+        if device.type == "cuda":
+            run.copy = measure_copy_bandwidth(int(args.copy_gb * 1e9), device, args.warmup_ms, args.rep_ms)
+            copy = run.copy
+            log(f"copy bandwidth {copy['gbps']:.0f} GB/s ({copy['bytes'] / 1e9:.1f} GB in {copy['ms']:.3f} ms)")
+        log("== correctness ==")
+        phase_check(run, op_ids)
+        write_results(run, final=False)
+        if device.type == "cuda":
+            dtypes = TIMED_DTYPES[:1] if args.quick else TIMED_DTYPES
+            log("== prefill (do_bench, median, L2 flushed) ==")
+            phase_timed(run, op_ids, "prefill", dtypes[:1])
+            write_results(run, final=False)
+            log(f"== decode (CUDA graph of {args.graph_calls} calls on rotating inputs) ==")
+            phase_timed(run, op_ids, "decode", dtypes[:1])
+            write_results(run, final=False)
+            if len(dtypes) > 1:
+                log("== prefill, second dtype ==")
+                phase_timed(run, op_ids, "prefill", dtypes[1:])
+    except Exception:  # a bug of this script: keep what was measured
+        run.notes.append("benchmark script error: " + traceback.format_exc(limit=3).replace("\n", " | "))
+        log(run.notes[-1])
+        write_results(run, final=True)
+        return 2
+    log("== done ==")
+    return write_results(run, final=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
