@@ -18,7 +18,7 @@ from .errors import CatalogError, KernelImportError, Location, UnknownBackendErr
 
 if TYPE_CHECKING:
     from .errors import Diagnostic
-    from .schema import Capability, Settings
+    from .schema import Capability, Samples, Settings
 
 
 class _LazyTarget:
@@ -84,6 +84,7 @@ class OpInfo:
     priority: tuple[str, ...] | None
     platform_priority: Mapping[str, tuple[str, ...]]
     dispatch_arg: str | None
+    samples: Samples | None
     location: Location
     backends: Mapping[str, KernelSpec]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 from types import MappingProxyType
 
 from ._catalog import Catalog, KernelSpec, OpInfo
@@ -11,9 +12,13 @@ from ._loader import SETTINGS_FILE, LoadedFile, children
 from ._overrides import Layer, OverridesArg, check_layer, process_layers
 from ._platform import Platform
 from ._targets import TargetChecker
-from ._yaml import node_location
+from ._samples import sample_problems
+from ._yaml import find_node, node_location
 from .errors import Diagnostic, Location, Severity, did_you_mean, listing
 from .schema import Backend, Manifest, Op, Settings, signature_params
+
+if TYPE_CHECKING:
+    import yaml
 
 Require = Iterable[str] | Mapping[str, Sequence[str]]
 
@@ -111,6 +116,8 @@ class _Linker:
                 self.signatures.setdefault(op_id, op.signature)
                 self.check_arguments(file, op_id, op, value_node)
                 self.check_tolerance(file, op_id, op, value_node)
+                if op.samples is not None:
+                    self.check_samples(file, op_id, op, value_node)
                 if op_id in self.ops:
                     self.error("KC201", f"op '{op_id}' already declared at {self.ops[op_id].location}", location)
                     continue
@@ -121,6 +128,7 @@ class _Linker:
                     reference=op.reference, dtypes=op.dtypes, mutates=op.mutates,
                     tolerance=MappingProxyType(dict(op.tolerance)), priority=op.priority,
                     platform_priority=MappingProxyType(dict(op.platform_priority)), dispatch_arg=op.dispatch_arg,
+                    samples=op.samples,
                     location=location, backends=MappingProxyType(specs),
                 )
         for file in manifests:
@@ -133,6 +141,16 @@ class _Linker:
             for device, order in op.platform_priority.items():
                 self.check_names(order, file, ("ops", name, "platform_priority", device),
                                  f"{device} priority of op '{op_id}'", allowed=backends)
+
+    def check_samples(self, file: LoadedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
+        """Samples must fit the signature, use defined sizes and compare real outputs."""
+        assert op.samples is not None
+        try:
+            problems = list(sample_problems(op_id, op.signature, op.mutates, op.samples))
+        except ValueError:
+            return  # an invalid signature is reported by check_arguments
+        for code, message, path in problems:
+            self.error(code, message, node_location(file.path, find_node(op_node, ["samples", *path], key=True)))
 
     def check_tolerance(self, file: LoadedFile, op_id: str, op: Op, op_node: object) -> None:
         """Tolerances may only be given for dtypes the op declares."""

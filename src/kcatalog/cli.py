@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +49,17 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--catalog", action="append", default=None, metavar="PATH",
                          help="catalog directory or file (repeatable; default: the shipped catalog)")
     explain.add_argument("--output-format", choices=["text", "json"], default="text")
+
+    test = sub.add_parser("test", help="check every eligible backend against the reference on declared samples")
+    test.add_argument("ops", nargs="*", metavar="OP", help="op ids or globs (default: every op)")
+    test.add_argument("--backend", action="append", default=[], help="only this backend (repeatable)")
+    test.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    test.add_argument("--dtype", action="append", default=[], help="only this dtype (repeatable)")
+    test.add_argument("--seed", type=int, default=None, help="base seed of the inputs (default: random, printed)")
+    test.add_argument("--interpret", action="store_true", help="run Triton kernels on the CPU (TRITON_INTERPRET=1)")
+    test.add_argument("--catalog", action="append", default=None, metavar="PATH",
+                      help="catalog directory or file (repeatable; default: the shipped catalog)")
+    test.add_argument("--output-format", choices=["concise", "json"], default="concise")
 
     schema = sub.add_parser("schema", help="write the JSON Schemas generated from the models, or check them")
     schema.add_argument("--check", action="store_true", help="exit 1 if the committed schemas are stale")
@@ -167,6 +179,38 @@ def _explain(options: argparse.Namespace) -> int:
     return 0 if all(s.chosen for s in selections) else 1
 
 
+def _test(options: argparse.Namespace) -> int:
+    from . import _conformance as conformance
+
+    if options.interpret:
+        if options.device != "cpu":
+            print("error: --interpret runs Triton kernels on the CPU; use it with --device cpu", file=sys.stderr)
+            return 2
+        os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
+    catalog = _load_or_report(options.catalog)
+    if catalog is None:
+        return 1
+    seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "little")
+    ops = conformance.select_ops(catalog, options.ops)
+    cases, notes = conformance.plan(catalog, ops, device=options.device, backends=options.backend,
+                                    dtypes=options.dtype, base_seed=seed, interpret=options.interpret)
+    results = list(conformance.run(cases, catalog, options.device))
+    failed = [r for r in results if not r.passed]
+    if options.output_format == "json":
+        print(json.dumps({"seed": seed, "results": [r.as_dict() for r in results], "notes": notes,
+                          "summary": {"checks": len(results), "failed": len(failed)}}, indent=2))
+    else:
+        print(f"seed {seed}")
+        if results:
+            print(conformance.format_table(results))
+        for note in notes:
+            print(f"note: {note}")
+        for r in failed:
+            print(conformance.failure_line(r, seed))
+        print(f"{plural(len(results), 'check')}, {len(failed)} failed.")
+    return 1 if failed or not results else 0
+
+
 def _schema(options: argparse.Namespace) -> int:
     directory = options.dir or shipped_schema_dir()
     if options.check:
@@ -181,4 +225,4 @@ def _schema(options: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"validate": _validate, "list": _list, "explain": _explain, "schema": _schema}
+COMMANDS = {"validate": _validate, "list": _list, "explain": _explain, "test": _test, "schema": _schema}

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    model_validator,
+)
 
 FORMAT_VERSION = 1
 
@@ -93,6 +103,46 @@ class Backend(_Strict):
     description: str | None = None
 
 
+SizeValue = Union[StrictBool, StrictInt, StrictFloat, str]
+Dim = Union[StrictInt, Annotated[str, Field(pattern=r"^[A-Za-z0-9_+*/() -]+$")]]
+
+
+class TensorArg(_Strict):
+    """A tensor argument built for tests and benchmarks: uniform random values of a shape and dtype."""
+
+    shape: tuple[Dim, ...] = Field(description="sizes: numbers, size names, or expressions such as '2*H'")
+    dtype: DType | None = Field(None, description="default: the dtype under test")
+    range: tuple[Union[StrictInt, StrictFloat, str], Union[StrictInt, StrictFloat, str]] = Field(
+        (-1.0, 1.0), description="[low, high): floats uniform, integers uniform in [low, high)"
+    )
+
+
+ArgValue = Annotated[
+    Union[TensorArg, StrictBool, StrictInt, StrictFloat, str, None], Field(union_mode="left_to_right")
+]
+
+
+class Samples(_Strict):
+    """How to build an op's inputs and which outputs to compare: the basis of `kcatalog test` and `bench`."""
+
+    sizes: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], tuple[SizeValue, ...]] = Field(
+        default_factory=dict, description="size name -> values; tests take every combination"
+    )
+    args: dict[str, ArgValue] = Field(
+        description="argument -> tensor spec, or a plain value; '$NAME' stands for a size's value"
+    )
+    compare: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.*]+$")], ...] = Field(
+        ("return",), description="outputs checked against the reference: 'return', 'return.0', a mutated "
+        "argument, or a product such as 'return.0*return.1' (compared in float64)"
+    )
+    decode: dict[str, tuple[SizeValue, ...]] = Field(
+        default_factory=dict, description="sizes for `kcatalog bench --shapes decode` (over `sizes`)"
+    )
+    prefill: dict[str, tuple[SizeValue, ...]] = Field(
+        default_factory=dict, description="sizes for `kcatalog bench --shapes prefill` (over `sizes`)"
+    )
+
+
 class Op(_Strict):
     """An operation and its implementations."""
 
@@ -114,6 +164,7 @@ class Op(_Strict):
     dispatch_arg: str | None = Field(
         None, description="argument whose device and dtype select the backend in op handles (default: the first)"
     )
+    samples: Samples | None = Field(None, description="test and benchmark inputs for this op")
     backends: dict[Name, Backend] = Field(min_length=1)
 
 
@@ -164,8 +215,8 @@ class Settings(_Strict):
 
 
 @functools.lru_cache(maxsize=4096)  # catalogs repeat a handful of signatures across many ops
-def signature_params(signature: str) -> tuple[str, ...]:
-    """Parameter names of an op signature; ValueError when it is not a valid Python signature."""
+def signature_arguments(signature: str) -> tuple[tuple[str, bool], ...]:
+    """(name, required) for each parameter of an op signature; ValueError when it is not valid Python."""
     import ast
 
     try:
@@ -173,4 +224,13 @@ def signature_params(signature: str) -> tuple[str, ...]:
     except SyntaxError as exc:
         raise ValueError(f"signature '{signature}' is not valid Python: {exc.msg}") from None
     args = tree.body[0].args  # type: ignore[attr-defined]
-    return tuple(arg.arg for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+    positional = [*args.posonlyargs, *args.args]
+    first_default = len(positional) - len(args.defaults)
+    result = [(arg.arg, index < first_default) for index, arg in enumerate(positional)]
+    result += [(arg.arg, default is None) for arg, default in zip(args.kwonlyargs, args.kw_defaults)]
+    return tuple(result)
+
+
+def signature_params(signature: str) -> tuple[str, ...]:
+    """Parameter names of an op signature; ValueError when it is not a valid Python signature."""
+    return tuple(name for name, _ in signature_arguments(signature))

@@ -29,6 +29,8 @@ MINIMAL: dict[str, dict[str, object]] = {
     "Policy": {},
     "BackendInfo": {"description": "d"},
     "Settings": {"kcatalog": 1, "backends": {"torch": {"description": "d"}}, "priority": ["torch"]},
+    "Samples": {"args": {"x": {"shape": ["T"]}}},
+    "TensorArg": {"shape": [4]},
 }
 
 

@@ -56,7 +56,7 @@ def test_shipped_rms_norm_on_cpu_is_aten(capsys: pytest.CaptureFixture[str]) -> 
     assert out == (
         "layernorm.rms_norm on cpu: aten (kcatalog.kernels.aten.layernorm:rms_norm), by catalog priority on cpu\n"
         "  torch: ranked below aten by catalog priority on cpu\n"
-        "  torch_compile: ranked below aten by catalog priority on cpu\n"
+        "  torch_compile: runs on cuda >= 7.0, not cpu; runs on hip, not cpu\n"
         "  triton: runs on cuda >= 8.0, not cpu; runs on hip, not cpu\n"
     )
 

@@ -1,0 +1,191 @@
+"""`kcatalog test`: each eligible backend against the op's reference, on the samples its manifest declares."""
+
+from __future__ import annotations
+
+import fnmatch
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._platform import Platform
+from ._samples import DEFAULT_TOLERANCE, build_call, describe, select_output, size_sets
+from ._select import ineligibility
+from .errors import UnknownOpError
+
+if TYPE_CHECKING:
+    from ._catalog import Catalog, KernelSpec, OpInfo
+
+
+@dataclass(frozen=True)
+class Case:
+    """One planned check: a backend of an op, a dtype, one size set and the seed of its inputs."""
+
+    info: OpInfo
+    spec: KernelSpec
+    dtype: str
+    sizes: dict[str, Any]
+    seed: int
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What one check found; `message` says why it failed ('' when it passed)."""
+
+    op: str
+    backend: str
+    dtype: str
+    sizes: str
+    seed: int
+    max_abs_error: float | None
+    relative_error: float | None
+    tolerance: float
+    passed: bool
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for JSON."""
+        return asdict(self)
+
+
+def select_ops(catalog: Catalog, patterns: Sequence[str]) -> list[str]:
+    """Op ids matching the patterns (ids or globs), all ops when none is given; UnknownOpError for a miss."""
+    if not patterns:
+        return catalog.ops()
+    chosen = []
+    for pattern in patterns:
+        matches = [op for op in catalog.ops() if fnmatch.fnmatchcase(op, pattern)]
+        if not matches:
+            raise UnknownOpError(pattern, catalog.ops())
+        chosen += [op for op in matches if op not in chosen]
+    return chosen
+
+
+def case_seed(base_seed: int, op: str, dtype: str, index: int) -> int:
+    """The seed of one size set's inputs: the same for every backend, so all see the same data."""
+    return zlib.crc32(f"{base_seed}:{op}:{dtype}:{index}".encode())
+
+
+def runnable(spec: KernelSpec, platform: Platform, dtype: str, interpret: bool) -> str | None:
+    """Why the spec cannot be tested here, or None. Under --interpret, Triton kernels run on the CPU."""
+    reason = ineligibility(spec, platform, dtype)
+    if reason is not None and interpret and platform.device == "cpu" and "triton" in spec.requires:
+        reason = ineligibility(spec, Platform("cuda", "9.0"), dtype)  # still honour requires and dtypes
+    return reason
+
+
+def plan(catalog: Catalog, ops: Sequence[str], *, device: str, backends: Sequence[str] = (),
+         dtypes: Sequence[str] = (), base_seed: int, interpret: bool = False) -> tuple[list[Case], list[str]]:
+    """Every case to run, and a note for each op or backend left out (no samples, cannot run here)."""
+    platform = Platform(device) if device == "cpu" else catalog.platform()
+    cases: list[Case] = []
+    notes: list[str] = []
+    for op in ops:
+        info = catalog.info(op)
+        if info.samples is None:
+            notes.append(f"{op}: no samples declared; nothing to test")
+            continue
+        for spec in info.backends.values():
+            if spec.backend == info.reference or (backends and spec.backend not in backends):
+                continue
+            skipped: dict[str, list[str]] = {}  # reason -> dtypes, so each reason is noted once
+            for dtype in [d for d in dtypes or info.dtypes if d in info.dtypes]:
+                reason = runnable(spec, platform, dtype, interpret)
+                if reason is not None:
+                    skipped.setdefault(reason, []).append(dtype)
+                    continue
+                for index, sizes in enumerate(size_sets(info.samples)):
+                    cases.append(Case(info, spec, dtype, sizes, case_seed(base_seed, op, dtype, index)))
+            notes += [f"{op} [{spec.backend}] {', '.join(ds)}: skipped, {reason}" for reason, ds in skipped.items()]
+    return cases, notes
+
+
+def run(cases: Sequence[Case], catalog: Catalog, device: str) -> Iterator[CaseResult]:
+    """Run each case; a backend that raises is a failure with its message, never an abort."""
+    for case in cases:
+        yield check(case, catalog.get_backend(case.info.id, case.info.reference), device)
+
+
+def check(case: Case, reference: KernelSpec, device: str) -> CaseResult:
+    """Compare one backend with the reference on fresh inputs, in float64."""
+    import torch
+
+    info, samples = case.info, case.info.samples
+    assert samples is not None  # plan() only makes cases for ops with samples
+    tolerance = info.tolerance.get(case.dtype, DEFAULT_TOLERANCE.get(case.dtype, 1e-2))
+
+    def result(passed: bool, message: str = "", max_abs: float | None = None,
+               rel: float | None = None) -> CaseResult:
+        return CaseResult(info.id, case.spec.backend, case.dtype, describe(case.sizes), case.seed, max_abs, rel,
+                          tolerance, passed, message)
+
+    call = build_call(info, samples, case.sizes, case.dtype, device, case.seed)
+    expected_call = call.clone(upcast_from=case.dtype)  # the reference runs in higher precision
+    try:
+        expected = expected_call.invoke(reference.load())
+    except Exception as exc:
+        return result(False, f"reference {reference.backend} raised {type(exc).__name__}: {exc}")
+    actual_call = call.clone()
+    untouched = {name: t.clone() for name, t in actual_call.tensors().items() if name not in info.mutates}
+    if device != "cpu":
+        _poison_allocator(expected)
+    try:
+        actual = actual_call.invoke(case.spec.load())
+        if device != "cpu":
+            torch.cuda.synchronize()
+    except Exception as exc:
+        return result(False, f"raised {type(exc).__name__}: {exc}")
+    for name, before in untouched.items():
+        if not torch.equal(actual_call.kwargs[name], before):
+            return result(False, f"changed '{name}', which the op does not declare in mutates")
+    worst_rel, worst_abs = 0.0, 0.0
+    for selector in samples.compare:
+        try:
+            got = select_output(selector, actual, actual_call)
+            want = select_output(selector, expected, expected_call)
+        except (TypeError, IndexError, KeyError) as exc:
+            return result(False, f"output '{selector}': {exc}")
+        if got.shape != want.shape:
+            return result(False, f"output '{selector}' has shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+        got, want = got.cpu(), want.cpu()
+        bad = int((~torch.isfinite(got) & torch.isfinite(want)).sum())
+        if bad:
+            return result(False, f"{bad} of {got.numel()} elements of '{selector}' are NaN or Inf "
+                          "(unwritten or overflowed)")
+        diff = (got - want).abs()
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        norm = float(torch.linalg.vector_norm(want))
+        rel = float(torch.linalg.vector_norm(got - want)) / norm if norm > 0 else max_abs
+        worst_rel, worst_abs = max(worst_rel, rel), max(worst_abs, max_abs)
+    if worst_rel > tolerance:
+        return result(False, f"relative error {worst_rel:.3e} > tolerance {tolerance:.1e}", worst_abs, worst_rel)
+    return result(True, "", worst_abs, worst_rel)
+
+
+def _poison_allocator(expected: Any) -> None:
+    """Leave NaN-filled blocks the size of each output in the CUDA caching allocator, so memory an op
+    allocates but never writes reads back as NaN (0xFF bytes are NaN in every float format)."""
+    import torch
+
+    outputs = expected if isinstance(expected, (tuple, list)) else [expected]
+    blocks = [torch.full((t.numel() * 8,), 0xFF, dtype=torch.uint8, device="cuda")
+              for t in outputs if isinstance(t, torch.Tensor)]
+    del blocks
+
+
+def format_table(results: Sequence[CaseResult]) -> str:
+    """One row per check: op, backend, dtype, sizes, errors, tolerance, result."""
+    rows = [["op", "backend", "dtype", "sizes", "max abs err", "rel err", "tol", "result"]]
+    for r in results:
+        rows.append([r.op, r.backend, r.dtype, r.sizes,
+                     "-" if r.max_abs_error is None else f"{r.max_abs_error:.2e}",
+                     "-" if r.relative_error is None else f"{r.relative_error:.2e}",
+                     f"{r.tolerance:.0e}", "ok" if r.passed else "FAIL"])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def failure_line(r: CaseResult, base_seed: int) -> str:
+    """A failure with its figures and the command that reproduces it."""
+    return (f"FAIL {r.op} [{r.backend}] {r.dtype} {r.sizes}: {r.message} (seed {base_seed}; case seed {r.seed}; "
+            f"reproduce: kcatalog test {r.op} --backend {r.backend} --dtype {r.dtype} --seed {base_seed})")

@@ -1,0 +1,196 @@
+"""Hostile values inside well-formed YAML: explicit scalar tags, huge numerals, aliased keys and strings,
+signatures and target modules too complex to parse. Each must end as diagnostics (never an exception out of
+check_catalog, never exit 2 from the CLI), quickly and in bounded memory; and loading must not leak."""
+
+from __future__ import annotations
+
+import gc
+import re
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kcatalog import check_catalog
+from kcatalog.cli import main
+
+if TYPE_CHECKING:
+    from conftest import Catalogs, Modules
+
+HOSTILE = "hostile.yaml"
+HEAD = "kcatalog: 1\ngroup: hostile\n"  # the hostile part starts on line 3
+MINIMAL_OP = """\
+kcatalog: 1
+group: norm
+ops:
+  rms_norm:
+    description: RMS norm over the last dim
+    signature: SIGNATURE
+    reference: torch
+    dtypes: [float32]
+    backends:
+      torch:
+        target: TARGET
+"""  # the signature value starts at 6:16, the target value at 11:17
+
+
+def minimal_op(signature: str = '"(x: Tensor, weight: Tensor) -> Tensor"',
+               target: str = "kcatalog.kernels.torch.layernorm:rms_norm") -> str:
+    return MINIMAL_OP.replace("SIGNATURE", signature).replace("TARGET", target)
+
+
+@pytest.fixture
+def catalog_with(catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], Path]:
+    """`write(name, text)`: the clean settings plus one manifest, made the working directory."""
+
+    def write(name: str, text: str) -> Path:
+        directory = catalogs.minimal("catalog", with_manifest=False)
+        (directory / name).write_text(text, encoding="utf-8")
+        monkeypatch.chdir(directory)
+        return directory
+
+    return write
+
+
+def refused(expected: str, capsys: pytest.CaptureFixture[str], *, within_s: float = 1.0) -> None:
+    """check_catalog returns no catalog and exactly the expected diagnostic, in time; the CLI exits 1 with it."""
+    start = time.perf_counter()
+    catalog, diagnostics = check_catalog(["."])
+    elapsed = time.perf_counter() - start
+    assert catalog is None
+    assert [bool(re.match(expected, str(d))) for d in diagnostics] == [True], [str(d) for d in diagnostics]
+    assert elapsed < within_s, f"refusing took {elapsed:.2f} s"
+    code = main(["validate", "."])
+    out, err = capsys.readouterr()
+    assert (code, err) == (1, ""), err
+    assert re.match(expected, out.splitlines()[0])
+
+
+# -- explicit standard tags and numerals ------------------------------------------------------------------------
+
+SCALAR_FIX = ("_yaml._Converter.convert: SafeConstructor.construct_object's ValueError/KeyError/IndexError/"
+              "OverflowError escape check_catalog (CLI: 'internal error', exit 2)")
+
+
+def test_explicit_standard_tags_with_valid_values_are_read(catalog_with: Callable[[str, str], Path]) -> None:
+    catalog_with(HEAD, HEAD.replace("kcatalog: 1", "kcatalog: !!int '1'") + "description: !!str 12\n")
+    catalog, diagnostics = check_catalog(["."])
+    assert diagnostics == []
+    assert catalog is not None
+
+
+@pytest.mark.xfail(strict=True, reason=SCALAR_FIX)
+@pytest.mark.parametrize(("text", "expected"), [
+    ("n: !!int abc\n", r"3:4: KC003 'abc' is not a valid !!int value"),
+    ("n: !!float abc\n", r"3:4: KC003 'abc' is not a valid !!float value"),
+    ("n: !!bool maybe\n", r"3:4: KC003 'maybe' is not a valid !!bool value"),
+    ("n: !!int\n", r"3:4: KC003 '' is not a valid !!int value"),
+    ("? !!int abc\n: 1\n", r"3:3: KC003 'abc' is not a valid !!int value"),
+], ids=["int", "float", "bool", "empty-int", "int-key"])
+def test_an_explicit_tag_that_does_not_fit_its_value_is_a_diagnostic(
+        text: str, expected: str, catalog_with: Callable[[str, str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+    catalog_with(HOSTILE, HEAD + text)
+    refused(rf"^{HOSTILE}:{expected}$", capsys)
+
+
+@pytest.mark.xfail(strict=True, reason=SCALAR_FIX + "; int() of a 5000-digit numeral raises ValueError, YAML 1.1 "
+                                       "base-60 numerals cost quadratic time or overflow float")
+@pytest.mark.parametrize(("text", "where", "length"), [
+    ("n: " + "1" * 5000 + "\n", "3:4", 5000),
+    ("kcatalog: " + "1" * 5000 + "\ngroup: hostile\n", "1:11", 5000),
+    ("n: 1" + ":59" * 200 + ".5\n", "3:4", 604),  # float('1:59:...') overflows: 'int too large to convert to float'
+    ("n: 1" + ":59" * 40_000 + "\n", "3:4", 120_001),  # takes ~1 s; at 4 MiB, hours
+], ids=["int-5000-digits", "format-version-5000-digits", "base-60-float-overflow", "base-60-int-quadratic"])
+def test_an_overlong_numeral_is_refused_quickly(text: str, where: str, length: int,
+                                                catalog_with: Callable[[str, str], Path],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    catalog_with(HOSTILE, text if text.startswith("kcatalog") else HEAD + text)
+    refused(rf"^{HOSTILE}:{where}: KC004 !!(int|float) scalar of {length} characters, over the 100-character limit$",
+            capsys, within_s=0.25)
+
+
+# -- aliases ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="_yaml._Converter._mapping: a key repeated through an alias is the same node, "
+                                       "so the search for its first definition (`k is not key_node`) finds nothing: "
+                                       "StopIteration inside the read_files generator, RuntimeError out of check_catalog")
+@pytest.mark.parametrize("text", ["&k description: x\n*k : y\n", "&k 7: x\n*k : y\n"], ids=["str-key", "int-key"])
+def test_a_key_repeated_through_an_alias_is_a_duplicate_key(text: str, catalog_with: Callable[[str, str], Path],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    catalog_with(HOSTILE, HEAD + text)
+    refused(rf"^{HOSTILE}:3:1: KC002 duplicate key '(description|7)' \(first defined at line 3, column 1\)$", capsys)
+
+
+def aliased_long_string(chars: int, refs: int) -> str:
+    """One long invalid target, anchored once, in an op referenced `refs` times: small file, huge expansion."""
+    ops = "\n".join(f"  op{i}: *op" for i in range(1, refs))
+    return minimal_op(target=f'"not a target {"x" * chars}"').replace("  rms_norm:", "  op0: &op") + ops + "\n"
+
+
+@pytest.mark.xfail(strict=True, reason="_yaml._Converter: an aliased scalar costs one node whatever its length, and "
+                                       "each of the op's copies gets a diagnostic quoting the whole string: a 1 MB "
+                                       "file gives 40 MB of messages here, a 4 MB one exhausts memory")
+def test_aliases_of_a_long_string_are_bounded(catalog_with: Callable[[str, str], Path]) -> None:
+    catalog_with("norm.yaml", aliased_long_string(chars=1_000_000, refs=40))
+    tracemalloc.start()
+    try:
+        catalog, diagnostics = check_catalog(["."])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert catalog is None
+    assert sum(len(str(d)) for d in diagnostics) < 1_000_000
+    assert peak < 50 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+    assert [d.code for d in diagnostics] == ["KC004"]
+    assert re.match(r"^norm\.yaml:\d+:\d+: KC004 more than \d+ characters of text after alias expansion$",
+                    str(diagnostics[0]))
+
+
+# -- signatures and target modules too complex to parse ---------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="schema.signature_params: ast.parse raises RecursionError or MemoryError on a "
+                                       "deeply nested signature; only SyntaxError becomes a diagnostic")
+@pytest.mark.parametrize("default", ["1" + "+1" * 10_000, "-" * 10_000 + "1"], ids=["recursion", "parser-stack"])
+def test_a_signature_too_complex_to_parse_is_a_diagnostic(default: str, catalog_with: Callable[[str, str], Path],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    catalog_with("norm.yaml", minimal_op(signature=f'"(x: Tensor, w: int = {default}) -> Tensor"'))
+    refused(r"^norm\.yaml:6:16: KC103 'signature': signature '\(x: Tensor, w: int = [-+1]+\.\.\.' is too deeply "
+            r"nested to parse$", capsys)
+
+
+@pytest.mark.xfail(strict=True, reason="_targets._read_scope: ast.parse of a target module raises RecursionError on "
+                                       "a deeply nested expression; only SyntaxError/ValueError become KC306")
+def test_a_target_module_too_complex_to_parse_is_a_diagnostic(catalog_with: Callable[[str, str], Path],
+                                                             modules: Modules,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    modules.module("kc_hard_nested", "x = 1" + " + 1" * 10_000 + "\n\n\ndef kernel(x):\n    return x\n")
+    catalog_with("norm.yaml", minimal_op(target="kc_hard_nested:kernel"))
+    refused(r"^norm\.yaml:11:17: KC306 module 'kc_hard_nested' cannot be imported: kc_hard_nested\.py is too deeply "
+            r"nested to parse$", capsys)
+
+
+# -- resources ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="_yaml: the module-level SafeConstructor's construct_object caches every "
+                                       "int/float/bool/null node it builds in constructed_objects, forever")
+def test_repeated_loads_retain_no_memory() -> None:
+    shipped = Path(__file__).resolve().parents[2] / "catalog"
+    for _ in range(3):  # warm caches that are meant to fill once (signatures, distributions)
+        check_catalog([shipped], check_targets=False)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(50):
+            check_catalog([shipped], check_targets=False)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 256 * 1024, f"50 loads of the shipped catalog retained {grown / 2**20:.1f} MiB"
