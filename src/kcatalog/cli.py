@@ -61,6 +61,19 @@ def _parser() -> argparse.ArgumentParser:
                       help="catalog directory or file (repeatable; default: the shipped catalog)")
     test.add_argument("--output-format", choices=["concise", "json"], default="concise")
 
+    bench = sub.add_parser("bench", help="time each eligible backend on the declared shapes")
+    bench.add_argument("ops", nargs="*", metavar="OP", help="op ids or globs (default: every op)")
+    bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    bench.add_argument("--shapes", choices=["decode", "prefill", "all"], default=None,
+                       help="default: all on cuda, decode on cpu")
+    bench.add_argument("--backend", action="append", default=[], help="only this backend (repeatable)")
+    bench.add_argument("--dtype", action="append", default=[],
+                       help="dtype (repeatable; default: bfloat16 on cuda, float32 on cpu)")
+    bench.add_argument("--json", metavar="FILE", help="write every figure as JSON")
+    bench.add_argument("--plot", metavar="FILE.png", help="draw bandwidth against size per backend")
+    bench.add_argument("--catalog", action="append", default=None, metavar="PATH",
+                       help="catalog directory or file (repeatable; default: the shipped catalog)")
+
     schema = sub.add_parser("schema", help="write the JSON Schemas generated from the models, or check them")
     schema.add_argument("--check", action="store_true", help="exit 1 if the committed schemas are stale")
     schema.add_argument("--dir", type=Path, default=None, help="schema directory (default: the shipped schemas/)")
@@ -211,6 +224,45 @@ def _test(options: argparse.Namespace) -> int:
     return 1 if failed or not results else 0
 
 
+def _bench(options: argparse.Namespace) -> int:
+    import platform
+
+    from . import _bench as bench
+    from ._conformance import select_ops
+
+    catalog = _load_or_report(options.catalog)
+    if catalog is None:
+        return 1
+    shapes = options.shapes or ("all" if options.device == "cuda" else "decode")
+    dtypes = options.dtype or (["bfloat16"] if options.device == "cuda" else ["float32"])
+    jobs, notes = bench.plan(catalog, select_ops(catalog, options.ops), device=options.device, shapes=shapes,
+                             dtypes=dtypes, backends=options.backend)
+    copy_gbps = bench.copy_bandwidth(options.device)
+    results = bench.run(jobs, options.device, copy_gbps, progress=bench.progress_bar)
+    print(bench.format_table(results))
+    for note in notes:
+        print(f"note: {note}")
+    print(f"copy bandwidth: {copy_gbps:.1f} GB/s (bytes read + written)")
+    device_name = _device_name(options.device) or platform.processor() or platform.machine()
+    if options.json:
+        document = {"device": device_name, "copy_gbps": copy_gbps, "shapes": shapes, "dtypes": dtypes,
+                    "results": [r.as_dict() for r in results], "notes": notes}
+        Path(options.json).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {options.json}")
+    if options.plot:
+        bench.plot(results, copy_gbps, options.plot, f"kcatalog bench on {device_name} ({', '.join(dtypes)})")
+        print(f"wrote {options.plot}")
+    return 1 if any(r.error for r in results) or not results else 0
+
+
+def _device_name(device: str) -> str | None:
+    if device != "cuda":
+        return None
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
 def _schema(options: argparse.Namespace) -> int:
     directory = options.dir or shipped_schema_dir()
     if options.check:
@@ -225,4 +277,5 @@ def _schema(options: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"validate": _validate, "list": _list, "explain": _explain, "test": _test, "schema": _schema}
+COMMANDS = {"validate": _validate, "list": _list, "explain": _explain, "test": _test, "bench": _bench,
+            "schema": _schema}
