@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._platform import Platform
+from ._report import text_table
 from ._samples import Call, build_call, describe, size_sets
 from ._select import ineligibility
 
@@ -221,8 +222,7 @@ def format_table(results: Sequence[BenchResult]) -> str:
                      f"{r.gbps:.1f}" if r.gbps else "-",
                      f"{r.fraction_of_copy:.2f}" if r.fraction_of_copy else "-",
                      f"{r.speedup_vs_reference:.2f}" if r.speedup_vs_reference else "-"])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return text_table(rows)
 
 
 def plot(results: Sequence[BenchResult], copy_gbps: float, path: str, title: str) -> None:

@@ -249,7 +249,8 @@ class Catalog:
 
         return make_handle(self, self.info(op))
 
-    def prepare(self, platform: Platform | str | None = None, ops: Iterable[str] | None = None) -> dict[str, KernelSpec]:
+    def prepare(self, platform: Platform | str | None = None,
+                ops: Iterable[str] | None = None) -> dict[str, KernelSpec]:
         """Resolve and import every op (or `ops`) now, for each declared dtype, so the hot path imports nothing."""
         chosen = {}
         for op in self.ops() if ops is None else ops:

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._platform import Platform
+from ._report import text_table
 from ._samples import DEFAULT_TOLERANCE, build_call, describe, select_output, size_sets
 from ._select import ineligibility
 from .errors import UnknownOpError
@@ -181,8 +182,7 @@ def format_table(results: Sequence[CaseResult]) -> str:
                      "-" if r.max_abs_error is None else f"{r.max_abs_error:.2e}",
                      "-" if r.relative_error is None else f"{r.relative_error:.2e}",
                      f"{r.tolerance:.0e}", "ok" if r.passed else "FAIL"])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return text_table(rows)
 
 
 def failure_line(r: CaseResult, base_seed: int) -> str:

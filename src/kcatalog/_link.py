@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from ._catalog import Catalog, KernelSpec, OpInfo
 from ._imports import import_problems
 from ._loader import SETTINGS_FILE, LoadedFile, children
 from ._overrides import Layer, OverridesArg, check_layer, process_layers
 from ._platform import Platform
-from ._targets import TargetChecker
 from ._samples import sample_problems
+from ._targets import TargetChecker
 from ._yaml import find_node, node_location
 from .errors import Diagnostic, Location, Severity, did_you_mean, listing
 from .schema import Backend, Manifest, Op, Settings, signature_params
@@ -91,7 +91,8 @@ class _Linker:
             if allowed is not self.known and name in self.known:
                 message = f"backend '{name}' in {what} is not a backend of the op; its backends: {', '.join(allowed)}"
             else:
-                message = f"unknown backend '{name}' in {what}{did_you_mean(name, allowed)}; known: {', '.join(allowed)}"
+                message = (f"unknown backend '{name}' in {what}{did_you_mean(name, allowed)}; "
+                           f"known: {', '.join(allowed)}")
             self.error("KC203", message, node_location(file.path, item))
 
     # -- ops ------------------------------------------------------------------------------------
@@ -209,8 +210,9 @@ class _Linker:
                            f"known: {', '.join(self.known)}", location)
             extra = [d for d in backend.dtypes or () if d not in op_dtypes]
             if extra:
+                dtypes_node = children(value_node)["dtypes"][1]
                 self.error("KC207", f"backend '{name}' of op '{op_id}' lists {', '.join(extra)}, not among the op's "
-                           f"dtypes ({', '.join(op_dtypes)})", node_location(file.path, children(value_node)["dtypes"][1]))
+                           f"dtypes ({', '.join(op_dtypes)})", node_location(file.path, dtypes_node))
             specs[name] = KernelSpec(
                 op=op_id, backend=name, target=backend.target, requires=backend.requires,
                 capabilities=backend.capabilities, dtypes=backend.dtypes or op_dtypes, location=location,

@@ -118,8 +118,9 @@ def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[LoadedFile | 
     data = parsed.data
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
-        yield Diagnostic("KC103", f"file is {kind}; a {'settings file' if is_settings else 'manifest'} "
-                         f"is a mapping starting with 'kcatalog: {FORMAT_VERSION}'", node_location(parsed.path, parsed.root))
+        what = "settings file" if is_settings else "manifest"
+        yield Diagnostic("KC103", f"file is {kind}; a {what} is a mapping starting with 'kcatalog: {FORMAT_VERSION}'",
+                         node_location(parsed.path, parsed.root))
         return
     version = data.get("kcatalog")
     if version is not None and (type(version) is not int or version != FORMAT_VERSION):

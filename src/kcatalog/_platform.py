@@ -36,7 +36,8 @@ class Platform:
             try:
                 _arch_tuple(arch)
             except ValueError:
-                raise ValueError(f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0") from None
+                raise ValueError(
+                    f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0") from None
         return cls(device, arch or None)
 
     @classmethod

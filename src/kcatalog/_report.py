@@ -18,6 +18,12 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def text_table(rows: Sequence[Sequence[str]]) -> str:
+    """Rows of cells as left-aligned columns; the first row is the header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
 def concise(diagnostics: Sequence[Diagnostic]) -> str:
     """One `path:line:col: CODE message` line each, then a summary line."""
     errors, warnings, files = _counts(diagnostics)

@@ -59,13 +59,14 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     raise ValueError(f"unsupported expression node {type(node).__name__}")
 
 
-def sample_problems(info_id: str, signature: str, mutates: tuple[str, ...], samples: Samples) -> Iterator[tuple[str, str, tuple]]:
+def sample_problems(info_id: str, signature: str, mutates: tuple[str, ...],
+                    samples: Samples) -> Iterator[tuple[str, str, tuple[str, ...]]]:
     """(code, message, path inside `samples`) for each static problem of an op's samples."""
     arguments = dict(signature_arguments(signature))
     for name in samples.args:
         if name not in arguments:
-            yield "KC209", f"samples of op '{info_id}' give '{name}', not a parameter{did_you_mean(name, arguments)}; " \
-                           f"parameters: {', '.join(arguments)}", ("args", name)
+            yield "KC209", (f"samples of op '{info_id}' give '{name}', not a parameter"
+                            f"{did_you_mean(name, arguments)}; parameters: {', '.join(arguments)}"), ("args", name)
     for name, required in arguments.items():
         if required and name not in samples.args:
             yield "KC209", f"samples of op '{info_id}' give no value for required parameter '{name}'", ("args",)

@@ -120,7 +120,8 @@ def parse_yaml(path: str, text: str) -> ParsedFile | Diagnostic:
     except yaml.YAMLError as exc:
         return Diagnostic("KC001", f"invalid YAML: {exc}", Location(path, 1, 1))
     except RecursionError:
-        return Diagnostic("KC004", f"nesting deeper than the parser can follow (limit {MAX_DEPTH})", Location(path, 1, 1))
+        return Diagnostic("KC004", f"nesting deeper than the parser can follow (limit {MAX_DEPTH})",
+                          Location(path, 1, 1))
     if root is None:
         return ParsedFile(path, None, None)
     try:
@@ -137,7 +138,8 @@ def _syntax_diagnostic(path: str, text: str, exc: yaml.MarkedYAMLError) -> Diagn
     if "expected a single document" in (exc.context or "") or "but found another document" in problem:
         return Diagnostic("KC003", "multiple YAML documents in one file; a manifest is one document", location)
     if mark and _char_at(text, mark.line, mark.column) == "\t":
-        return Diagnostic("KC001", "YAML syntax error: tab character where YAML expects indentation; indent with spaces", location)
+        return Diagnostic("KC001", "YAML syntax error: tab character where YAML expects indentation; "
+                          "indent with spaces", location)
     context = f" {exc.context}" if exc.context and exc.context not in problem else ""
     return Diagnostic("KC001", f"YAML syntax error: {problem}{context}", location)
 
@@ -205,10 +207,8 @@ class _Converter:
                     raise YamlProblem("KC003", "mapping keys must be scalars", key_node)
             if key in result:
                 first = next(k for k, _ in node.value if k is not key_node and convert(k, depth) == key).start_mark
-                raise YamlProblem(
-                    "KC002", f"duplicate key '{key}' (first defined at line {first.line + 1}, column {first.column + 1})",
-                    key_node,
-                )
+                where = f"line {first.line + 1}, column {first.column + 1}"
+                raise YamlProblem("KC002", f"duplicate key '{key}' (first defined at {where})", key_node)
             result[key] = convert(value_node, depth)
         return result
 

@@ -14,7 +14,7 @@ from ._catalog import Catalog
 from ._jsonschema import shipped_schema_dir, stale_schemas, write_schemas
 from ._load import check_catalog
 from ._platform import Platform
-from ._report import REPORTERS, concise, plural
+from ._report import REPORTERS, concise, plural, text_table
 from .errors import CatalogError
 
 
@@ -147,9 +147,7 @@ def _list(options: argparse.Namespace) -> int:
     for op in catalog:
         info = catalog.info(op)
         rows.append([op, *("ref" if b == info.reference else "yes" if b in info.backends else "-" for b in backends)])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    print(text_table(rows))
     print(f"{plural(len(catalog), 'op')}, {plural(len(catalog.all_specs()), 'backend spec')}")
     return 0
 
@@ -166,7 +164,8 @@ def _explain(options: argparse.Namespace) -> int:
     catalog = _load_or_report(options.catalog)
     if catalog is None:
         return 1
-    selections = [catalog.select(op, platform, options.dtype) for op in (catalog.ops() if options.all else [options.op])]
+    ops = catalog.ops() if options.all else [options.op]
+    selections = [catalog.select(op, platform, options.dtype) for op in ops]
     if options.output_format == "json":
         print(json.dumps([
             {
