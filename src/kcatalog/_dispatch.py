@@ -2,36 +2,85 @@
 
 from __future__ import annotations
 
+import ast
+import keyword
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._platform import Platform
-from .schema import signature_params
 
 if TYPE_CHECKING:
     from ._catalog import Catalog, OpInfo
 
+# The handle is generated with the op's own parameter list, because forwarding through
+# *args/**kwargs costs more than everything else the handle does. Only identifiers of the parsed
+# signature enter the source; default values are bound as objects, never pasted in as text.
+_TEMPLATE = """\
+def handle({params}):
+    {bind}if _kc_scopes.active:  # a `with catalog.use(...)` is open somewhere: honour it, uncached
+        return _kc_resolve({tensor})({call})
+    if {tensor}.is_cuda:
+        fn = _kc_by_cuda.get({tensor}.dtype)
+    elif {tensor}.is_cpu:
+        fn = _kc_by_cpu.get({tensor}.dtype)
+    else:
+        fn = _kc_by_device.get(({tensor}.device.type, {tensor}.dtype))
+    if fn is None:
+        fn = _kc_first_call({tensor})
+    return fn({call})
+"""
 
-def _dispatch_position(info: OpInfo) -> tuple[int, str]:
-    """Index and name of the argument whose tensor decides dispatch (the first one unless declared)."""
-    params = signature_params(info.signature)
-    name = info.dispatch_arg or (params[0] if params else "")
-    if name not in params:
-        raise ValueError(f"op '{info.id}': dispatch argument '{name}' is not in its signature {info.signature}")
-    return params.index(name), name
+
+def _source(info: OpInfo) -> tuple[str, dict[str, Any]]:
+    """The handle's source and the default values it refers to."""
+    args = ast.parse(f"def _{info.signature}: pass").body[0].args  # type: ignore[attr-defined]
+    positional = [*args.posonlyargs, *args.args]
+    names = [a.arg for a in (*positional, *args.kwonlyargs)]
+    dispatch = info.dispatch_arg or (names[0] if names else "")
+    if dispatch not in names:
+        raise ValueError(f"op '{info.id}': dispatch argument '{dispatch}' is not in its signature {info.signature}")
+    try:
+        return _exact_source(args, positional, dispatch)
+    except ValueError:  # variadic parameters or non-literal defaults: forward everything as given
+        index = names.index(dispatch)
+        bind = f"tensor = args[{index}] if len(args) > {index} else kwargs[{dispatch!r}]\n    "
+        return _TEMPLATE.format(params="*args, **kwargs", bind=bind, tensor="tensor", call="*args, **kwargs"), {}
+
+
+def _exact_source(args: ast.arguments, positional: list[ast.arg], dispatch: str) -> tuple[str, dict[str, Any]]:
+    if args.vararg or args.kwarg:
+        raise ValueError("variadic signature")
+    defaults: dict[str, Any] = {}
+    params, call = [], []
+    first_default = len(positional) - len(args.defaults)
+    declared = [(arg, args.defaults[i - first_default] if i >= first_default else None)
+                for i, arg in enumerate(positional)]
+    keyword_only = list(zip(args.kwonlyargs, args.kw_defaults))
+    for index, (arg, default) in enumerate([*declared, *keyword_only]):
+        name = arg.arg
+        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_kc_"):
+            raise ValueError(f"parameter name {name!r}")
+        if index == len(declared):
+            params.append("*")
+        if default is None:
+            params.append(name)
+        else:
+            defaults[f"_kc_default_{name}"] = ast.literal_eval(default)  # ValueError unless a literal
+            params.append(f"{name}=_kc_default_{name}")
+        call.append(name if index < len(declared) else f"{name}={name}")
+    source = _TEMPLATE.format(params=", ".join(params), bind="", tensor=dispatch, call=", ".join(call))
+    return source, defaults
 
 
 def make_handle(catalog: Catalog, info: OpInfo) -> Callable[..., Any]:
     """Build the dispatching callable for one op."""
-    position, name = _dispatch_position(info)
-    by_dtype_cpu: dict[Any, Callable[..., Any]] = {}
-    by_dtype_cuda: dict[Any, Callable[..., Any]] = {}
-    by_device: dict[tuple[str, Any], Callable[..., Any]] = {}
-    scopes = catalog._scopes
     lock = threading.Lock()
     op_id = info.id
+    by_cuda: dict[Any, Callable[..., Any]] = {}
+    by_cpu: dict[Any, Callable[..., Any]] = {}
+    by_device: dict[tuple[str, Any], Callable[..., Any]] = {}
 
-    def _resolve(tensor: Any) -> Callable[..., Any]:
+    def resolve(tensor: Any) -> Callable[..., Any]:
         device = tensor.device.type
         here = catalog.platform()
         # torch calls ROCm devices 'cuda' too; the detected platform knows which this is.
@@ -39,32 +88,31 @@ def make_handle(catalog: Catalog, info: OpInfo) -> Callable[..., Any]:
             platform = here
         else:
             platform = here if device == here.device else Platform(device)
-        dtype = str(tensor.dtype).removeprefix("torch.")
-        return catalog.resolve(op_id, platform, dtype)
+        return catalog.resolve(op_id, platform, str(tensor.dtype).removeprefix("torch."))
 
-    def resolve(tensor: Any) -> Callable[..., Any]:
+    def resolve_locked(tensor: Any) -> Callable[..., Any]:
         with lock:
-            return _resolve(tensor)
+            return resolve(tensor)
 
-    def handle(*args: Any, **kwargs: Any) -> Any:
-        tensor = args[position] if len(args) > position else kwargs[name]
-        if scopes.active:  # some `with catalog.use(...)` is open somewhere: honour it, uncached
-            return resolve(tensor)(*args, **kwargs)
+    def first_call(tensor: Any) -> Callable[..., Any]:
         if tensor.is_cuda:
-            table, key = by_dtype_cuda, tensor.dtype
+            table, key = by_cuda, tensor.dtype
         elif tensor.is_cpu:
-            table, key = by_dtype_cpu, tensor.dtype
+            table, key = by_cpu, tensor.dtype
         else:
             table, key = by_device, (tensor.device.type, tensor.dtype)
-        fn = table.get(key)
-        if fn is None:
-            with lock:  # one resolution (and import) per key, however many threads make the first call
-                fn = table.get(key)
-                if fn is None:
-                    fn = table[key] = _resolve(tensor)
-        return fn(*args, **kwargs)
+        with lock:  # one resolution (and import) per key, however many threads make the first call
+            fn = table.get(key)
+            if fn is None:
+                fn = table[key] = resolve(tensor)
+        return fn
 
-    handle.__name__ = info.id.replace(".", "_")
-    handle.__qualname__ = handle.__name__
-    handle.__doc__ = f"{info.id}{info.signature}: {info.description} (dispatching op handle)"
+    source, defaults = _source(info)
+    namespace: dict[str, Any] = {"_kc_scopes": catalog._scopes, "_kc_resolve": resolve_locked,
+                                 "_kc_first_call": first_call, "_kc_by_cuda": by_cuda, "_kc_by_cpu": by_cpu,
+                                 "_kc_by_device": by_device, **defaults}
+    exec(compile(source, f"<kcatalog op handle {op_id}>", "exec"), namespace)
+    handle = namespace["handle"]
+    handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")
+    handle.__doc__ = f"{op_id}{info.signature}: {info.description} (dispatching op handle)"
     return handle
