@@ -145,7 +145,7 @@ def test_launch_config_shapes() -> None:
             assert 1 <= warps <= 8 and bm * bn <= max(triton_act._TILE, bn)
     assert triton_act._launch_config(8192, 14336) == (2, 2048, 8)  # Llama-3-8B MLP: 8 KiB in, 8 KiB out per program
     assert triton_act._launch_config(32768, 128) == (32, 128, 8)
-    assert triton_act._launch_config(1, 14336) == (1, 1024, 2)  # decode: 14 programs instead of 7
+    assert triton_act._launch_config(1, 14336) == (1, 1024, 4)  # decode: 14 programs of 4 warps
 
 
 # --------------------------------------------------------------------------- reference, torch_compile

@@ -2,8 +2,8 @@
 
 ``x[..., 2d] = [gate | up]`` is read once and ``out[..., d]`` written once; math in float32,
 one rounding to the input dtype. The kernel tiles the (rows, d) output in 2-D: each program
-owns a [BLOCK_M, BLOCK_N] tile, rows on grid axis 0 (no 65535 limit there) and column blocks
-on axis 1, so no per-element integer division is needed and each thread issues 16-byte loads
+owns a [BLOCK_M, BLOCK_N] tile; one 1-D grid numbers the tiles with column blocks fastest (one
+scalar division per program, none per element), and each thread issues 16-byte loads
 of both halves and 16-byte stores (ld/st.global.v4.b32 in an offline sm_90 compile, triton 3.9). The up half
 sits at column offset d; Triton knows it is aligned when d is a multiple of 16, which its
 divisible-by-16 argument specialisation detects (true of every real intermediate size).
@@ -30,6 +30,35 @@ _MIN_PROGRAMS = 264
 
 
 @triton.jit
+def _normal_cdf(x):
+    """Phi(x), the standard normal CDF, in float32: gelu(x) = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)).
+
+    Phi(-t) = 2^P(t) for t = |x|, P a degree-10 polynomial fit (Chebyshev nodes, float32 coefficients) of
+    log2 Phi(-t) on [0, 5.5]; Phi(x) = 1 - Phi(-x) for x >= 0. One exp2 and ten fmas instead of libdevice's
+    erff (two polynomials and per-element coefficient selects): on an H200 the erf GeGLU kernel issued ~41
+    instructions per element, enough to make it compute-bound (0.81 of copy bandwidth at 8192 x 2*28672 bf16,
+    vs 0.96 for SiLU); this form issues ~24 (0.97). Accuracy (float32 evaluation): relative error of Phi(-t)
+    <= 1.1e-6 on [0, 4], <= 2.8e-6 on [0, 5.5] (the exponent reaches -27 there), plus ex2.approx's ~2e-7 on
+    the GPU; ||gelu - exact|| / ||exact|| ~5e-8 on N(0, s^2) inputs, below torch's own float32 gelu (8e-8).
+    Past t = 5.5 the tail (< 2e-8) is returned as 0, as float32 1 + erf(x / sqrt 2) rounds it there.
+    """
+    t = tl.minimum(tl.abs(x), 5.5)
+    p = -1.7253190875976543e-08
+    p = p * t + 5.477612603499438e-07
+    p = p * t - 7.4583854257070925e-06
+    p = p * t + 5.484552457346581e-05
+    p = p * t - 0.00020051063620485365
+    p = p * t - 0.00017613508680369705
+    p = p * t + 0.0071806274354457855
+    p = p * t - 0.05261562019586563
+    p = p * t - 0.4591561555862427
+    p = p * t - 1.1511132717132568
+    p = p * t - 0.9999998211860657
+    tail = tl.where(tl.abs(x) < 5.5, tl.exp2(p), 0.0)
+    return tl.where(x < 0, tail, 1.0 - tail)
+
+
+@triton.jit
 def _mul_sigmoid(g, z):
     """g * sigmoid(z), overflow-free: exp only ever sees -|z| <= 0, so it lies in (0, 1]."""
     e = tl.exp(-tl.abs(z))
@@ -48,8 +77,12 @@ def _act_and_mul_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    # One 1-D grid, column blocks varying fastest: consecutive programs stream consecutive memory (a row's
+    # column blocks, then the next rows), as torch.compile's flat pointwise kernels do.
+    n_col_blocks = tl.cdiv(d, BLOCK_N)
+    pid = tl.program_id(0)
+    pid_m = pid // n_col_blocks
+    pid_n = pid - pid_m * n_col_blocks
     row0 = pid_m * BLOCK_M
     rows = tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -61,7 +94,7 @@ def _act_and_mul_kernel(
     if ACT == 0:
         act = _mul_sigmoid(gate, gate)  # silu(g) = g * sigmoid(g)
     elif ACT == 1:
-        act = 0.5 * gate * (1.0 + tl.erf(gate * 0.7071067811865476))
+        act = gate * _normal_cdf(gate)
     else:
         # gelu_tanh(g) = 0.5 g (1 + tanh(u)) = g * sigmoid(2u), u = sqrt(2/pi) (g + 0.044715 g^3):
         # no tanh and no 1 - tanh cancellation; accurate to a few float32 ulps everywhere. The cubic
@@ -80,9 +113,12 @@ def _launch_config(n_rows: int, d: int) -> tuple[int, int, int]:
 
     Big problems get ~_TILE-element tiles (BLOCK_N up to 2048 columns, the rest as rows), i.e.
     16 elements per thread at 8 warps: two 16-byte vectors of gate and two of up in flight per
-    thread, with registers to spare for several resident programs per SM. Short rows stack up to
+    thread, with registers to spare for several resident programs per SM (on an H200 the tile
+    shape hardly matters there: 1x1024 .. 4x1024 .. 2x2048 within 0.3%). Short rows stack up to
     _TILE // BLOCK_N rows per program. Small (decode) problems shrink the tile, rows first, until
-    there are ~2 programs per SM or the tile reaches _MIN_TILE elements.
+    there are ~2 programs per SM or the tile reaches _MIN_TILE elements; they get ~8 elements per
+    thread (1x1024 at 4 warps: 1.3 us under CUDA-graph replay at 1 x 2*14336, against 1.6 us at 2
+    warps, where each thread's serial exp/divide chain sets the latency).
     """
     block_n = min(triton.next_power_of_2(d), _MAX_BLOCK_N)
     block_m = min(triton.next_power_of_2(n_rows), max(1, _TILE // block_n))
@@ -95,7 +131,7 @@ def _launch_config(n_rows: int, d: int) -> tuple[int, int, int]:
             block_m //= 2
         else:
             block_n //= 2
-    num_warps = max(1, min(8, (block_m * block_n) // 512))
+    num_warps = max(1, min(8, (block_m * block_n) // 256))
     return block_m, block_n, num_warps
 
 
@@ -113,7 +149,7 @@ def _act_and_mul(x: torch.Tensor, act: int) -> torch.Tensor:
     out2 = out.view(-1, d)
     n_rows = x2.shape[0]
     block_m, block_n, num_warps = _launch_config(n_rows, d)
-    grid = (triton.cdiv(n_rows, block_m), triton.cdiv(d, block_n))
+    grid = (triton.cdiv(n_rows, block_m) * triton.cdiv(d, block_n),)
     _act_and_mul_kernel[grid](
         x2, out2, n_rows, d, x2.stride(0), out2.stride(0),
         ACT=act, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
