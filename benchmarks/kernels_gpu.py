@@ -1032,16 +1032,6 @@ def _op_ids(run: Run, wanted: str, problems: list[str]) -> list[str]:
     return [op for op in chosen if op in run.ops]
 
 
-def _allow_recompiles() -> None:
-    """torch.compile(dynamic=False) compiles once per shape and dtype; past dynamo's recompile limit
-    (8 by default) it would silently run eager, and the torch_compile figures would be eager ones."""
-    import torch._dynamo
-
-    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
-        if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, 4096)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.device == "cpu":
@@ -1061,7 +1051,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"note: {p}")
     log(f"torch {torch.__version__} on {device}; ops: {', '.join(op_ids) or 'none'}")
     if not args.backends or "torch_compile" in args.backends.split(","):
-        _allow_recompiles()
+        from kcatalog.kernels.compiled._lazy import allow_recompiles
+
+        allow_recompiles(4096)
     try:
         if device.type == "cuda":
             run.copy = measure_copy_bandwidth(int(args.copy_gb * 1e9), device, args.warmup_ms, args.rep_ms)

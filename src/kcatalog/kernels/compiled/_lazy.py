@@ -27,6 +27,7 @@ def lazy_compile(fn: F, **compile_kwargs: Any) -> F:
             if not compiled:
                 import torch
 
+                allow_recompiles()
                 compiled.append(torch.compile(fn, **options))
             return compiled[0]
 
@@ -37,3 +38,22 @@ def lazy_compile(fn: F, **compile_kwargs: Any) -> F:
         return impl(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+RECOMPILE_LIMIT = 256
+
+
+def allow_recompiles(limit: int = RECOMPILE_LIMIT) -> None:
+    """Raise dynamo's recompile limits (never lower them) so torch.compile(dynamic=False) stays compiled.
+
+    It compiles once per shape and dtype; past the default limit (8) dynamo silently runs the
+    function eagerly, so a serving process, or a benchmark, would get eager code under the name
+    torch_compile. The limits are process-wide; this only ever raises them.
+    """
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+        current = getattr(config, name, None)
+        if isinstance(current, int) and current < limit:
+            setattr(config, name, limit)
