@@ -160,17 +160,14 @@ def test_validate_command_refuses_hostile_yaml(case: str, hostile_dir: Callable[
 @pytest.mark.parametrize("case", ["billion-laughs", "quadratic-blowup"])
 def test_alias_bombs_are_refused_in_bounded_memory(case: str, hostile_dir: Callable[[str | bytes], Path]) -> None:
     hostile_dir(CASES[case].content)
-    tracemalloc.start()
+    tracemalloc.start()  # slows allocation several times: the time limit is checked without it, above
     try:
-        start = time.perf_counter()
         catalog, diagnostics = check_catalog(["."])
-        elapsed = time.perf_counter() - start  # under tracemalloc, which slows allocation several times
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert catalog is None and re.match(CASES[case].expected, str(diagnostics[0]))
     assert peak < SMALL_BYTES, f"peak {peak / 2**20:.0f} MiB while refusing"
-    assert elapsed < QUICK_S, f"refusing took {elapsed:.2f} s"
 
 
 class _PurePythonLoader(Reader, Scanner, Parser, Composer, kcatalog._yaml._PlainResolver):
@@ -184,7 +181,8 @@ class _PurePythonLoader(Reader, Scanner, Parser, Composer, kcatalog._yaml._Plain
         kcatalog._yaml._PlainResolver.__init__(self)
 
 
-@pytest.mark.parametrize("case", [name for name in CASES if name.startswith("nested-10000")])
+@pytest.mark.parametrize("case", ["nested-10000-flow-sequences", "nested-10000-flow-mappings",
+                                  "nested-10000-block-sequences"])
 def test_deep_nesting_without_libyaml_is_refused_not_a_recursion_error(
         case: str, hostile_dir: Callable[[str | bytes], Path], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kcatalog._yaml, "_Loader", _PurePythonLoader)
@@ -242,7 +240,7 @@ NUL = HEAD.encode() + b"description: n\x00rm\n"  # the NUL is on line 3, column 
 
 def test_nul_bytes_are_refused(hostile_dir: Callable[[str | bytes], Path], capsys: pytest.CaptureFixture[str]) -> None:
     hostile_dir(NUL)
-    refused_quickly(rf"^{HOSTILE}:\d+:\d+: KC001 .*#x0000")
+    refused_quickly(rf"^{HOSTILE}:\d+:\d+: KC001 .*(#x0000|U\+0000)")
     code = main(["validate", "."])
     out, err = capsys.readouterr()
     assert (code, err) == (1, "") and "Traceback" not in out
@@ -260,7 +258,7 @@ def test_a_control_character_gets_one_diagnostic_line_at_its_position(
         content: bytes, where: str, char: str, hostile_dir: Callable[[str | bytes], Path],
         capsys: pytest.CaptureFixture[str]) -> None:
     hostile_dir(content)
-    expected = rf"^{HOSTILE}:{where}: KC001 YAML syntax error: control character {char} is not allowed$"
+    expected = rf"^{HOSTILE}:{where}: KC001 YAML syntax error: control character {re.escape(char)} is not allowed$"
     refused_quickly(expected)
     cli_refuses(expected, capsys)
 
