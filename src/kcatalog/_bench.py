@@ -106,14 +106,14 @@ def _time_job(job: _Job, device: str, copy_gbps: float, seed: int) -> BenchResul
     assert samples is not None  # plan() only makes jobs for ops with samples
     graphed = device == "cuda" and job.shapes == "decode"
     method = "cuda-graph" if graphed else "cuda-events" if device == "cuda" else "wall-clock"
-    calls = [build_call(job.info, samples, job.sizes, job.dtype, device, seed + i)
-             for i in range(GRAPH_INPUT_SETS if graphed else 1)]
 
     def failed(message: str, moved: int = 0) -> BenchResult:
         return BenchResult(job.info.id, job.spec.backend, job.dtype, job.shapes, describe(job.sizes), method,
                            None, moved, None, None, None, message)
 
     try:
+        calls = [build_call(job.info, samples, job.sizes, job.dtype, device, seed + i)
+                 for i in range(GRAPH_INPUT_SETS if graphed else 1)]
         fn = job.spec.load()
         result = calls[0].invoke(fn)  # warm-up: imports, JIT and torch.compile stay out of the timing
         moved = bytes_moved(calls[0], result, job.info.mutates)

@@ -22,21 +22,32 @@ if TYPE_CHECKING:
 
 
 class _LazyTarget:
-    """Imports a 'module:attr' target once, on first use, under a lock; a failure is not cached."""
+    """Imports a 'module:attr' target once, on first use, under a lock; a failure is not cached, but the
+    callers that queued on the lock while an attempt failed share that failure instead of each retrying."""
 
-    __slots__ = ("_lock", "_value")
+    __slots__ = ("_lock", "_value", "_failures", "_cause")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._value: Any = None
+        self._failures = 0
+        self._cause: BaseException | None = None
 
     def get(self, spec: KernelSpec) -> Any:
         value = self._value
         if value is not None:
             return value
+        failures = self._failures
         with self._lock:
             if self._value is None:
-                self._value = _import_target(spec)
+                if self._failures != failures and self._cause is not None:  # failed while we waited
+                    raise KernelImportError(spec.op, spec.backend, spec.target, self._cause) from self._cause
+                try:
+                    self._value = _import_target(spec)
+                except KernelImportError as exc:
+                    self._cause = exc.__cause__
+                    self._failures += 1
+                    raise
             return self._value
 
 

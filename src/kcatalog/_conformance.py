@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import shlex
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -10,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._platform import Platform
 from ._report import text_table
-from ._samples import DEFAULT_TOLERANCE, build_call, describe, select_output, size_sets
+from ._samples import DEFAULT_TOLERANCE, build_call, describe, output_part, select_output, size_sets
 from ._select import ineligibility
 from .errors import UnknownOpError
 
@@ -120,10 +122,15 @@ def check(case: Case, reference: KernelSpec, device: str) -> CaseResult:
         return CaseResult(info.id, case.spec.backend, case.dtype, describe(case.sizes), case.seed, max_abs, rel,
                           tolerance, passed, message)
 
-    call = build_call(info, samples, case.sizes, case.dtype, device, case.seed)
+    try:
+        call = build_call(info, samples, case.sizes, case.dtype, device, case.seed)
+    except Exception as exc:  # an empty range or a negative size: this check fails, the run goes on
+        return result(False, f"could not build the inputs: {type(exc).__name__}: {exc}")
     expected_call = call.clone(upcast_from=case.dtype)  # the reference runs in higher precision
+    native_call = call.clone()  # ...and once in the dtype under test, for the dtypes outputs must have
     try:
         expected = expected_call.invoke(reference.load())
+        native = native_call.invoke(reference.load())
     except Exception as exc:
         return result(False, f"reference {reference.backend} raised {type(exc).__name__}: {exc}")
     actual_call = call.clone()
@@ -131,9 +138,10 @@ def check(case: Case, reference: KernelSpec, device: str) -> CaseResult:
     if device != "cpu":
         _poison_allocator(expected)
     try:
-        actual = actual_call.invoke(case.spec.load())
-        if device != "cpu":
-            torch.cuda.synchronize()
+        with _nan_filled_allocations():
+            actual = actual_call.invoke(case.spec.load())
+            if device != "cpu":
+                torch.cuda.synchronize()
     except Exception as exc:
         return result(False, f"raised {type(exc).__name__}: {exc}")
     for name, before in untouched.items():
@@ -141,6 +149,15 @@ def check(case: Case, reference: KernelSpec, device: str) -> CaseResult:
             return result(False, f"changed '{name}', which the op does not declare in mutates")
     worst_rel, worst_abs = 0.0, 0.0
     for selector in samples.compare:
+        for part in selector.split("*"):
+            try:
+                got_part, want_part = output_part(part, actual, actual_call), output_part(part, native, native_call)
+            except (TypeError, IndexError, KeyError):
+                continue  # select_output below reports it
+            if isinstance(got_part, torch.Tensor) and isinstance(want_part, torch.Tensor) \
+                    and got_part.dtype != want_part.dtype:
+                return result(False, f"output '{part}' has dtype {str(got_part.dtype).removeprefix('torch.')}, "
+                                     f"expected {str(want_part.dtype).removeprefix('torch.')}")
         try:
             got = select_output(selector, actual, actual_call)
             want = select_output(selector, expected, expected_call)
@@ -161,6 +178,29 @@ def check(case: Case, reference: KernelSpec, device: str) -> CaseResult:
     if worst_rel > tolerance:
         return result(False, f"relative error {worst_rel:.3e} > tolerance {tolerance:.1e}", worst_abs, worst_rel)
     return result(True, "", worst_abs, worst_rel)
+
+
+@contextlib.contextmanager
+def _nan_filled_allocations() -> Iterator[None]:
+    """New tensors (torch.empty and friends) start as NaN, or the integer maximum, on every device, so an
+    element a backend never writes shows whatever the allocator hands back (on the CPU, often the right answer)."""
+    import warnings
+
+    import torch
+    import torch.utils.deterministic
+
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)  # the fill needs the flag; warn_only never raises
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "... does not have a deterministic implementation"
+            yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
 def _poison_allocator(expected: Any) -> None:
@@ -185,7 +225,11 @@ def format_table(results: Sequence[CaseResult]) -> str:
     return text_table(rows)
 
 
-def failure_line(r: CaseResult, base_seed: int) -> str:
-    """A failure with its figures and the command that reproduces it."""
+def failure_line(r: CaseResult, base_seed: int, *, catalogs: Sequence[str] = (), device: str = "cpu",
+                 interpret: bool = False) -> str:
+    """A failure with its figures and the command that reproduces it (same catalogs, device and interpreter)."""
+    extra = "".join(f" --catalog {shlex.quote(str(path))}" for path in catalogs)
+    extra += f" --device {device}" if device != "cpu" else ""
+    extra += " --interpret" if interpret else ""
     return (f"FAIL {r.op} [{r.backend}] {r.dtype} {r.sizes}: {r.message} (seed {base_seed}; case seed {r.seed}; "
-            f"reproduce: kcatalog test {r.op} --backend {r.backend} --dtype {r.dtype} --seed {base_seed})")
+            f"reproduce: kcatalog test {r.op} --backend {r.backend} --dtype {r.dtype} --seed {base_seed}{extra})")

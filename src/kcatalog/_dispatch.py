@@ -20,14 +20,14 @@ def handle({params}):
     {bind}if _kc_scopes.active:  # a `with catalog.use(...)` is open somewhere: honour it, uncached
         return _kc_resolve({tensor})({call})
     if {tensor}.is_cuda:
-        fn = _kc_by_cuda.get({tensor}.dtype)
+        _kc_fn = _kc_by_cuda.get({tensor}.dtype)
     elif {tensor}.is_cpu:
-        fn = _kc_by_cpu.get({tensor}.dtype)
+        _kc_fn = _kc_by_cpu.get({tensor}.dtype)
     else:
-        fn = _kc_by_device.get(({tensor}.device.type, {tensor}.dtype))
-    if fn is None:
-        fn = _kc_first_call({tensor})
-    return fn({call})
+        _kc_fn = _kc_by_device.get(({tensor}.device.type, {tensor}.dtype))
+    if _kc_fn is None:
+        _kc_fn = _kc_first_call({tensor})
+    return _kc_fn({call})
 """
 
 

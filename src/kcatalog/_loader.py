@@ -56,17 +56,23 @@ def discover(paths: Iterable[PathLike]) -> tuple[list[Path], list[Diagnostic]]:
         given = Path(raw)
         if given.is_dir():
             root = given.resolve()
-            found = sorted(p for p in root.rglob("*") if p.suffix in _SUFFIXES and p.is_file())
+            found = sorted(p for p in root.rglob("*") if p.suffix in _SUFFIXES and (p.is_file() or p.is_symlink()))
             if not found:
                 problems.append(Diagnostic("KC006", f"no catalog files (*.yaml, *.yml) in directory '{given}'"))
             for path in found:
-                real = path.resolve()
+                try:
+                    real = path.resolve(strict=True)
+                except (OSError, RuntimeError):  # dangling, or a loop (RuntimeError before Python 3.13)
+                    problems.append(Diagnostic("KC005", "cannot read file: symlink is dangling or loops",
+                                               Location(display_path(path), 1, 1)))
+                    continue
                 if not real.is_relative_to(root):
                     problems.append(Diagnostic(
                         "KC005", f"symlink leaves the catalog directory (points to '{real}'); refused",
                         Location(display_path(path), 1, 1)))
                     continue
-                files[real] = None
+                if real.is_file():  # not a link to a directory or a special file
+                    files[real] = None
         elif given.is_file():
             real = given.resolve()
             files[real] = None

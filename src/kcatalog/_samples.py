@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import did_you_mean
-from .schema import Samples, TensorArg, signature_arguments
+from .schema import Samples, TensorArg, signature_arguments, signature_keyword_only
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +33,8 @@ def expression_names(expr: object) -> set[str]:
         tree = ast.parse(text, mode="eval")
     except SyntaxError:
         raise ValueError(f"'{expr}' is not an arithmetic expression") from None
+    except (RecursionError, MemoryError):  # CPython's parser gives up on deeply nested expressions
+        raise ValueError(f"'{expr[:40]}...' is too deeply nested to parse") from None
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
@@ -118,6 +120,7 @@ class Call:
     """Arguments for one call of an op, by name, in signature order."""
 
     kwargs: dict[str, Any]
+    positional: int | None = None  # leading arguments passed by position (None: all); the rest by name
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Tensor arguments by name."""
@@ -137,11 +140,14 @@ class Call:
                 return value.to(wide)
             return value.clone()
 
-        return Call({name: copy(value) for name, value in self.kwargs.items()})
+        return Call({name: copy(value) for name, value in self.kwargs.items()}, self.positional)
 
     def invoke(self, fn: Any) -> Any:
-        """Call `fn` with these arguments, positionally in signature order."""
-        return fn(*self.kwargs.values())
+        """Call `fn` with these arguments: by position in signature order up to the first parameter left
+        out or keyword-only, by name from there on."""
+        items = list(self.kwargs.items())
+        count = len(items) if self.positional is None else self.positional
+        return fn(*(value for _, value in items[:count]), **dict(items[count:]))
 
 
 def build_call(info: OpInfo, samples: Samples, env: Mapping[str, Any], dtype: str, device: str,
@@ -151,7 +157,11 @@ def build_call(info: OpInfo, samples: Samples, env: Mapping[str, Any], dtype: st
 
     generator = torch.Generator().manual_seed(seed)
     values: dict[str, Any] = {}
+    positional: int | None = None
+    keyword_only = signature_keyword_only(info.signature)
     for name, _ in signature_arguments(info.signature):
+        if positional is None and (name not in samples.args or name in keyword_only):
+            positional = len(values)  # from here on, arguments go by name
         if name not in samples.args:
             continue  # optional parameters left out use their defaults; the order stays the signature's
         spec = samples.args[name]
@@ -161,7 +171,7 @@ def build_call(info: OpInfo, samples: Samples, env: Mapping[str, Any], dtype: st
             values[name] = evaluate(spec, env)
         else:
             values[name] = spec
-    return Call(values)
+    return Call(values, positional)
 
 
 def _tensor(spec: TensorArg, env: Mapping[str, Any], dtype: str, generator: torch.Generator) -> torch.Tensor:
@@ -171,9 +181,17 @@ def _tensor(spec: TensorArg, env: Mapping[str, Any], dtype: str, generator: torc
     low, high = (evaluate(bound, env) for bound in spec.range)
     torch_dtype = getattr(torch, spec.dtype or dtype)
     if torch_dtype.is_floating_point:
-        values = torch.rand(shape, generator=generator, dtype=torch.float64) * (high - low) + low
-        return values.to(torch_dtype)
+        values = (torch.rand(shape, generator=generator, dtype=torch.float64) * (high - low) + low).to(torch_dtype)
+        if torch_dtype.itemsize > 1:  # rounding may reach `high`; step back one ulp to keep [low, high)
+            values = torch.where(values >= high, torch.nextafter(values, torch.full_like(values, low)), values)
+        return values
     return torch.randint(int(low), int(high), shape, generator=generator, dtype=torch_dtype)
+
+
+def output_part(part: str, result: Any, call: Call) -> Any:
+    """What one part of a compare selector ('return', 'return.1', 'x') names, as returned or mutated."""
+    base, _, index = part.partition(".")
+    return call.kwargs[base] if base != "return" else (result[int(index)] if index else result)
 
 
 def select_output(selector: str, result: Any, call: Call) -> torch.Tensor:
@@ -182,8 +200,7 @@ def select_output(selector: str, result: Any, call: Call) -> torch.Tensor:
 
     product = None
     for part in selector.split("*"):
-        base, _, index = part.partition(".")
-        value = call.kwargs[base] if base != "return" else (result[int(index)] if index else result)
+        value = output_part(part, result, call)
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"'{part}' is a {type(value).__name__}, not a tensor")
         value = value.detach().to(torch.float64)

@@ -156,6 +156,9 @@ def _read_scope(spec: ModuleSpec) -> _Scope | TargetProblem | None:
         detail = exc.msg if isinstance(exc, SyntaxError) else str(exc)
         return TargetProblem("KC306", f"module '{spec.name}' cannot be imported: "
                              f"syntax error in {os.path.basename(origin)}{line}: {detail}")
+    except (RecursionError, MemoryError):  # so would compiling it, which uses the same parser
+        return TargetProblem("KC306", f"module '{spec.name}' cannot be imported: "
+                             f"{os.path.basename(origin)} is too deeply nested to parse")
     return _collect(tree.body)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,8 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_NODES = 500_000  # nodes after alias expansion: bounds "billion laughs" and sheer size
 MAX_DEPTH = 64
+MAX_EXPANDED_CHARS = 4 * MAX_FILE_BYTES  # text after alias expansion: bounds aliases of long strings
+MAX_NUMBER_CHARS = 100  # longer numerals are no config value; int() and YAML 1.1 base 60 are slow on them
 
 _STR = "tag:yaml.org,2002:str"
 _PLAIN_SCALAR_TAGS = {
@@ -41,8 +44,13 @@ _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
 _MERGE = "tag:yaml.org,2002:merge"
 
-# Only the scalar constructors of the safe loader, used for non-string scalars.
+# Only the scalar constructors of the safe loader, used for non-string scalars. Called directly:
+# SafeConstructor.construct_object would keep every node it ever built in constructed_objects.
 _constructor = yaml.constructor.SafeConstructor()
+_SCALAR_CONSTRUCTORS = {tag: yaml.constructor.SafeConstructor.yaml_constructors[tag] for tag in _PLAIN_SCALAR_TAGS}
+# What YAML refuses to read (PyYAML's own list): found here, with its position, whichever parser runs.
+_NON_PRINTABLE = yaml.reader.Reader.NON_PRINTABLE
+_LINE_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
 
 # YAML 1.1's implicit scalar types, copied once so resolvers other libraries register globally do
 # not change what a manifest means. Timestamps stay text (an unquoted date in a description is
@@ -109,6 +117,11 @@ def node_location(path: str, node: yaml.Node | None) -> Location:
 
 def parse_yaml(path: str, text: str) -> ParsedFile | Diagnostic:
     """Parse one YAML document into dicts, lists and scalars; a diagnostic instead of raising."""
+    bad = _NON_PRINTABLE.search(text)
+    if bad is not None:
+        line, col = _position(text, bad.start())
+        return Diagnostic("KC001", f"YAML syntax error: control character U+{ord(bad.group()):04X} is not allowed",
+                          Location(path, line, col))
     try:
         loader = _Loader(text)
         try:
@@ -118,7 +131,7 @@ def parse_yaml(path: str, text: str) -> ParsedFile | Diagnostic:
     except yaml.MarkedYAMLError as exc:
         return _syntax_diagnostic(path, text, exc)
     except yaml.YAMLError as exc:
-        return Diagnostic("KC001", f"invalid YAML: {exc}", Location(path, 1, 1))
+        return Diagnostic("KC001", f"invalid YAML: {' '.join(str(exc).split())}", Location(path, 1, 1))
     except RecursionError:
         return Diagnostic("KC004", f"nesting deeper than the parser can follow (limit {MAX_DEPTH})",
                           Location(path, 1, 1))
@@ -133,7 +146,7 @@ def parse_yaml(path: str, text: str) -> ParsedFile | Diagnostic:
 
 def _syntax_diagnostic(path: str, text: str, exc: yaml.MarkedYAMLError) -> Diagnostic:
     mark = exc.problem_mark or exc.context_mark
-    location = Location(path, mark.line + 1, mark.column + 1) if mark else Location(path, 1, 1)
+    location = _mark_location(path, text, mark.line, mark.column) if mark else Location(path, 1, 1)
     problem = exc.problem or "invalid YAML"
     if "expected a single document" in (exc.context or "") or "but found another document" in problem:
         return Diagnostic("KC003", "multiple YAML documents in one file; a manifest is one document", location)
@@ -142,6 +155,21 @@ def _syntax_diagnostic(path: str, text: str, exc: yaml.MarkedYAMLError) -> Diagn
                           "indent with spaces", location)
     context = f" {exc.context}" if exc.context and exc.context not in problem else ""
     return Diagnostic("KC001", f"YAML syntax error: {problem}{context}", location)
+
+
+def _position(text: str, index: int) -> tuple[int, int]:
+    """1-based line and column of a character index, counting line breaks as YAML does."""
+    breaks = list(_LINE_BREAK.finditer(text, 0, index))
+    return len(breaks) + 1, index - (breaks[-1].end() if breaks else 0) + 1
+
+
+def _mark_location(path: str, text: str, line: int, column: int) -> Location:
+    """A parser mark as a location; one past the last line (libyaml's end of input when the file lacks a
+    final line break) becomes the end of the last line."""
+    lines = _LINE_BREAK.split(text)
+    if line >= len(lines):
+        return Location(path, len(lines), len(lines[-1]) + 1)
+    return Location(path, line + 1, column + 1)
 
 
 def _char_at(text: str, line: int, column: int) -> str:
@@ -154,61 +182,81 @@ class _Converter:
 
     def __init__(self) -> None:
         self.budget = MAX_NODES
+        self.chars = MAX_EXPANDED_CHARS
         # Collections already converted, by node identity: an alias reuses the value and is
-        # charged its expanded size, so alias bombs are refused in linear time.
-        self.done: dict[int, tuple[Any, int]] = {}
+        # charged its expanded size (nodes and characters), so alias bombs are refused in linear time.
+        self.done: dict[int, tuple[Any, int, int]] = {}
 
     def convert(self, node: yaml.Node, depth: int) -> Any:
         # Plain strings are nearly every node: they take the first branch and nothing else.
         if node.tag == _STR and type(node) is yaml.ScalarNode:
             self.budget -= 1
+            self.chars -= len(node.value)
             return node.value
         tag = node.tag
         if type(node) is yaml.ScalarNode:
             if tag in _PLAIN_SCALAR_TAGS:
                 self.budget -= 1
-                return _constructor.construct_object(node)
+                return self._scalar(node, tag)
         elif (tag == _MAP and type(node) is yaml.MappingNode) or (tag == _SEQ and type(node) is yaml.SequenceNode):
             return self._collection(node, depth)
         shown = "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
         raise YamlProblem("KC003", f"unsupported YAML tag '{shown}'; manifests are plain YAML", node)
+
+    def _scalar(self, node: yaml.ScalarNode, tag: str) -> Any:
+        """An int, float, bool or null (or an explicitly tagged str); a diagnostic when the value does not fit."""
+        shown = "!!" + tag.removeprefix("tag:yaml.org,2002:")
+        if len(node.value) > MAX_NUMBER_CHARS:
+            raise YamlProblem("KC004", f"{shown} scalar of {len(node.value)} characters, over the "
+                              f"{MAX_NUMBER_CHARS}-character limit", node)
+        try:
+            return _SCALAR_CONSTRUCTORS[tag](_constructor, node)
+        except (ValueError, LookupError, ArithmeticError):  # '!!int abc', '!!bool maybe', an empty '!!int'
+            raise YamlProblem("KC003", f"'{node.value}' is not a valid {shown} value", node) from None
 
     def _collection(self, node: yaml.Node, depth: int) -> Any:
         if depth >= MAX_DEPTH:
             raise YamlProblem("KC004", f"nested deeper than {MAX_DEPTH} levels", node)
         seen = self.done.get(id(node))
         if seen is not None:
-            value, size = seen
+            value, size, chars = seen
             self.budget -= size
+            self.chars -= chars
         else:
-            before = self.budget
+            before, chars_before = self.budget, self.chars
             if type(node) is yaml.MappingNode:
                 value = self._mapping(node, depth + 1)
             else:
                 value = [self.convert(item, depth + 1) for item in node.value]
-            self.done[id(node)] = (value, before - self.budget + 1)
+            self.done[id(node)] = (value, before - self.budget + 1, chars_before - self.chars)
             self.budget -= 1
         if self.budget < 0:
             raise YamlProblem("KC004", f"more than {MAX_NODES} nodes after alias expansion", node)
+        if self.chars < 0:
+            raise YamlProblem("KC004", f"more than {MAX_EXPANDED_CHARS} characters of text after alias expansion",
+                              node)
         return value
 
     def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
+        key_nodes: dict[Any, yaml.Node] = {}  # where each key was first defined
         convert = self.convert
         for key_node, value_node in node.value:
             if key_node.tag == _STR and type(key_node) is yaml.ScalarNode:
                 key = key_node.value
                 self.budget -= 1
+                self.chars -= len(key)
             elif key_node.tag == _MERGE:
                 raise YamlProblem("KC003", "merge keys ('<<') are not supported; write the fields out", key_node)
             else:
                 key = convert(key_node, depth)
                 if isinstance(key, (dict, list)):
                     raise YamlProblem("KC003", "mapping keys must be scalars", key_node)
-            if key in result:
-                first = next(k for k, _ in node.value if k is not key_node and convert(k, depth) == key).start_mark
+            if key in result:  # a key repeated through an alias is the very same node: look it up, not for it
+                first = key_nodes[key].start_mark
                 where = f"line {first.line + 1}, column {first.column + 1}"
                 raise YamlProblem("KC002", f"duplicate key '{key}' (first defined at {where})", key_node)
+            key_nodes[key] = key_node
             result[key] = convert(value_node, depth)
         return result
 

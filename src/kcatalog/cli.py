@@ -218,7 +218,8 @@ def _test(options: argparse.Namespace) -> int:
         for note in notes:
             print(f"note: {note}")
         for r in failed:
-            print(conformance.failure_line(r, seed))
+            print(conformance.failure_line(r, seed, catalogs=options.catalog or (), device=options.device,
+                                           interpret=options.interpret))
         print(f"{plural(len(results), 'check')}, {len(failed)} failed.")
     return 1 if failed or not results else 0
 

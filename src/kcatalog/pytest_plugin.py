@@ -23,8 +23,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("kcatalog") and config.getoption("kcatalog_interpret"):
+    if not config.getoption("kcatalog"):
+        return
+    if config.getoption("kcatalog_interpret"):
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module imports triton
+    seed = config.getoption("kcatalog_seed")
+    # Chosen here, not at collection: the report header, which shows it, is written before collection.
+    config._kcatalog_seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")  # type: ignore[attr-defined]
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -39,18 +44,16 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     from . import _conformance as conformance
     from ._load import load_catalog
 
-    seed = config.getoption("kcatalog_seed")
-    if seed is None:
-        seed = int.from_bytes(os.urandom(4), "little")
-    config._kcatalog_seed = seed  # type: ignore[attr-defined]
+    seed: int = config._kcatalog_seed  # type: ignore[attr-defined]
     device = config.getoption("kcatalog_device")
-    catalog = load_catalog(None if paths == ["shipped"] else paths)
-    cases, _ = conformance.plan(catalog, catalog.ops(), device=device, base_seed=seed,
-                                interpret=config.getoption("kcatalog_interpret"))
+    catalogs = [] if paths == ["shipped"] else paths
+    interpret = config.getoption("kcatalog_interpret")
+    catalog = load_catalog(catalogs or None)
+    cases, _ = conformance.plan(catalog, catalog.ops(), device=device, base_seed=seed, interpret=interpret)
     for case in cases:
         name = f"kcatalog[{case.info.id}-{case.spec.backend}-{case.dtype}-{conformance.describe(case.sizes)}]"
         items.append(KcatalogItem.from_parent(session, name=name.replace(" ", ","), case=case, catalog=catalog,
-                                              device=device, base_seed=seed))
+                                              device=device, base_seed=seed, catalogs=catalogs, interpret=interpret))
 
 
 class KcatalogFailure(Exception):
@@ -60,8 +63,11 @@ class KcatalogFailure(Exception):
 class KcatalogItem(pytest.Item):
     """One backend, dtype and sample size set of one op, checked against the op's reference."""
 
-    def __init__(self, *, case: Case, catalog: Any, device: str, base_seed: int, **kwargs: Any) -> None:
+    def __init__(self, *, case: Case, catalog: Any, device: str, base_seed: int, catalogs: list[str],
+                 interpret: bool, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.catalogs = catalogs
+        self.interpret = interpret
         self.case = case
         self.catalog = catalog
         self.device = device
@@ -73,7 +79,8 @@ class KcatalogItem(pytest.Item):
         reference = self.catalog.get_backend(self.case.info.id, self.case.info.reference)
         result = check(self.case, reference, self.device)
         if not result.passed:
-            raise KcatalogFailure(failure_line(result, self.base_seed))
+            raise KcatalogFailure(failure_line(result, self.base_seed, catalogs=self.catalogs, device=self.device,
+                                               interpret=self.interpret))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, KcatalogFailure):

@@ -223,12 +223,27 @@ def signature_arguments(signature: str) -> tuple[tuple[str, bool], ...]:
         tree = ast.parse(f"def _{signature}: pass")
     except SyntaxError as exc:
         raise ValueError(f"signature '{signature}' is not valid Python: {exc.msg}") from None
+    except (RecursionError, MemoryError):  # CPython's parser gives up on deeply nested expressions
+        shown = signature if len(signature) <= 60 else signature[:57] + "..."
+        raise ValueError(f"signature '{shown}' is too deeply nested to parse") from None
     args = tree.body[0].args  # type: ignore[attr-defined]
     positional = [*args.posonlyargs, *args.args]
     first_default = len(positional) - len(args.defaults)
     result = [(arg.arg, index < first_default) for index, arg in enumerate(positional)]
     result += [(arg.arg, default is None) for arg, default in zip(args.kwonlyargs, args.kw_defaults)]
     return tuple(result)
+
+
+@functools.lru_cache(maxsize=4096)
+def signature_keyword_only(signature: str) -> frozenset[str]:
+    """Names of the keyword-only parameters of an op signature (those after '*')."""
+    import ast
+
+    try:
+        tree = ast.parse(f"def _{signature}: pass")
+    except SyntaxError as exc:
+        raise ValueError(f"signature '{signature}' is not valid Python: {exc.msg}") from None
+    return frozenset(arg.arg for arg in tree.body[0].args.kwonlyargs)  # type: ignore[attr-defined]
 
 
 def signature_params(signature: str) -> tuple[str, ...]:

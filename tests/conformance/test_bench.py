@@ -159,8 +159,6 @@ def test_unknown_shapes_kind_is_a_usage_error() -> None:
         or "argument --shapes: invalid choice: 'huge' (choose from 'decode', 'prefill', 'all')" in result.err
 
 
-@pytest.mark.xfail(strict=True, reason="_bench._time_job: build_call runs outside the try, so inputs that cannot be "
-                                       "built abort the whole run with exit 2 instead of making an error row")
 def test_a_shape_that_cannot_be_built_is_an_error_row(workspace: Workspace) -> None:
     module = workspace.module("kc_conformance_bench_kernels", KERNELS)
     catalog = workspace.write({"scale2": declare_op(module, {"torch": "twice"}, samples={

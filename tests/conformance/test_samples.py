@@ -150,8 +150,6 @@ def test_float_ranges_and_expressions_in_shapes() -> None:
     assert call.kwargs["scale"] == 2
 
 
-@pytest.mark.xfail(strict=True, reason="_samples._tensor: values drawn below `high` in float64 round up to `high` "
-                                       "in bfloat16/float16, so the range is no longer half-open")
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_float_ranges_stay_half_open_after_rounding_to_the_dtype(dtype: str) -> None:
     samples = Samples(args={"x": TensorArg(shape=(20000,), range=(-1.0, 1.0))})
@@ -160,8 +158,6 @@ def test_float_ranges_stay_half_open_after_rounding_to_the_dtype(dtype: str) -> 
     assert float(x.max()) < 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="_samples.Call.invoke: passes every argument positionally, so a keyword-only "
-                                       "parameter ('*, eps') raises TypeError")
 def test_keyword_only_parameters_are_passed_by_name() -> None:
     samples = Samples(args={"x": TensorArg(shape=(3,)), "eps": 0.5})
     call = build_call(fake_info("(x: Tensor, *, eps: float = 1.0) -> Tensor"), samples, {}, "float32", "cpu", 0)
@@ -172,8 +168,6 @@ def test_keyword_only_parameters_are_passed_by_name() -> None:
     assert torch.equal(call.invoke(kernel), call.kwargs["x"] + 0.5)
 
 
-@pytest.mark.xfail(strict=True, reason="_samples.Call.invoke: passes every argument positionally, so a value given "
-                                       "after an omitted optional parameter lands in the omitted one's place")
 def test_an_omitted_optional_parameter_does_not_shift_the_next() -> None:
     samples = Samples(args={"x": TensorArg(shape=(3,)), "bias": 0.5})  # scale left to its default
     call = build_call(fake_info("(x: Tensor, scale: float = 2.0, bias: float = 0.0) -> Tensor"), samples, {},
@@ -185,8 +179,6 @@ def test_an_omitted_optional_parameter_does_not_shift_the_next() -> None:
     assert torch.equal(call.invoke(kernel), call.kwargs["x"] * 2.0 + 0.5)
 
 
-@pytest.mark.xfail(strict=True, reason="_conformance.check: build_call runs outside the try, so inputs that cannot be "
-                                       "built (an empty range, a negative size) abort the whole run with exit 2")
 def test_a_size_set_that_cannot_be_built_fails_its_check_and_the_run_goes_on(workspace: Workspace) -> None:
     module = workspace.module("kc_conformance_sample_kernels", "def twice(x, idx):\n    return 2 * x\n")
     catalog = workspace.write({"scale2": declare_op(

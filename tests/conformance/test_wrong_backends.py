@@ -191,8 +191,6 @@ def test_cli_json_carries_seed_and_figures_of_failures(wrong: Fixture) -> None:
     assert {str(r["seed"]) for r in document["results"] if not r["passed"]} == concise_seeds
 
 
-@pytest.mark.xfail(strict=True, reason="_conformance.check: the dtype of an output is never compared, so a "
-                                       "backend returning float64 for a float32 op passes")
 def test_cli_catches_an_output_of_the_wrong_dtype(workspace: Workspace) -> None:
     workspace.module(SINGLE, KERNELS)
     catalog = workspace.write({"scale2": declare_op(SINGLE, {"torch": "twice", "wrong_dtype": "float64_output"},
@@ -205,9 +203,6 @@ def test_cli_catches_an_output_of_the_wrong_dtype(workspace: Workspace) -> None:
         assert re.search(pattern, result.out, re.M), result.out
 
 
-@pytest.mark.xfail(strict=True, reason="_conformance.check: on the CPU nothing poisons new memory, so an unwritten "
-                                       "row holds whatever malloc returns: garbage, zeros, or a freed block holding "
-                                       "the right answer, which passes")
 def test_unwritten_memory_is_always_caught_as_nan(workspace: Workspace) -> None:
     """Whatever the allocator hands back, every unwritten element reads as NaN (and so is counted)."""
     workspace.module(SINGLE, KERNELS)
@@ -221,8 +216,6 @@ def test_unwritten_memory_is_always_caught_as_nan(workspace: Workspace) -> None:
             assert re.search(failure_pattern("t.scale2", "unwritten", size, what), result.out, re.M), result.out
 
 
-@pytest.mark.xfail(strict=True, reason="_conformance.failure_line: the reproduce command leaves out --catalog "
-                                       "(and --device, --interpret), so it runs another catalog")
 def test_the_reproduce_command_reproduces(wrong: Fixture) -> None:
     line = next(line for line in wrong.concise.out.splitlines() if line.startswith("FAIL t.scale2 [scaled]"))
     command = shlex.split(line.partition("reproduce: ")[2].removesuffix(")"))
@@ -292,8 +285,6 @@ def test_plugin_and_cli_agree_on_the_same_seed(wrong: Fixture, plugin: PluginRun
         assert any(line.startswith(head) for line in wrong.concise.out.splitlines()), (head, wrong.concise.out)
 
 
-@pytest.mark.xfail(strict=True, reason="pytest_plugin.pytest_report_header: runs before collection chooses the "
-                                       "seed, so the 'kcatalog: base seed N' line never shows")
 def test_plugin_header_shows_the_seed(wrong: Fixture, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--kcatalog", str(wrong.workspace.catalog_dir),

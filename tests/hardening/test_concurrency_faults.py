@@ -190,9 +190,6 @@ def kernel(*args, **kwargs):
 """
 
 
-@pytest.mark.xfail(strict=True, reason="_catalog._LazyTarget.get: callers that queued on the lock while an import "
-                                       "failed each retry it in turn: 16 racing first calls of kernel() run a "
-                                       "failing module (and wait for it) up to 16 times")
 def test_racing_first_calls_run_a_failing_import_once(catalogs: Catalogs, modules: Modules,
                                                       imports: list[str]) -> None:
     name = modules.module("kc_hard_slow_broken", SLOW_TO_FAIL)

@@ -16,7 +16,6 @@ import itertools
 import os
 import re
 import string
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -244,32 +243,6 @@ def directories(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Files], P
     return write
 
 
-# Crashes already reported, each with a strict xfail test in test_hostile_values.py: an example that hits one
-# is counted (see --hypothesis-show-statistics) and passes, so the fuzzer keeps looking for new problems.
-# Delete an entry once its bug is fixed.
-KNOWN_CRASHES: dict[str, Callable[[BaseException, list[str]], bool]] = {
-    "explicit tag that does not fit its value (_yaml._Converter.convert)":
-        lambda exc, frames: "construct_object" in frames and isinstance(
-            exc, (ValueError, KeyError, IndexError, OverflowError)),
-    "key repeated through an alias (_yaml._Converter._mapping)":
-        lambda exc, frames: isinstance(exc, RuntimeError) and isinstance(exc.__cause__, StopIteration),
-    "too deeply nested for ast.parse (schema.signature_arguments, _samples.expression_names, _targets)":
-        lambda exc, frames: isinstance(exc, (RecursionError, MemoryError)) and bool(
-            {"signature_arguments", "expression_names", "_read_scope"} & set(frames)),
-}
-
-
-def known_crash(exc: BaseException) -> str | None:
-    """The label of the reported crash this exception is, or None."""
-    frames = [frame.name for frame in traceback.extract_tb(exc.__traceback__)]
-    return next((label for label, matches in KNOWN_CRASHES.items() if matches(exc, frames)), None)
-
-
-# libyaml reports a problem found at the end of a file that lacks a final line break on the line after the last
-# (test_a_problem_at_the_end_of_the_file_points_inside_it, xfail). Set to 0 once that is fixed.
-KNOWN_LINES_PAST_THE_END = 1
-
-
 def lines_in(content: bytes) -> int:
     """An upper bound of the file's line count as YAML counts lines (\\r, NEL, LS and PS break lines too)."""
     text = content.decode("utf-8", "replace")
@@ -278,14 +251,7 @@ def lines_in(content: bytes) -> int:
 
 def check_behaves(directory: Path, *, check_targets: bool) -> None:
     """The property: check_catalog answers (catalog xor errors, located diagnostics); load_catalog agrees."""
-    try:
-        catalog, diagnostics = check_catalog([directory], check_targets=check_targets)
-    except Exception as exc:
-        label = known_crash(exc)
-        if label is None:
-            raise
-        event(f"known crash: {label}")
-        return
+    catalog, diagnostics = check_catalog([directory], check_targets=check_targets)
     errors = [d for d in diagnostics if d.is_error]
     assert (catalog is None) == bool(errors), [str(d) for d in diagnostics]
     files = {path.resolve(): path for path in directory.resolve().rglob("*") if path.is_file()}
@@ -296,7 +262,7 @@ def check_behaves(directory: Path, *, check_targets: bool) -> None:
         path = (Path.cwd() / location.path).resolve()
         assert path in files, f"{diagnostic} names no catalog file"
         assert location.line >= 1 and location.col >= 1, str(diagnostic)
-        assert location.line <= lines_in(files[path].read_bytes()) + KNOWN_LINES_PAST_THE_END, \
+        assert location.line <= lines_in(files[path].read_bytes()), \
             f"{diagnostic}: past the end of the file"
     try:
         loaded = load_catalog([directory], check_targets=check_targets)
@@ -351,9 +317,6 @@ def test_mixed_mutants_never_crash(files: Files, check_targets: bool, directorie
 # -- what the fuzzer found, as plain tests ------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="_yaml._syntax_diagnostic: libyaml's mark for a problem at the end of input "
-                                       "is on the line after the last when the file lacks a final line break; "
-                                       "the diagnostic then names a line the file does not have")
 @pytest.mark.parametrize(("text", "where"), [
     ("kcatalog: 1\nb", "2:2"),
     ("kcatalog: 1\nbackends: [torch", "2:17"),

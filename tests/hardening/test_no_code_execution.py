@@ -171,10 +171,7 @@ def test_signature_defaults_are_never_evaluated(default: str, catalogs: Catalogs
 
 
 @pytest.mark.parametrize("name", [
-    "tensor", "args", "kwargs", "handle", "self", "dtype", "device", "table", "key", "lock",
-    pytest.param("fn", marks=pytest.mark.xfail(strict=True, reason=(
-        "_dispatch._TEMPLATE: the generated handle keeps the kernel in a local named 'fn', which shadows an op "
-        "parameter named 'fn': the kernel is passed itself as that argument"))),
+    "tensor", "args", "kwargs", "handle", "self", "dtype", "device", "table", "key", "lock", "fn",
 ])
 def test_handles_pass_every_argument_whatever_its_name(name: str, catalogs: Catalogs, modules: Modules) -> None:
     torch = pytest.importorskip("torch")
