@@ -8,6 +8,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._platform import Platform
+from .schema import parse_signature
 
 if TYPE_CHECKING:
     from ._catalog import Catalog, OpInfo
@@ -33,7 +34,7 @@ def handle({params}):
 
 def _source(info: OpInfo) -> tuple[str, dict[str, Any]]:
     """The handle's source and the default values it refers to."""
-    args = ast.parse(f"def _{info.signature}: pass").body[0].args  # type: ignore[attr-defined]
+    args = parse_signature(info.signature)
     positional = [*args.posonlyargs, *args.args]
     names = [a.arg for a in (*positional, *args.kwonlyargs)]
     dispatch = info.dispatch_arg or (names[0] if names else "")

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._pyparse import parse
 from .errors import did_you_mean
 from .schema import Samples, TensorArg, signature_arguments, signature_keyword_only
 
@@ -30,7 +31,7 @@ def expression_names(expr: object) -> set[str]:
         return set()
     text = expr[1:] if expr.startswith("$") else expr
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = parse(text, mode="eval")
     except SyntaxError:
         raise ValueError(f"'{expr}' is not an arithmetic expression") from None
     except (RecursionError, MemoryError):  # CPython's parser gives up on deeply nested expressions
@@ -48,7 +49,7 @@ def evaluate(expr: object, env: Mapping[str, Any]) -> Any:
     """The value of a size expression ('2*H', 'T', 4096) with the sizes in `env`."""
     if not isinstance(expr, str):
         return expr
-    return _eval(ast.parse(expr.removeprefix("$"), mode="eval").body, env)
+    return _eval(parse(expr.removeprefix("$"), mode="eval").body, env)
 
 
 def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:

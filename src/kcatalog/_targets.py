@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec
 from typing import Any
 
+from ._pyparse import parse
 from .errors import did_you_mean, listing
 
 
@@ -150,7 +151,7 @@ def _read_scope(spec: ModuleSpec) -> _Scope | TargetProblem | None:
     except OSError as exc:
         return _Scope(opaque=f"cannot be read ({exc.strerror or exc})")
     try:
-        tree = ast.parse(source, filename=origin)
+        tree = parse(source, filename=origin)
     except (SyntaxError, ValueError) as exc:  # importing it would certainly fail
         line = f", line {exc.lineno}" if isinstance(exc, SyntaxError) and exc.lineno else ""
         detail = exc.msg if isinstance(exc, SyntaxError) else str(exc)

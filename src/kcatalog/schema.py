@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import re
 from typing import Annotated, Literal, Union
@@ -17,6 +18,8 @@ from pydantic import (
     StrictInt,
     model_validator,
 )
+
+from ._pyparse import parse
 
 FORMAT_VERSION = 1
 
@@ -215,18 +218,21 @@ class Settings(_Strict):
 
 
 @functools.lru_cache(maxsize=4096)  # catalogs repeat a handful of signatures across many ops
-def signature_arguments(signature: str) -> tuple[tuple[str, bool], ...]:
-    """(name, required) for each parameter of an op signature; ValueError when it is not valid Python."""
-    import ast
-
+def parse_signature(signature: str) -> ast.arguments:
+    """The parsed parameters of an op signature; ValueError when it is not valid Python."""
     try:
-        tree = ast.parse(f"def _{signature}: pass")
+        tree = parse(f"def _{signature}: pass")
     except SyntaxError as exc:
         raise ValueError(f"signature '{signature}' is not valid Python: {exc.msg}") from None
     except (RecursionError, MemoryError):  # CPython's parser gives up on deeply nested expressions
         shown = signature if len(signature) <= 60 else signature[:57] + "..."
         raise ValueError(f"signature '{shown}' is too deeply nested to parse") from None
-    args = tree.body[0].args  # type: ignore[attr-defined]
+    return tree.body[0].args  # type: ignore[attr-defined]
+
+
+def signature_arguments(signature: str) -> tuple[tuple[str, bool], ...]:
+    """(name, required) for each parameter of an op signature; ValueError when it is not valid Python."""
+    args = parse_signature(signature)
     positional = [*args.posonlyargs, *args.args]
     first_default = len(positional) - len(args.defaults)
     result = [(arg.arg, index < first_default) for index, arg in enumerate(positional)]
@@ -234,16 +240,9 @@ def signature_arguments(signature: str) -> tuple[tuple[str, bool], ...]:
     return tuple(result)
 
 
-@functools.lru_cache(maxsize=4096)
 def signature_keyword_only(signature: str) -> frozenset[str]:
     """Names of the keyword-only parameters of an op signature (those after '*')."""
-    import ast
-
-    try:
-        tree = ast.parse(f"def _{signature}: pass")
-    except SyntaxError as exc:
-        raise ValueError(f"signature '{signature}' is not valid Python: {exc.msg}") from None
-    return frozenset(arg.arg for arg in tree.body[0].args.kwonlyargs)  # type: ignore[attr-defined]
+    return frozenset(arg.arg for arg in parse_signature(signature).kwonlyargs)
 
 
 def signature_params(signature: str) -> tuple[str, ...]:
