@@ -40,8 +40,9 @@ def expression_names(expr: object) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             names.add(node.id)
-        elif not isinstance(node, (ast.Expression, ast.BinOp, ast.Constant, ast.Load, *_BINARY)):
-            raise ValueError(f"'{expr}' uses {type(node).__name__}; only + - * / // on names and numbers")
+        elif not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.USub, ast.Constant, ast.Load,
+                                   *_BINARY)):
+            raise ValueError(f"'{expr}' uses {type(node).__name__}; only + - * / // and unary - on names and numbers")
     return names
 
 
@@ -59,6 +60,8 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
         return env[node.id]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         return _BINARY[type(node.op)](_eval(node.left, env), _eval(node.right, env))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_eval(node.operand, env)
     raise ValueError(f"unsupported expression node {type(node).__name__}")
 
 

@@ -90,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("kcatalog").addHandler(logging.NullHandler())
     try:
         return COMMANDS[options.command](options)
+    except BrokenPipeError:  # e.g. `kcatalog test | head`: the reader left; say nothing more
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
+        return 1
     except CatalogError as exc:
         return _fail(options, str(exc), 1)
     except Exception as exc:  # never a traceback: name the failure and exit 2

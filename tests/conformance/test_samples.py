@@ -39,6 +39,7 @@ def test_evaluate(expr: object, env: dict[str, Any], value: object) -> None:
     ("$P", {"P"}),
     ("HQ*D + HK*D", {"HQ", "HK", "D"}),
     ("4096", set()),
+    ("-P", {"P"}),
     (64, set()),
 ])
 def test_expression_names(expr: object, names: set[str]) -> None:
@@ -46,11 +47,11 @@ def test_expression_names(expr: object, names: set[str]) -> None:
 
 
 @pytest.mark.parametrize(("expr", "message"), [
-    ("2**H", "'2**H' uses Pow; only + - * / // on names and numbers"),
-    ("-H", "'-H' uses UnaryOp; only + - * / // on names and numbers"),
-    ("H % 2", "'H % 2' uses Mod; only + - * / // on names and numbers"),
-    ("H.real", "'H.real' uses Attribute; only + - * / // on names and numbers"),
-    ("__import__('os')", "'__import__('os')' uses Call; only + - * / // on names and numbers"),
+    ("2**H", "'2**H' uses Pow; only + - * / // and unary - on names and numbers"),
+    ("+H", "'+H' uses UAdd; only + - * / // and unary - on names and numbers"),
+    ("H % 2", "'H % 2' uses Mod; only + - * / // and unary - on names and numbers"),
+    ("H.real", "'H.real' uses Attribute; only + - * / // and unary - on names and numbers"),
+    ("__import__('os')", "'__import__('os')' uses Call; only + - * / // and unary - on names and numbers"),
     ("T*", "'T*' is not an arithmetic expression"),
 ])
 def test_expression_names_refuses_anything_but_arithmetic(expr: str, message: str) -> None:
@@ -226,11 +227,11 @@ def test_malformed_size_expressions_are_refused_at_load_with_kc210(tmp_path: Pat
     catalog, diagnostics = check_catalog([tmp_path])
     assert catalog is None
     assert [str(d) for d in diagnostics] == [
-        "t.yaml:12:9: KC210 samples of op 't.a', argument 'x': '2**H' uses Pow; only + - * / // on names and numbers",
+        "t.yaml:12:9: KC210 samples of op 't.a', argument 'x': '2**H' uses Pow; only + - * / // and unary - on names and numbers",
         "t.yaml:13:9: KC210 samples of op 't.a', argument 'idx': 'T*' is not an arithmetic expression",
         "t.yaml:13:9: KC210 samples of op 't.a', argument 'idx': unknown size P (sizes: H, T)",
-        "t.yaml:14:9: KC210 samples of op 't.a', argument 'n': '$H.real' uses Attribute; only + - * / // on names "
-        "and numbers",
+        "t.yaml:14:9: KC210 samples of op 't.a', argument 'n': '$H.real' uses Attribute; only + - * / // and unary - on "
+        "names and numbers",
         "t.yaml:15:16: KC210 samples of op 't.a': decode sets size 'B', which 'sizes' does not define (H, T)",
     ]
     refused = run_cli("test", "--catalog", tmp_path)
