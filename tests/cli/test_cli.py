@@ -393,3 +393,14 @@ def test_explain_unknown_op_names_the_ops(run: Callable[..., Run], catalog: Call
     catalog()
     assert run("explain", "norm.rms", "--platform", "cpu", "--catalog", ".") == Run(
         1, "", "error: no op 'norm.rms' (did you mean 'norm.rms_norm'?). Available: norm.layer_norm, norm.rms_norm\n")
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
+    # `kcatalog list | head -1`: the pipe closes while the command still writes.
+    script = "import sys\nfrom kcatalog.cli import main\nsys.stdout.close = lambda: None\nraise SystemExit(main(['list']))"
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1
+    assert "Traceback" not in err and "internal error" not in err
