@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._rows import as_rows
+
 #: Widest row (elements) kept whole in registers. 32768 would fit (no weight to hold) but needs ~96 registers
 #: per thread at 16 warps, i.e. one program per SM with no overlap of loads and math; the pipelined loop keeps
 #: 2-3 programs per SM and its second read mostly hits L2.
@@ -82,18 +84,6 @@ def _config(n_cols: int, n_rows: int) -> tuple[int, int, int, bool]:
     )
 
 
-def _as_rows(t: torch.Tensor) -> torch.Tensor:
-    """A 2-D ``[rows, width]`` view of `t` with a unit-stride last dim; copies only if no such view exists."""
-    if t.stride(-1) != 1:
-        t = t.contiguous()
-    if t.dim() == 2:
-        return t
-    try:
-        return t.view(-1, t.shape[-1])
-    except RuntimeError:
-        return t.reshape(-1, t.shape[-1])
-
-
 @triton.jit
 def _softmax_kernel(
     x_ptr,
@@ -154,7 +144,7 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    x2 = _as_rows(x)
+    x2 = as_rows(x)
     m = x2.shape[0]
     block_m, block_n, num_warps, single = _config(n, m)
     _softmax_kernel[(triton.cdiv(m, block_m),)](

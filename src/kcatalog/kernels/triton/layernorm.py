@@ -26,6 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._rows import as_rows
+
 #: Widest row (elements) kept whole in registers; wider rows use the chunked loop.
 MAX_FUSED_WIDTH = 16384
 #: Chunk width (elements) of the looped path for very wide rows.
@@ -92,18 +94,6 @@ def _config(n_cols: int, n_rows: int) -> tuple[int, int, int, bool]:
     return launch_config(
         n_cols, min(n_rows, cap), MAX_FUSED_WIDTH, LOOP_BLOCK, ROW_TILE, MIN_PROGRAMS, MAX_ROWS_PER_PROGRAM
     )
-
-
-def _as_rows(t: torch.Tensor) -> torch.Tensor:
-    """A 2-D ``[rows, width]`` view of `t` with a unit-stride last dim; copies only if no such view exists."""
-    if t.stride(-1) != 1:
-        t = t.contiguous()
-    if t.dim() == 2:
-        return t
-    try:
-        return t.view(-1, t.shape[-1])
-    except RuntimeError:
-        return t.reshape(-1, t.shape[-1])
 
 
 def _vector(w: torch.Tensor, n: int, name: str) -> torch.Tensor:
@@ -504,7 +494,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    x2 = _as_rows(x)
+    x2 = as_rows(x)
     w = _vector(weight, n, "weight")
     m = x2.shape[0]
     block_m, block_n, num_warps, single = _config(n, m)
@@ -538,8 +528,8 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     n = x.shape[-1]
     if x.numel() == 0:
         return
-    x2 = _as_rows(x)
-    r2 = _as_rows(residual)
+    x2 = as_rows(x)
+    r2 = as_rows(residual)
     w = _vector(weight, n, "weight")
     m = x2.shape[0]
     block_m, block_n, num_warps, single = _config(n, m)
@@ -548,7 +538,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=LOOP_STAGES,
         EVEN=block_n == n, LATE_W=triton.cdiv(m, block_m) >= LATE_WEIGHTS_PROGRAMS, num_warps=num_warps,
     )  # fmt: skip
-    # _as_rows only copies when no in-place view exists; write such temporaries back.
+    # as_rows only copies when no in-place view exists; write such temporaries back.
     if x2.data_ptr() != x.data_ptr():
         x.copy_(x2.view(x.shape))
     if r2.data_ptr() != residual.data_ptr():
@@ -564,7 +554,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    x2 = _as_rows(x)
+    x2 = as_rows(x)
     w = _vector(weight, n, "weight")
     b = _vector(bias, n, "bias")
     m = x2.shape[0]
