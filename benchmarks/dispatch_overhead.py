@@ -80,7 +80,7 @@ def measure(callables: dict[str, object], calls: int, repeats: int) -> dict[str,
         fn(x)
     for _ in range(repeats):
         for name, fn in callables.items():
-            samples[name].append(timeit.timeit(lambda: fn(x), number=calls) / calls)
+            samples[name].append(timeit.timeit(lambda fn=fn: fn(x), number=calls) / calls)
     # The lambda wrapper costs the same for every entry, so it cancels in the overheads.
     return samples
 

@@ -3,7 +3,6 @@
 from ._catalog import Catalog, KernelSpec, OpInfo
 from ._load import check_catalog, load_catalog
 from ._platform import Platform
-from ._select import Rejected, Selection
 from .errors import (
     CatalogError,
     Diagnostic,
@@ -14,6 +13,16 @@ from .errors import (
     UnknownBackendError,
     UnknownOpError,
 )
+
+
+def __getattr__(name: str) -> object:
+    # Selection's types load with the first selection, not with the catalog: a warm load stays lean.
+    if name in ("Rejected", "Selection"):
+        from . import _select
+
+        return getattr(_select, name)
+    raise AttributeError(f"module 'kcatalog' has no attribute '{name}'")
+
 
 __all__ = [
     "Catalog",

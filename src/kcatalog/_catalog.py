@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -12,13 +13,13 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ._overrides import Layer, OverridesArg, check_layer, parse_overrides
-from ._platform import Platform
-from ._select import Selection, select
+from ._platform import Capability, Platform
 from .errors import CatalogError, KernelImportError, Location, UnknownBackendError, UnknownOpError
 
 if TYPE_CHECKING:
+    from ._select import Selection
     from .errors import Diagnostic
-    from .schema import Capability, Samples, Settings
+    from .schema import Samples, Settings
 
 
 class _LazyTarget:
@@ -82,7 +83,11 @@ class KernelSpec:
 
 @dataclass(frozen=True)
 class OpInfo:
-    """An op as declared: its contract and its backends in declaration order."""
+    """An op as declared: its contract and its backends in declaration order.
+
+    Plain data only, so that a cached catalog loads without pydantic; `samples` (needed by tests and
+    benchmarks, never by dispatch) is rebuilt from `samples_data` as the model on first use.
+    """
 
     id: str
     group: str
@@ -95,9 +100,26 @@ class OpInfo:
     priority: tuple[str, ...] | None
     platform_priority: Mapping[str, tuple[str, ...]]
     dispatch_arg: str | None
-    samples: Samples | None
+    samples_data: Mapping[str, Any] | None
     location: Location
     backends: Mapping[str, KernelSpec]
+
+    @functools.cached_property
+    def samples(self) -> Samples | None:
+        """The op's declared samples, validated (they were checked at load, so this cannot fail)."""
+        if self.samples_data is None:
+            return None
+        from .schema import Samples
+
+        return Samples.model_validate(self.samples_data)
+
+
+@dataclass(frozen=True)
+class CatalogPriority:
+    """The settings file's backend orders, best first: the default, and per device kind."""
+
+    priority: tuple[str, ...]
+    platform_priority: Mapping[str, tuple[str, ...]]
 
 
 class _Scopes:
@@ -117,11 +139,16 @@ class Catalog:
     > catalog default. Every path checks that the backend can run here.
     """
 
-    def __init__(self, ops: Mapping[str, OpInfo], settings: Settings, warnings: tuple[Diagnostic, ...],
-                 *, layers: Iterable[Layer] = (), strict: bool = False) -> None:
+    def __init__(self, ops: Mapping[str, OpInfo], settings: Mapping[str, Any], warnings: tuple[Diagnostic, ...],
+                 *, layers: Iterable[Layer] = (), strict: bool = False, cache_status: str = "") -> None:
         self._ops = MappingProxyType(dict(sorted(ops.items())))
-        self.settings = settings
+        self._settings_data = settings  # the validated settings file as plain data; `settings` models it
+        self._priority = CatalogPriority(
+            tuple(settings["priority"]),
+            MappingProxyType({device: tuple(order) for device, order in settings["platform_priority"].items()}))
+        self._backends = tuple(settings["backends"])
         self.warnings = warnings
+        self.cache_status = cache_status  # whether the load came from the cache, or why not (see load_catalog)
         self.strict = strict
         self._layers = tuple(layers)
         self._scopes = _Scopes()
@@ -147,7 +174,14 @@ class Catalog:
     @property
     def backends(self) -> tuple[str, ...]:
         """Every backend name the catalog settings declare."""
-        return tuple(self.settings.backends)
+        return self._backends
+
+    @functools.cached_property
+    def settings(self) -> Settings:
+        """The catalog settings file, as its model (validated at load, so this cannot fail)."""
+        from .schema import Settings
+
+        return Settings.model_validate(self._settings_data)
 
     def ops(self) -> list[str]:
         """All op ids, sorted."""
@@ -198,7 +232,9 @@ class Catalog:
         if backend is not None and backend not in info.backends:  # before detecting the platform imports torch
             raise UnknownBackendError(op, backend, list(info.backends), info.location)
         layers = self._scopes.var.get() + self._layers
-        selection = select(self.settings, info, platform or self.platform(), dtype, backend=backend,
+        from ._select import select  # selection is not needed to load, only to choose
+
+        selection = select(self._priority, info, platform or self.platform(), dtype, backend=backend,
                            layers=layers, failed=self._failed, strict=self.strict)
         for note in selection.notes:
             self._note(note)

@@ -8,7 +8,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._platform import Platform
-from .schema import parse_signature
+from ._signature import parse_signature
 
 if TYPE_CHECKING:
     from ._catalog import Catalog, OpInfo

@@ -6,8 +6,8 @@ import inspect
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from ._signature import signature_params
 from .errors import KernelImportError
-from .schema import signature_params
 
 if TYPE_CHECKING:
     from ._catalog import KernelSpec

@@ -1,30 +1,31 @@
-"""Validated files to one Catalog: merge, conflicts, references, policy, targets, `require=`."""
+"""Validated files to linked, plain data: merge, conflicts, references, priorities, samples, policy.
+
+Everything here depends only on the files' contents, so its result can be cached; the checks that
+depend on this machine or the caller (targets, allow-list, `require=`, overrides) are in _checks.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from ._catalog import Catalog, KernelSpec, OpInfo
-from ._imports import import_problems
-from ._loader import SETTINGS_FILE, LoadedFile, children
-from ._overrides import Layer, OverridesArg, check_layer, process_layers
-from ._platform import Platform
+from ._catalog import KernelSpec, OpInfo
+from ._linked import Linked
+from ._loader import LoadedFile, children
+from ._platform import Capability, Platform
 from ._samples import sample_problems
-from ._targets import TargetChecker
+from ._signature import signature_params
 from ._yaml import find_node, node_location
-from .errors import Diagnostic, Location, Severity, did_you_mean, listing
-from .schema import Backend, Manifest, Op, Settings, signature_params
+from .errors import Diagnostic, Location, did_you_mean
+from .schema import Backend, Manifest, Op, Settings
 
 if TYPE_CHECKING:
     import yaml
 
-Require = Iterable[str] | Mapping[str, Sequence[str]]
-
 
 class _Linker:
-    """Collects diagnostics while assembling ops; builds nothing the caller can see unless all is well."""
+    """Collects diagnostics while assembling ops from validated files."""
 
     def __init__(self, files: Sequence[LoadedFile], settings_found: bool = False) -> None:
         self.files = files
@@ -34,16 +35,10 @@ class _Linker:
         self.known: tuple[str, ...] = ()
         self.ops: dict[str, OpInfo] = {}
         self.backends: dict[str, dict[str, KernelSpec]] = {}
-        # Every backend declaration read, duplicates included, with its target's position: all get checked.
         self.declared: list[tuple[KernelSpec, Location]] = []
-        self.refused: set[int] = set()  # ids of specs whose target the allow-list refused
-        self.signatures: dict[str, str] = {}
 
     def error(self, code: str, message: str, location: Location | None) -> None:
         self.diagnostics.append(Diagnostic(code, message, location))
-
-    def warn(self, code: str, message: str, location: Location | None) -> None:
-        self.diagnostics.append(Diagnostic(code, message, location, Severity.WARNING))
 
     # -- settings -------------------------------------------------------------------------------
 
@@ -114,7 +109,6 @@ class _Linker:
                     self.error("KC204", f"reference backend '{op.reference}' is not a backend of op '{op_id}'"
                                f"{did_you_mean(op.reference, op.backends)}; its backends: {', '.join(op.backends)}",
                                node_location(file.path, ref_node))
-                self.signatures.setdefault(op_id, op.signature)
                 self.check_arguments(file, op_id, op, value_node)
                 self.check_tolerance(file, op_id, op, value_node)
                 if op.samples is not None:
@@ -129,7 +123,7 @@ class _Linker:
                     reference=op.reference, dtypes=op.dtypes, mutates=op.mutates,
                     tolerance=MappingProxyType(dict(op.tolerance)), priority=op.priority,
                     platform_priority=MappingProxyType(dict(op.platform_priority)), dispatch_arg=op.dispatch_arg,
-                    samples=op.samples,
+                    samples_data=None if op.samples is None else op.samples.model_dump(mode="json"),
                     location=location, backends=MappingProxyType(specs),
                 )
         for file in manifests:
@@ -215,7 +209,8 @@ class _Linker:
                            f"dtypes ({', '.join(op_dtypes)})", node_location(file.path, dtypes_node))
             specs[name] = KernelSpec(
                 op=op_id, backend=name, target=backend.target, requires=backend.requires,
-                capabilities=backend.capabilities, dtypes=backend.dtypes or op_dtypes, location=location,
+                capabilities=tuple(Capability(**cap.model_dump()) for cap in backend.capabilities),
+                dtypes=backend.dtypes or op_dtypes, location=location,
             )
             self.declared.append((specs[name], node_location(file.path, children(value_node)["target"][1])))
         return specs
@@ -245,79 +240,12 @@ class _Linker:
                     self.error("KC402", f"op '{op_id}' has no backend for required platform {platform} ({detail})",
                                info.location)
 
-    def check_allowed(self, allowed_modules: Sequence[str] | None) -> None:
-        """Every target must sit under an allowed prefix of the settings file and of the caller, when given."""
-        lists = [(f"{SETTINGS_FILE} allowed_modules", self.settings.allowed_modules if self.settings else None),
-                 ("allowed_modules", allowed_modules)]
-        for source, prefixes in lists:
-            if prefixes is None:
-                continue
-            for spec, location in self.declared:
-                module = spec.target.partition(":")[0]
-                if not any(module == p or module.startswith(p + ".") for p in prefixes):
-                    self.refused.add(id(spec))
-                    self.error("KC305", f"target '{spec.target}' is outside the allowed modules ({source}: "
-                               f"{', '.join(prefixes) or 'none'})", location)
 
-    def check_targets(self, import_targets: bool = False) -> None:
-        checker = TargetChecker()
-        for spec, location in self.declared:
-            if id(spec) in self.refused:
-                continue  # never look for a module the allow-list refuses
-            problem = checker.check(spec.target)
-            if problem is None:
-                if import_targets:
-                    for code, message in import_problems(spec, self.signatures[spec.op]):
-                        self.error(code, message, location)
-                continue
-            if problem.code in ("KC303", "KC304"):
-                self.warn(problem.code, problem.message, location)
-            else:
-                self.error(problem.code, problem.message, location)
-
-    def check_require(self, require: Require) -> None:
-        wanted = require.items() if isinstance(require, Mapping) else ((op, ()) for op in require)
-        for op_id, backends in wanted:
-            if op_id not in self.ops:
-                self.error("KC501", f"required op '{op_id}' is not in the catalog{did_you_mean(op_id, self.ops)}; "
-                           f"available: {listing(self.ops)}", None)
-                continue
-            specs = self.backends[op_id]
-            for backend in [backends] if isinstance(backends, str) else backends:
-                if backend not in specs:
-                    self.error("KC502", f"required backend '{backend}' of op '{op_id}' is not declared; "
-                               f"it has {', '.join(specs)}", self.ops[op_id].location)
-
-
-    def check_overrides(self, overrides: OverridesArg) -> list[Layer]:
-        try:
-            layers = process_layers(overrides)
-        except ValueError as exc:
-            self.error("KC603", str(exc), None)
-            return []
-        for layer in layers:
-            for code, message in check_layer(layer, list(self.ops), self.known):
-                self.error(code, message, None)
-        return layers
-
-
-def link(files: Sequence[LoadedFile], *, require: Require | None = None, check_targets: bool = True,
-         overrides: OverridesArg = None, strict: bool = False,
-         allowed_modules: Sequence[str] | None = None, settings_found: bool = False,
-         import_targets: bool = False) -> tuple[Catalog | None, list[Diagnostic]]:
-    """Link validated files into a Catalog; None (and the diagnostics) if any error was found."""
+def link_files(files: Sequence[LoadedFile], settings_found: bool = False) -> tuple[Linked, list[Diagnostic]]:
+    """Link validated files; the result is complete only when no diagnostic is an error."""
     linker = _Linker(files, settings_found)
     linker.link_settings()
     linker.link_ops()
     linker.check_policy()
-    linker.check_allowed(allowed_modules)
-    if check_targets or import_targets:
-        linker.check_targets(import_targets)
-    if require is not None:
-        linker.check_require(require)
-    layers = linker.check_overrides(overrides)
-    diagnostics = linker.diagnostics
-    if linker.settings is None or any(d.is_error for d in diagnostics):
-        return None, diagnostics
-    warnings = tuple(d for d in diagnostics if not d.is_error)
-    return Catalog(linker.ops, linker.settings, warnings, layers=layers, strict=strict), diagnostics
+    settings = None if linker.settings is None else linker.settings.model_dump(mode="json")
+    return Linked(settings, linker.ops, linker.declared), linker.diagnostics

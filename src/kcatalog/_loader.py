@@ -1,26 +1,20 @@
-"""Catalog files to validated models plus diagnostics: discovery, reading, schema validation."""
+"""Catalog texts to validated models plus diagnostics: YAML parsing and schema validation."""
 
 from __future__ import annotations
 
-import os
 import re
 import typing
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Union
 
 import pydantic
 import yaml
 
-from ._yaml import MAX_FILE_BYTES, ParsedFile, find_node, node_location, parse_yaml
-from .errors import Diagnostic, Location, did_you_mean
+from ._files import SETTINGS_FILE, SourceFile
+from ._yaml import ParsedFile, find_node, node_location, parse_yaml
+from .errors import Diagnostic, did_you_mean
 from .schema import FORMAT_VERSION, NAME_PATTERN, OP_ID_PATTERN, SIGNATURE_PATTERN, Manifest, Settings
-
-SETTINGS_FILE = "kcatalog.yaml"
-_SUFFIXES = (".yaml", ".yml")
-
-PathLike = Union[str, "os.PathLike[str]"]
 
 
 @dataclass(frozen=True)
@@ -35,87 +29,14 @@ class LoadedFile:
         return self.parsed.path
 
 
-def shipped_catalog_dir() -> Path:
-    """The catalog directory shipped inside the package (in the wheel, or the repo's catalog/)."""
-    return Path(__file__).resolve().parent / "catalog"
-
-
-def display_path(path: Path) -> str:
-    """A path relative to the working directory when below it, else absolute."""
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def discover(paths: Iterable[PathLike]) -> tuple[list[Path], list[Diagnostic]]:
-    """Catalog files under the given files and directories, in a stable order, plus problems found."""
-    files: dict[Path, None] = {}
-    problems: list[Diagnostic] = []
-    for raw in paths:
-        given = Path(raw)
-        if given.is_dir():
-            root = given.resolve()
-            found = sorted(p for p in root.rglob("*") if p.suffix in _SUFFIXES and (p.is_file() or p.is_symlink()))
-            if not found:
-                problems.append(Diagnostic("KC006", f"no catalog files (*.yaml, *.yml) in directory '{given}'"))
-            for path in found:
-                try:
-                    real = path.resolve(strict=True)
-                except (OSError, RuntimeError):  # dangling, or a loop (RuntimeError before Python 3.13)
-                    problems.append(Diagnostic("KC005", "cannot read file: symlink is dangling or loops",
-                                               Location(display_path(path), 1, 1)))
-                    continue
-                if not real.is_relative_to(root):
-                    problems.append(Diagnostic(
-                        "KC005", f"symlink leaves the catalog directory (points to '{real}'); refused",
-                        Location(display_path(path), 1, 1)))
-                    continue
-                if real.is_file():  # not a link to a directory or a special file
-                    files[real] = None
-        elif given.is_file():
-            real = given.resolve()
-            files[real] = None
-            # A single manifest is checked against the settings beside it.
-            beside = real.parent / SETTINGS_FILE
-            if beside.is_file():
-                files.setdefault(beside, None)
-        else:
-            problems.append(Diagnostic("KC006", f"path '{given}' does not exist"))
-    return list(files), problems
-
-
-def read_files(files: Iterable[Path]) -> Iterator[LoadedFile | Diagnostic]:
-    """Each file as a validated model, or the diagnostics that stop it; one bad file never hides the rest."""
-    for path in files:
-        shown = display_path(path)
-        text = _read_text(path, shown)
-        if isinstance(text, Diagnostic):
-            yield text
-            continue
-        parsed = parse_yaml(shown, text)
+def load_sources(sources: Iterable[SourceFile]) -> Iterator[LoadedFile | Diagnostic]:
+    """Each file parsed and validated, or the diagnostics that stop it; one bad file never hides the rest."""
+    for source in sources:
+        parsed = parse_yaml(source.shown, source.text)
         if isinstance(parsed, Diagnostic):
             yield parsed
             continue
-        yield from validate(parsed, is_settings=path.name == SETTINGS_FILE)
-
-
-def _read_text(path: Path, shown: str) -> str | Diagnostic:
-    start = Location(shown, 1, 1)
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            return Diagnostic("KC004", f"file is {size} bytes, over the {MAX_FILE_BYTES}-byte limit", start)
-        raw = path.read_bytes()
-    except OSError as exc:
-        return Diagnostic("KC005", f"cannot read file: {exc.strerror or exc}", start)
-    try:
-        return raw.decode("utf-8-sig")  # a UTF-8 byte-order mark is harmless; drop it
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        return Diagnostic("KC005", f"file is not UTF-8: byte 0x{raw[exc.start]:02x} cannot be decoded",
-                          Location(shown, line, col))
+        yield from validate(parsed, is_settings=source.path.name == SETTINGS_FILE)
 
 
 def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[LoadedFile | Diagnostic]:

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from .schema import DEVICES
+DEVICES = ("cuda", "hip", "cpu", "npu", "xpu", "mps")
 
-if TYPE_CHECKING:
-    from .schema import Capability
+
+@dataclass(frozen=True)
+class Capability:
+    """Where a backend runs, as validated from a manifest: a device kind and, optionally, its architectures."""
+
+    device: str
+    min_arch: str | None = None
+    max_arch: str | None = None
+    archs: tuple[str, ...] | None = None
 
 
 def _arch_tuple(arch: str) -> tuple[int, ...]:

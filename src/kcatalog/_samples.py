@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._pyparse import parse
+from ._signature import signature_arguments, signature_keyword_only
 from .errors import did_you_mean
-from .schema import Samples, TensorArg, signature_arguments, signature_keyword_only
+from .schema import Samples, TensorArg
 
 if TYPE_CHECKING:
     import torch

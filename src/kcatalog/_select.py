@@ -11,8 +11,7 @@ from ._platform import Platform, is_installed
 from .errors import NoEligibleBackendError, UnknownBackendError
 
 if TYPE_CHECKING:
-    from ._catalog import KernelSpec, OpInfo
-    from .schema import Settings
+    from ._catalog import CatalogPriority, KernelSpec, OpInfo
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ def ineligibility(spec: KernelSpec, platform: Platform, dtype: str | None = None
     return None
 
 
-def priority_order(settings: Settings, info: OpInfo, platform: Platform) -> tuple[tuple[str, ...], str]:
+def priority_order(settings: CatalogPriority, info: OpInfo, platform: Platform) -> tuple[tuple[str, ...], str]:
     """The op's backends best first, and which order decided: the most specific declared one wins."""
     device = platform.device
     for preferred, source in (
@@ -71,7 +70,7 @@ def priority_order(settings: Settings, info: OpInfo, platform: Platform) -> tupl
 
 
 def select(
-    settings: Settings,
+    settings: CatalogPriority,
     info: OpInfo,
     platform: Platform,
     dtype: str | None = None,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ast
 import os
-import sys
 from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec
 from typing import Any
 
+from ._modules import Fingerprint, fingerprint, locate, read_source
 from ._pyparse import parse
 from .errors import did_you_mean, listing
 
@@ -32,6 +32,7 @@ class _Scope:
 @dataclass(frozen=True)
 class _Module:
     spec: ModuleSpec | None
+    fingerprint: Fingerprint
     missing: TargetProblem | None = None
     scope: _Scope | None = None
 
@@ -41,6 +42,10 @@ class TargetChecker:
 
     def __init__(self) -> None:
         self._modules: dict[str, _Module] = {}
+
+    def fingerprints(self) -> tuple[tuple[str, Fingerprint], ...]:
+        """Every module looked at so far and what its checks depended on (see _modules.fingerprint)."""
+        return tuple((name, module.fingerprint) for name, module in self._modules.items())
 
     def check(self, target: str) -> TargetProblem | None:
         """None when the target resolves statically, else what is wrong with it."""
@@ -86,48 +91,27 @@ class TargetChecker:
 
 
 def _locate(name: str) -> _Module:
-    parts = name.split(".")
-    spec: ModuleSpec | None = None
-    search: Any = None
-    for index in range(len(parts)):
-        fullname = ".".join(parts[: index + 1])
-        if index > 0 and search is None:
-            return _Module(None, TargetProblem(
-                "KC301", f"module '{name}' not found: '{'.'.join(parts[:index])}' is a module, not a package"))
-        spec = _find_spec(fullname, search)
-        if spec is None:
-            if index == 0:
-                return _Module(None, TargetProblem(
-                    "KC303", f"module '{name}' unavailable here: top-level package '{fullname}' is not installed"))
-            parent = ".".join(parts[:index])
-            siblings = sorted(_submodules(search))
-            return _Module(None, TargetProblem(
-                "KC301", f"module '{name}' not found: package '{parent}' has no module '{parts[index]}'"
-                f"{did_you_mean(parts[index], siblings)}; its modules: {listing(siblings)}"))
-        search = spec.submodule_search_locations
-    assert spec is not None
-    scope = _read_scope(spec)
+    spec, failed_at, search = locate(name)
+    if spec is None:
+        parts = name.split(".")
+        found = fingerprint(None, failed_at, None)
+        if failed_at == 0:
+            return _Module(None, found, TargetProblem(
+                "KC303", f"module '{name}' unavailable here: top-level package '{parts[0]}' is not installed"))
+        parent = ".".join(parts[:failed_at])
+        if search is None:
+            return _Module(None, found, TargetProblem(
+                "KC301", f"module '{name}' not found: '{parent}' is a module, not a package"))
+        siblings = sorted(_submodules(search))
+        return _Module(None, found, TargetProblem(
+            "KC301", f"module '{name}' not found: package '{parent}' has no module '{parts[failed_at]}'"
+            f"{did_you_mean(parts[failed_at], siblings)}; its modules: {listing(siblings)}"))
+    source = read_source(spec)
+    found = fingerprint(spec, -1, source if isinstance(source, bytes) else None)
+    scope = _read_scope(spec, source)
     if isinstance(scope, TargetProblem):
-        return _Module(spec, scope)
-    return _Module(spec, None, scope)
-
-
-def _find_spec(fullname: str, search: Any) -> ModuleSpec | None:
-    """Ask the import system's finders directly: they locate files without running parent __init__s."""
-    loaded = sys.modules.get(fullname)
-    if loaded is not None and getattr(loaded, "__spec__", None) is not None:
-        return loaded.__spec__
-    for finder in sys.meta_path:
-        find_spec = getattr(finder, "find_spec", None)
-        if find_spec is None:
-            continue
-        try:
-            spec = find_spec(fullname, search)
-        except (ImportError, ValueError, AttributeError):
-            continue
-        if spec is not None:
-            return spec
-    return None
+        return _Module(spec, found, scope)
+    return _Module(spec, found, None, scope)
 
 
 def _submodules(search: Any) -> list[str]:
@@ -139,17 +123,14 @@ def _submodules(search: Any) -> list[str]:
         return []
 
 
-def _read_scope(spec: ModuleSpec) -> _Scope | TargetProblem | None:
+def _read_scope(spec: ModuleSpec, source: bytes | OSError | None) -> _Scope | TargetProblem | None:
     origin = spec.origin
     if origin is None or origin == "namespace":  # namespace package: only submodules
         return _Scope(opaque=None)
-    if not origin.endswith(".py"):
+    if source is None:  # extension or built-in module: nothing to read
         return None
-    try:
-        with open(origin, "rb") as handle:
-            source = handle.read()
-    except OSError as exc:
-        return _Scope(opaque=f"cannot be read ({exc.strerror or exc})")
+    if isinstance(source, OSError):
+        return _Scope(opaque=f"cannot be read ({source.strerror or source})")
     try:
         tree = parse(source, filename=origin)
     except (SyntaxError, ValueError) as exc:  # importing it would certainly fail

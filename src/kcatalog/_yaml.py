@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from ._files import MAX_FILE_BYTES
 from .errors import Diagnostic, Location
 
 try:  # libyaml's C parser is several times faster; fall back to pure Python where absent.
@@ -26,7 +27,7 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
             Parser.__init__(self)
             Composer.__init__(self)
 
-MAX_FILE_BYTES = 4 * 1024 * 1024
+
 MAX_NODES = 500_000  # nodes after alias expansion: bounds "billion laughs" and sheer size
 MAX_DEPTH = 64
 MAX_EXPANDED_CHARS = 4 * MAX_FILE_BYTES  # text after alias expansion: bounds aliases of long strings

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -74,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--catalog", action="append", default=None, metavar="PATH",
                        help="catalog directory or file (repeatable; default: the shipped catalog)")
 
+    cache = sub.add_parser("cache", help="where load_catalog() caches validated catalogs, or --clear it")
+    cache.add_argument("--clear", action="store_true", help="remove every entry")
+
     schema = sub.add_parser("schema", help="write the JSON Schemas generated from the models, or check them")
     schema.add_argument("--check", action="store_true", help="exit 1 if the committed schemas are stale")
     schema.add_argument("--dir", type=Path, default=None, help="schema directory (default: the shipped schemas/)")
@@ -136,7 +140,8 @@ def _list(options: argparse.Namespace) -> int:
                     spec.backend: {
                         "target": spec.target,
                         "requires": list(spec.requires),
-                        "capabilities": [c.model_dump(exclude_none=True) for c in spec.capabilities],
+                        "capabilities": [{k: v for k, v in dataclasses.asdict(c).items() if v is not None}
+                                         for c in spec.capabilities],
                         "dtypes": list(spec.dtypes),
                     }
                     for spec in catalog.get(op)
@@ -266,6 +271,26 @@ def _device_name(device: str) -> str | None:
     return torch.cuda.get_device_name()
 
 
+def _cache(options: argparse.Namespace) -> int:
+    from . import _cache as cache
+
+    directory, why_off = cache.default_dir()
+    if directory is None:
+        print(f"cache: {why_off}")
+        return 0
+    if options.clear:
+        print(f"removed {_entries(cache.clear(directory))} from {directory}")
+        return 0
+    found = cache.entries(directory)
+    size = sum(path.stat().st_size for path in found)
+    print(f"cache: {directory} ({_entries(len(found))}, {size / 1024:.0f} KiB)")
+    return 0
+
+
+def _entries(count: int) -> str:
+    return f"{count} {'entry' if count == 1 else 'entries'}"
+
+
 def _schema(options: argparse.Namespace) -> int:
     directory = options.dir or shipped_schema_dir()
     if options.check:
@@ -281,4 +306,4 @@ def _schema(options: argparse.Namespace) -> int:
 
 
 COMMANDS = {"validate": _validate, "list": _list, "explain": _explain, "test": _test, "bench": _bench,
-            "schema": _schema}
+            "cache": _cache, "schema": _schema}

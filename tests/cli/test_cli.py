@@ -404,3 +404,22 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 1
     assert "Traceback" not in err and "internal error" not in err
+
+
+# -- cache ---------------------------------------------------------------------------------------------
+
+
+def test_cache_shows_and_clears_the_load_cache(run: Callable[..., Run], catalog: Callable[..., Path],
+                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kcatalog
+
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("KCATALOG_CACHE_DIR", str(directory))
+    assert run("cache") == (0, f"cache: {directory} (0 entries, 0 KiB)\n", "")
+    kcatalog.load_catalog([catalog()], check_targets=False)
+    shown = run("cache")
+    assert shown.code == 0 and shown.out.startswith(f"cache: {directory} (1 entry, ")
+    assert run("cache", "--clear") == (0, f"removed 1 entry from {directory}\n", "")
+    assert not list(directory.iterdir())
+    monkeypatch.setenv("KCATALOG_NO_CACHE", "1")
+    assert run("cache") == (0, "cache: off: KCATALOG_NO_CACHE is set\n", "")

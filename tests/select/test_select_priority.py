@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kcatalog import Platform, Rejected
+from kcatalog._catalog import CatalogPriority
 from kcatalog._select import priority_order
 
 if TYPE_CHECKING:
@@ -112,10 +113,7 @@ def test_priority_order_property(base_catalog: Catalog, op_platform: tuple[str, 
         base_catalog.info("g.op"), priority=op,
         platform_priority=MappingProxyType({"cpu": op_platform} if op_platform is not None else {}),
     )
-    settings_ = base_catalog.settings.model_copy(update={
-        "priority": default or (),
-        "platform_priority": {"cpu": catalog_platform} if catalog_platform is not None else {},
-    })
+    settings_ = CatalogPriority(default or (), {"cpu": catalog_platform} if catalog_platform is not None else {})
     order, decided_by = priority_order(settings_, info, Platform.parse(device))
     levels = [(op, OP), (default, DEFAULT)]
     if device == "cpu":

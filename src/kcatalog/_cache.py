@@ -1,0 +1,176 @@
+"""A cache of linked catalogs, so that a warm start reads one file instead of importing PyYAML and pydantic.
+
+An entry holds what linking yields, which depends on nothing but the files' contents; it is used only
+when its key still matches: the files (paths and exact text), kcatalog's own code, and the installed
+PyYAML and pydantic. It also holds the static target checks, reused only while every module they read
+is found at the same place with the same source (see _modules). The other checks that depend on this
+machine or the caller run on every load. Only catalogs that link without errors are stored, and only
+target checks without errors. One entry per set of catalog paths: an edit replaces it.
+
+Entries are written with `marshal`, as Python writes the .pyc files it caches its own modules in: reading
+one runs no code. Like those, they are trusted only where no other user could have written them.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._checks import TargetRecord
+from ._files import SourceFile
+from ._linked import Linked, from_plain, to_plain
+
+try:  # a builtin module: hashlib's OpenSSL import costs more than the rest of a warm load's hashing
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - every CPython has it, other interpreters may not
+    from hashlib import blake2b
+
+ENTRY_FORMAT = 1
+SUFFIX = ".kcache"
+MAX_ENTRIES = 64  # entries beyond this, oldest first, are removed when one is written
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_DEPENDENCIES = ("yaml", "pydantic", "pydantic_core")  # what parsing and validation results depend on
+
+
+def default_dir() -> tuple[Path | None, str]:
+    """The cache directory, or None and why not: KCATALOG_NO_CACHE, else KCATALOG_CACHE_DIR, else the XDG one."""
+    if os.environ.get("KCATALOG_NO_CACHE", "") not in ("", "0"):
+        return None, "off: KCATALOG_NO_CACHE is set"
+    chosen = os.environ.get("KCATALOG_CACHE_DIR")
+    if chosen:
+        return Path(chosen), ""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "kcatalog", ""
+
+
+class Cache:
+    """The entry for one list of catalog files: looked up by their texts, written after a clean link."""
+
+    def __init__(self, directory: Path, sources: Sequence[SourceFile]) -> None:
+        self.directory = directory
+        self.files = [str(source.path) for source in sources]
+        self.shown = [source.shown for source in sources]
+        self.path = directory / f"{_digest(repr(self.files).encode())[:32]}{SUFFIX}"
+        content = blake2b(repr([ENTRY_FORMAT, sys.version, _code_fingerprint(), self.files]).encode())
+        for source in sources:
+            text = source.text.encode()
+            content.update(len(text).to_bytes(8, "little"))
+            content.update(text)
+        self.key = content.hexdigest()
+
+    def read(self) -> tuple[tuple[Linked, TargetRecord | None] | None, str]:
+        """The cached Linked and target checks, or None and why not (no entry, files changed, unusable)."""
+        try:
+            problem = _unsafe(self.directory) or _unsafe(self.path)
+            if problem:
+                return None, f"not used: {problem}"
+            with open(self.path, "rb") as handle:
+                entry = marshal.loads(handle.read())
+        except FileNotFoundError:
+            return None, "miss: no entry yet"
+        except (OSError, EOFError, ValueError, TypeError) as exc:
+            return None, f"miss: entry unreadable ({type(exc).__name__}: {exc})"
+        if not (isinstance(entry, tuple) and len(entry) == 4 and entry[0] == self.key):
+            return None, "miss: files or versions changed"
+        try:
+            return (from_plain(entry[2], self.shown), entry[3]), f"hit: {self.path}"
+        except Exception as exc:  # damaged in a way marshal cannot see: whatever it is, load from the files
+            return None, f"miss: entry malformed ({type(exc).__name__}: {exc})"
+
+    def write(self, linked: Linked, targets: TargetRecord | None) -> str:
+        """Store `linked` (free of errors) and the target checks atomically; what happened, for cache_status."""
+        data = marshal.dumps((self.key, tuple(self.files), to_plain(linked, self.shown), targets))
+        temporary = self.directory / f".{self.path.stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            problem = _unsafe(self.directory)
+            if problem:
+                return f"not written: {problem}"
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(descriptor, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, self.path)  # readers see the old entry or the new one, never half of one
+        except OSError as exc:
+            try:
+                temporary.unlink(missing_ok=True)
+            except OSError:
+                pass  # there is no directory to leave it in
+            return f"not written: {type(exc).__name__}: {exc}"
+        _prune(self.directory)
+        return f"written: {self.path}"
+
+
+def entries(directory: Path) -> list[Path]:
+    """The entries in a cache directory (none when it does not exist)."""
+    try:
+        return sorted(Path(entry.path) for entry in os.scandir(directory) if entry.name.endswith(SUFFIX))
+    except FileNotFoundError:
+        return []
+
+
+def clear(directory: Path) -> int:
+    """Remove every entry (and any temporary file a killed writer left); how many entries were removed."""
+    removed = 0
+    for path in entries(directory):
+        path.unlink(missing_ok=True)
+        removed += 1
+    for leftover in directory.glob(".*.tmp") if directory.is_dir() else ():
+        leftover.unlink(missing_ok=True)
+    return removed
+
+
+def _unsafe(path: Path) -> str:
+    """Why an entry or the directory must not be trusted: another user owns it or others may write it."""
+    if not hasattr(os, "getuid"):
+        return ""
+    info = path.stat()
+    if info.st_uid != os.getuid():
+        return f"{path} belongs to another user"
+    if info.st_mode & 0o022:
+        return f"{path} is writable by group or others"
+    return ""
+
+
+def _prune(directory: Path) -> None:
+    """Remove the oldest entries beyond MAX_ENTRIES; races with other writers are harmless."""
+    try:
+        by_age = sorted((path.stat().st_mtime_ns, path) for path in entries(directory))
+        for _, path in by_age[:-MAX_ENTRIES]:
+            path.unlink()
+    except OSError:
+        pass
+
+
+def _digest(data: bytes) -> str:
+    return blake2b(data).hexdigest()
+
+
+def _code_fingerprint() -> list[Any]:
+    """What the linked result depends on besides the files: kcatalog's modules and the parsers' installs."""
+    parts: list[Any] = []
+    for entry in sorted(os.scandir(_PACKAGE_DIR), key=lambda e: e.name):
+        if entry.name.endswith(".py"):
+            info = entry.stat()
+            parts.append([entry.name, info.st_mtime_ns, info.st_size])
+    for name in _DEPENDENCIES:
+        origin = _origin(name)
+        info = os.stat(origin) if origin else None
+        parts.append([name, origin, info and info.st_mtime_ns, info and info.st_size])
+    return parts
+
+
+def _origin(name: str) -> str | None:
+    """Where a top-level package's __init__ is, found by the import system's finders without importing it."""
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        try:
+            spec = find_spec(name, None) if find_spec else None
+        except (ImportError, ValueError):
+            continue
+        if spec is not None:
+            return spec.origin
+    return None

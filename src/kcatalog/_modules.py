@@ -1,0 +1,85 @@
+"""Finding a module's file through the import system's finders, without importing it or its parents,
+and fingerprinting what was found, so that cached target checks are reused only while it is unchanged."""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.machinery import ModuleSpec
+from typing import Any
+
+try:  # see _cache: a builtin module, cheaper to import than hashlib
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover
+    from hashlib import blake2b
+
+Fingerprint = tuple[Any, ...]
+
+
+def locate(name: str) -> tuple[ModuleSpec | None, int, Any]:
+    """The module's spec, found parent by parent; else None, the index of the first part not found (or
+    that is a module, not a package) and the search locations of the last package found."""
+    parts = name.split(".")
+    spec: ModuleSpec | None = None
+    search: Any = None
+    for index in range(len(parts)):
+        if index > 0 and search is None:
+            return None, index, None
+        spec = find_spec(".".join(parts[: index + 1]), search)
+        if spec is None:
+            return None, index, search
+        search = spec.submodule_search_locations
+    return spec, -1, search
+
+
+def find_spec(fullname: str, search: Any) -> ModuleSpec | None:
+    """Ask the import system's finders directly: they locate files without running parent __init__s."""
+    loaded = sys.modules.get(fullname)
+    if loaded is not None and getattr(loaded, "__spec__", None) is not None:
+        return loaded.__spec__
+    for finder in sys.meta_path:
+        finder_find_spec = getattr(finder, "find_spec", None)
+        if finder_find_spec is None:
+            continue
+        try:
+            spec = finder_find_spec(fullname, search)
+        except (ImportError, ValueError, AttributeError):
+            continue
+        if spec is not None:
+            return spec
+    return None
+
+
+def fingerprint(spec: ModuleSpec | None, failed_at: int, source: bytes | None) -> Fingerprint:
+    """What a check of the module depends on: where it was found (or where the search stopped) and, for
+    source, its exact bytes; for a compiled module, its file's size and time."""
+    if spec is None:
+        return ("not found", failed_at)
+    search = tuple(spec.submodule_search_locations or ()) if spec.submodule_search_locations is not None else None
+    if source is not None:
+        return (spec.origin, search, blake2b(source).hexdigest())
+    try:
+        info = os.stat(spec.origin) if spec.origin and spec.has_location else None
+    except OSError:
+        info = None
+    return (spec.origin, search, info and (info.st_size, info.st_mtime_ns))
+
+
+def read_source(spec: ModuleSpec) -> bytes | OSError | None:
+    """The module's Python source (None when it has none: compiled, built-in, namespace), or why it cannot
+    be read."""
+    origin = spec.origin
+    if origin is None or not origin.endswith(".py"):
+        return None
+    try:
+        with open(origin, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        return exc
+
+
+def current_fingerprint(name: str) -> Fingerprint:
+    """The module's fingerprint now."""
+    spec, failed_at, _ = locate(name)
+    source = read_source(spec) if spec is not None else None
+    return fingerprint(spec, failed_at, source if isinstance(source, bytes) else None)
