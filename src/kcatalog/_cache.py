@@ -44,6 +44,8 @@ def default_dir() -> tuple[Path | None, str]:
     if chosen:
         return Path(chosen), ""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):  # no home directory: a relative path would scatter caches over working dirs
+        return None, "off: no home directory (set KCATALOG_CACHE_DIR)"
     return Path(base) / "kcatalog", ""
 
 
@@ -83,7 +85,10 @@ class Cache:
 
     def write(self, linked: Linked, targets: TargetRecord | None) -> str:
         """Store `linked` (free of errors) and the target checks atomically; what happened, for cache_status."""
-        data = marshal.dumps((self.key, tuple(self.files), to_plain(linked, self.shown), targets))
+        try:
+            data = marshal.dumps((self.key, tuple(self.files), to_plain(linked, self.shown), targets))
+        except ValueError as exc:  # a value marshal cannot write; none is expected from validated data
+            return f"not written: {exc}"
         temporary = self.directory / f".{self.path.stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -102,7 +102,12 @@ def _open_cache(sources: list[SourceFile], diagnostics: list[Diagnostic],
     from ._cache import Cache, default_dir
 
     directory, status = default_dir() if cache is True else (Path(cache), "")
-    return (None, status) if directory is None else (Cache(directory, sources), "")
+    if directory is None:
+        return None, status
+    try:
+        return Cache(directory, sources), ""
+    except OSError as exc:  # kcatalog's own files cannot be listed (e.g. imported from a zip): no key
+        return None, f"off: cannot fingerprint kcatalog's code ({exc})"
 
 
 def _link(sources: list[SourceFile], diagnostics: list[Diagnostic]) -> Linked:

@@ -361,6 +361,15 @@ def test_the_environment_chooses_or_disables_the_cache(catalog_dir: Path, tmp_pa
     assert len(entries(tmp_path / "xdg" / "kcatalog")) == 1
 
 
+def test_without_a_home_directory_the_cache_is_off(catalog_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("KCATALOG_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(os.path, "expanduser", lambda path: path)  # what it returns when nothing names a home
+    catalog = kcatalog.load_catalog([catalog_dir])
+    assert catalog.cache_status == "off: no home directory (set KCATALOG_CACHE_DIR)"
+    assert not (catalog_dir.parent / "~").exists()
+
+
 def test_validation_reads_every_file_by_default(catalog_dir: Path, load: Callable[..., Catalog]) -> None:
     load([catalog_dir])
     catalog, _ = kcatalog.check_catalog([catalog_dir])
