@@ -209,7 +209,8 @@ class _Linker:
                            f"dtypes ({', '.join(op_dtypes)})", node_location(file.path, dtypes_node))
             specs[name] = KernelSpec(
                 op=op_id, backend=name, target=backend.target, requires=backend.requires,
-                capabilities=tuple(Capability(**cap.model_dump()) for cap in backend.capabilities),
+                capabilities=tuple(Capability(c.device, c.min_arch, c.max_arch, c.archs)
+                                   for c in backend.capabilities),
                 dtypes=backend.dtypes or op_dtypes, location=location,
             )
             self.declared.append((specs[name], node_location(file.path, children(value_node)["target"][1])))
@@ -227,6 +228,14 @@ class _Linker:
                 platforms.append(Platform.parse(text))
             except ValueError:
                 pass  # reported with the settings
+        mismatches: dict[tuple[Platform, tuple[Capability, ...]], str | None] = {}  # few distinct capability sets
+
+        def mismatch(platform: Platform, capabilities: tuple[Capability, ...]) -> str | None:
+            key = (platform, capabilities)
+            if key not in mismatches:
+                mismatches[key] = platform.mismatch(capabilities)
+            return mismatches[key]
+
         for op_id, info in self.ops.items():
             specs = self.backends[op_id]
             missing = [b for b in policy.required_backends if b in self.known and b not in specs]
@@ -234,7 +243,7 @@ class _Linker:
                 self.error("KC401", f"op '{op_id}' lacks the {', '.join(missing)} backend the policy requires; "
                            f"it has {', '.join(specs)}", info.location)
             for platform in platforms:
-                reasons = {name: platform.mismatch(spec.capabilities) for name, spec in specs.items()}
+                reasons = {name: mismatch(platform, spec.capabilities) for name, spec in specs.items()}
                 if all(reasons.values()):
                     detail = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
                     self.error("KC402", f"op '{op_id}' has no backend for required platform {platform} ({detail})",

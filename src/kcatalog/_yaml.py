@@ -61,6 +61,10 @@ _IMPLICIT = {
     for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
 }
 
+# Plain scalar -> its implicit tag. Catalogs repeat their words (names, dtypes, devices) thousands of
+# times, and the rules above are fixed, so this never goes stale; its size is bounded.
+_RESOLVED: dict[str, str] = {}
+
 
 class _PlainResolver(yaml.resolver.BaseResolver):
     """Resolves plain scalars by their first character; no path resolvers. Part of the parse hot path."""
@@ -74,11 +78,15 @@ class _PlainResolver(yaml.resolver.BaseResolver):
     def resolve(self, kind: type, value: str, implicit: tuple[bool, bool]) -> str:
         if kind is yaml.ScalarNode:
             if implicit[0]:
-                for tag, regexp in _IMPLICIT.get(value[:1], ()):
-                    if regexp.match(value):
-                        return tag
+                tag = _RESOLVED.get(value)
+                if tag is None:
+                    tag = next((tag for tag, regexp in _IMPLICIT.get(value[:1], ()) if regexp.match(value)), _STR)
+                    if len(_RESOLVED) < 50_000:
+                        _RESOLVED[value] = tag
+                return tag
             return _STR
         return _SEQ if kind is yaml.SequenceNode else _MAP
+
 
 
 class _Loader(_Parser, _PlainResolver):  # type: ignore[misc, valid-type]
