@@ -228,14 +228,6 @@ class _Linker:
                 platforms.append(Platform.parse(text))
             except ValueError:
                 pass  # reported with the settings
-        mismatches: dict[tuple[Platform, tuple[Capability, ...]], str | None] = {}  # few distinct capability sets
-
-        def mismatch(platform: Platform, capabilities: tuple[Capability, ...]) -> str | None:
-            key = (platform, capabilities)
-            if key not in mismatches:
-                mismatches[key] = platform.mismatch(capabilities)
-            return mismatches[key]
-
         for op_id, info in self.ops.items():
             specs = self.backends[op_id]
             missing = [b for b in policy.required_backends if b in self.known and b not in specs]
@@ -243,7 +235,7 @@ class _Linker:
                 self.error("KC401", f"op '{op_id}' lacks the {', '.join(missing)} backend the policy requires; "
                            f"it has {', '.join(specs)}", info.location)
             for platform in platforms:
-                reasons = {name: mismatch(platform, spec.capabilities) for name, spec in specs.items()}
+                reasons = {name: platform.mismatch(spec.capabilities) for name, spec in specs.items()}
                 if all(reasons.values()):
                     detail = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
                     self.error("KC402", f"op '{op_id}' has no backend for required platform {platform} ({detail})",

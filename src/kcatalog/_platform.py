@@ -67,15 +67,18 @@ class Platform:
 
     def mismatch(self, capabilities: tuple[Capability, ...]) -> str | None:
         """Why no capability covers this platform, or None when one does (empty means anywhere)."""
-        if not capabilities:
+        return _mismatch(self, capabilities) if capabilities else None
+
+
+@functools.lru_cache(maxsize=4096)  # a catalog has a handful of distinct capability sets, checked per op
+def _mismatch(platform: Platform, capabilities: tuple[Capability, ...]) -> str | None:
+    reasons = []
+    for cap in capabilities:
+        reason = _capability_mismatch(platform, cap)
+        if reason is None:
             return None
-        reasons = []
-        for cap in capabilities:
-            reason = _capability_mismatch(self, cap)
-            if reason is None:
-                return None
-            reasons.append(reason)
-        return "; ".join(dict.fromkeys(reasons))
+        reasons.append(reason)
+    return "; ".join(dict.fromkeys(reasons))
 
 
 def _capability_mismatch(platform: Platform, cap: Capability) -> str | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kcatalog import check_catalog
-from kcatalog._yaml import MAX_FILE_BYTES
+from kcatalog._files import MAX_FILE_BYTES
 from kcatalog.cli import main
 from kcatalog.codes import CODES
 

@@ -21,7 +21,8 @@ from yaml.scanner import Scanner
 
 import kcatalog._yaml
 from kcatalog import Location, check_catalog
-from kcatalog._yaml import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES
+from kcatalog._files import MAX_FILE_BYTES
+from kcatalog._yaml import MAX_DEPTH, MAX_NODES
 from kcatalog.cli import main
 
 if TYPE_CHECKING:
