@@ -5,7 +5,8 @@ when its key still matches: the files (paths and exact text), kcatalog's own cod
 PyYAML and pydantic. It also holds the static target checks, reused only while every module they read
 is found at the same place with the same source (see _modules). The other checks that depend on this
 machine or the caller run on every load. Only catalogs that link without errors are stored, and only
-target checks without errors. One entry per set of catalog paths: an edit replaces it.
+target checks without errors. One entry per set of catalog paths and Python environment: an edit
+replaces it.
 
 Entries are written with `marshal`, as Python writes the .pyc files it caches its own modules in: reading
 one runs no code. Like those, they are trusted only where no other user could have written them.
@@ -56,7 +57,9 @@ class Cache:
         self.directory = directory
         self.files = [str(source.path) for source in sources]
         self.shown = [source.shown for source in sources]
-        self.path = directory / f"{_digest(repr(self.files).encode())[:32]}{SUFFIX}"
+        # Named by the files and the Python environment: an edit or an upgrade replaces the entry, and two
+        # virtual environments loading one catalog keep one entry each instead of overwriting each other's.
+        self.path = directory / f"{_digest(repr([self.files, sys.prefix, sys.version]).encode())[:32]}{SUFFIX}"
         content = blake2b(repr([ENTRY_FORMAT, sys.version, _code_fingerprint(), self.files]).encode())
         for source in sources:
             text = source.text.encode()

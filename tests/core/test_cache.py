@@ -376,6 +376,18 @@ def test_validation_reads_every_file_by_default(catalog_dir: Path, load: Callabl
     assert catalog is not None and catalog.cache_status == "off: cache=False"
 
 
+def test_two_python_environments_keep_an_entry_each(catalog_dir: Path, load: Callable[..., Catalog],
+                                                    cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    load([catalog_dir])
+    here = sys.prefix
+    monkeypatch.setattr(sys, "prefix", "/elsewhere/venv")
+    assert load([catalog_dir]).cache_status.startswith("miss: no entry yet; written: ")
+    assert load([catalog_dir]).cache_status.startswith("hit: ")
+    monkeypatch.setattr(sys, "prefix", here)
+    assert load([catalog_dir]).cache_status.startswith("hit: ")
+    assert len(entries(cache_dir)) == 2
+
+
 def test_old_entries_are_pruned(catalog_dir: Path, load: Callable[..., Catalog], cache_dir: Path,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_cache, "MAX_ENTRIES", 3)
