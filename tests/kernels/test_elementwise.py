@@ -91,6 +91,7 @@ def test_triton_softmax_online_loop(
     if max_fused is not None:
         monkeypatch.setattr(triton_ew, "MAX_FUSED_WIDTH", max_fused)
         monkeypatch.setattr(triton_ew, "LOOP_BLOCK", loop_block)
+    monkeypatch.setattr(triton_ew, "SPLIT_MAX_ROWS", 0)  # one program per row, however few rows
     rows = 3 if width < 17000 else 1
     assert triton_ew._config(width, rows)[3] is False
     g = gen("online", width, dtype)
@@ -100,12 +101,70 @@ def test_triton_softmax_online_loop(
     check_close(f"softmax online {rows}x{width} {dtype}", triton_ew.softmax(x), ref.softmax(x), tol(dtype))
 
 
+@pytest.mark.parametrize(
+    "width,rows,block,dtype",
+    [
+        (1000, 1, 128, torch.float32),  # a last block of 104
+        (1000, 5, 128, torch.bfloat16),
+        (1024, 3, 256, torch.float16),  # whole blocks only
+        (40000, 2, None, torch.bfloat16),  # the shipped block size, vocabulary-wide
+    ],
+    ids=["1000x1-fp32", "1000x5-bf16", "1024x3-fp16", "40000x2-bf16"],
+)
+def test_triton_softmax_split_rows(
+    monkeypatch: pytest.MonkeyPatch, width: int, rows: int, block: int | None, dtype: torch.dtype
+) -> None:
+    """Few wide rows: one program per block for the statistics, then per block for the output."""
+    monkeypatch.setattr(triton_ew, "MAX_FUSED_WIDTH", min(triton_ew.MAX_FUSED_WIDTH, 512))
+    if block is not None:
+        monkeypatch.setattr(triton_ew, "SPLIT_BLOCK", block)
+    calls: list[int] = []
+    split = triton_ew._softmax_split
+    monkeypatch.setattr(triton_ew, "_softmax_split", lambda x2, out: calls.append(x2.shape[0]) or split(x2, out))
+    x = randn((rows, width), dtype, gen("split", width, rows), scale=5.0)
+    x = (x.float() + torch.linspace(-8.0, 8.0, width)).to(dtype)  # the row's max is in its last block
+    check_close(f"softmax split {rows}x{width} {dtype}", triton_ew.softmax(x), ref.softmax(x), tol(dtype))
+    assert calls == [rows]
+
+
+def test_triton_softmax_split_only_for_few_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At SPLIT_MAX_ROWS rows and more, wide rows take one program each again (the loop)."""
+    monkeypatch.setattr(triton_ew, "MAX_FUSED_WIDTH", 256)
+    monkeypatch.setattr(triton_ew, "LOOP_BLOCK", 128)
+    monkeypatch.setattr(triton_ew, "SPLIT_BLOCK", 128)
+    monkeypatch.setattr(triton_ew, "SPLIT_MAX_ROWS", 4)
+    calls: list[int] = []
+    split = triton_ew._softmax_split
+    monkeypatch.setattr(triton_ew, "_softmax_split", lambda x2, out: calls.append(x2.shape[0]) or split(x2, out))
+    for rows in (3, 4):
+        x = randn((rows, 600), torch.float32, gen("threshold", rows), scale=5.0)
+        check_close(f"softmax {rows}x600", triton_ew.softmax(x), ref.softmax(x), tol(torch.float32))
+    assert calls == [3]
+
+
+def test_triton_softmax_split_masked_and_strided(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Split rows: blocks of only -inf add nothing, a row of only -inf is NaN (as in torch), strides honoured."""
+    monkeypatch.setattr(triton_ew, "MAX_FUSED_WIDTH", 256)
+    monkeypatch.setattr(triton_ew, "SPLIT_BLOCK", 128)
+    big = randn((4, 1200), torch.float32, gen("split masked"), scale=30.0)
+    x = big[:, :1000]  # strided rows
+    x[:, :300] = float("-inf")  # the first two blocks, and part of the third, of every row
+    x[1, 700:] = float("-inf")
+    x[3] = float("-inf")
+    out = triton_ew.softmax(x)
+    expected = ref.softmax(x)
+    check_close("softmax split masked", out[:3], expected[:3], tol(torch.float32))
+    assert torch.equal(out[:3, :300], torch.zeros(3, 300))
+    assert out[3].isnan().all() and expected[3].isnan().all()
+
+
 @pytest.mark.parametrize("single_pass", [True, False], ids=["single", "online"])
 def test_triton_softmax_masked_logits(monkeypatch: pytest.MonkeyPatch, single_pass: bool) -> None:
     """-inf logits (masked tokens) give exact zeros, including a leading all--inf chunk in the online loop."""
     if not single_pass:
         monkeypatch.setattr(triton_ew, "MAX_FUSED_WIDTH", 256)
         monkeypatch.setattr(triton_ew, "LOOP_BLOCK", 128)
+        monkeypatch.setattr(triton_ew, "SPLIT_MAX_ROWS", 0)
     monkeypatch.setattr(triton_ew, "MIN_PROGRAMS", 1)
     monkeypatch.setattr(triton_ew, "ROW_TILE", 16384)
     x = randn((4, 1000), torch.float32, gen("masked"), scale=30.0)  # large logits: needs the max shift

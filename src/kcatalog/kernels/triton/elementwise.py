@@ -5,6 +5,10 @@
 * Wider rows (e.g. vocabulary-sized logits): an online-softmax loop over ``LOOP_BLOCK``-wide chunks keeps
   a running max and rescaled running sum (one read), then a second loop writes ``exp(x - max) / sum``
   (a second read, mostly from L2); loads are software-pipelined ``LOOP_STAGES`` deep.
+* Wide rows that are too few to keep the GPU busy (decode: one to a few dozen rows of logits) are split:
+  each ``SPLIT_BLOCK``-wide block of a row is a program that stores the block's max and sum; a second
+  kernel combines a row's blocks and writes each block of the output. One program per row would leave
+  all but a few SMs idle and read the whole row alone.
 * Float32 math throughout, output cast to ``x.dtype``; the launch configuration comes from
   :func:`launch_config`, a small pure-Python function meant to be tuned.
 """
@@ -33,6 +37,12 @@ ROW_TILE = 4096
 MAX_ROWS_PER_PROGRAM = 64
 #: Do not pack rows so densely that fewer programs than this are launched (~2 per SM on H100/H200).
 MIN_PROGRAMS = 264
+#: Wide rows are split when there are fewer rows than this (0: never): then each ``SPLIT_BLOCK``-wide block
+#: of a row is a program of its own (the whole input fits in L2, so the second read is cheap)...
+SPLIT_MAX_ROWS = 264
+SPLIT_BLOCK = 4096
+#: ... of this many warps.
+SPLIT_WARPS = 8
 
 
 def _num_warps(elements: int) -> int:
@@ -134,6 +144,56 @@ def _softmax_kernel(
             tl.store(y_rows + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
+@triton.jit
+def _softmax_block_stats_kernel(x_ptr, max_ptr, sum_ptr, n_cols, n_blocks, stride_x, BLOCK_N: tl.constexpr):
+    """Max and sum of exp(x - max) over one block of one row: program (row, block)."""
+    row = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
+    cols = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * stride_x + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+    block_max = tl.max(x, axis=0)
+    shift = tl.where(block_max == float("-inf"), 0.0, block_max)  # a block of only -inf: sum 0, no NaN
+    tl.store(max_ptr + row * n_blocks + block, block_max)
+    tl.store(sum_ptr + row * n_blocks + block, tl.sum(tl.exp(x - shift), axis=0))
+
+
+@triton.jit
+def _softmax_block_write_kernel(
+    x_ptr, y_ptr, max_ptr, sum_ptr, n_cols, n_blocks, stride_x, stride_y,
+    BLOCK_N: tl.constexpr, BLOCKS_P2: tl.constexpr,
+):  # fmt: skip
+    """exp(x - max) / sum over one block of one row, the row's max and sum combined from all its blocks."""
+    row = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
+    which = tl.arange(0, BLOCKS_P2)
+    ok = which < n_blocks
+    maxes = tl.load(max_ptr + row * n_blocks + which, mask=ok, other=float("-inf"))
+    sums = tl.load(sum_ptr + row * n_blocks + which, mask=ok, other=0.0)
+    row_max = tl.max(maxes, axis=0)
+    shift = tl.where(maxes == float("-inf"), row_max, maxes)  # blocks of only -inf add 0, not 0 * NaN
+    inv_sum = 1.0 / tl.sum(sums * tl.exp(shift - row_max), axis=0)  # a row of only -inf: NaN, as in torch
+    cols = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    x = tl.load(x_ptr + row * stride_x + cols, mask=col_ok, other=float("-inf")).to(tl.float32)
+    y = tl.exp(x - row_max) * inv_sum
+    tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=col_ok)
+
+
+def _softmax_split(x2: torch.Tensor, out: torch.Tensor) -> None:
+    """Softmax of few wide rows: a program per SPLIT_BLOCK-wide block for the statistics, then for the output."""
+    m, n = x2.shape
+    n_blocks = triton.cdiv(n, SPLIT_BLOCK)
+    maxes = torch.empty((m, n_blocks), dtype=torch.float32, device=x2.device)
+    sums = torch.empty((m, n_blocks), dtype=torch.float32, device=x2.device)
+    _softmax_block_stats_kernel[(m, n_blocks)](
+        x2, maxes, sums, n, n_blocks, x2.stride(0), BLOCK_N=SPLIT_BLOCK, num_warps=SPLIT_WARPS,
+    )  # fmt: skip
+    _softmax_block_write_kernel[(m, n_blocks)](
+        x2, out, maxes, sums, n, n_blocks, x2.stride(0), n,
+        BLOCK_N=SPLIT_BLOCK, BLOCKS_P2=triton.next_power_of_2(n_blocks), num_warps=SPLIT_WARPS,
+    )  # fmt: skip
+
+
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim in one fused Triton kernel; float32 accumulation, output in ``x.dtype``.
 
@@ -147,6 +207,9 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     x2 = as_rows(x)
     m = x2.shape[0]
     block_m, block_n, num_warps, single = _config(n, m)
+    if not single and m < SPLIT_MAX_ROWS:
+        _softmax_split(x2, out)
+        return out
     _softmax_kernel[(triton.cdiv(m, block_m),)](
         x2, out, m, n, x2.stride(0), n,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=LOOP_STAGES, num_warps=num_warps,
