@@ -24,11 +24,7 @@ from typing import Any
 from ._checks import TargetRecord
 from ._files import SourceFile
 from ._linked import Linked, from_plain, to_plain
-
-try:  # a builtin module: hashlib's OpenSSL import costs more than the rest of a warm load's hashing
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - every CPython has it, other interpreters may not
-    from hashlib import blake2b
+from ._modules import digest, find_spec
 
 ENTRY_FORMAT = 1
 SUFFIX = ".kcache"
@@ -59,13 +55,10 @@ class Cache:
         self.shown = [source.shown for source in sources]
         # Named by the files and the Python environment: an edit or an upgrade replaces the entry, and two
         # virtual environments loading one catalog keep one entry each instead of overwriting each other's.
-        self.path = directory / f"{_digest(repr([self.files, sys.prefix, sys.version]).encode())[:32]}{SUFFIX}"
-        content = blake2b(repr([ENTRY_FORMAT, sys.version, _code_fingerprint(), self.files]).encode())
-        for source in sources:
-            text = source.text.encode()
-            content.update(len(text).to_bytes(8, "little"))
-            content.update(text)
-        self.key = content.hexdigest()
+        self.path = directory / f"{digest(repr([self.files, sys.prefix, sys.version]).encode())[:32]}{SUFFIX}"
+        texts = [source.text.encode() for source in sources]
+        self.key = digest(b"\0".join([repr([ENTRY_FORMAT, sys.version, _code_fingerprint(), self.files,
+                                             [len(text) for text in texts]]).encode(), *texts]))
 
     def read(self) -> tuple[tuple[Linked, TargetRecord | None] | None, str]:
         """The cached Linked and target checks, or None and why not (no entry, files changed, unusable)."""
@@ -116,7 +109,7 @@ def entries(directory: Path) -> list[Path]:
     """The entries in a cache directory (none when it does not exist)."""
     try:
         return sorted(Path(entry.path) for entry in os.scandir(directory) if entry.name.endswith(SUFFIX))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
 
 
@@ -153,10 +146,6 @@ def _prune(directory: Path) -> None:
         pass
 
 
-def _digest(data: bytes) -> str:
-    return blake2b(data).hexdigest()
-
-
 def _code_fingerprint() -> list[Any]:
     """What the linked result depends on besides the files: kcatalog's modules and the parsers' installs."""
     parts: list[Any] = []
@@ -165,20 +154,8 @@ def _code_fingerprint() -> list[Any]:
             info = entry.stat()
             parts.append([entry.name, info.st_mtime_ns, info.st_size])
     for name in _DEPENDENCIES:
-        origin = _origin(name)
+        spec = find_spec(name, None)
+        origin = spec.origin if spec is not None else None
         info = os.stat(origin) if origin else None
         parts.append([name, origin, info and info.st_mtime_ns, info and info.st_size])
     return parts
-
-
-def _origin(name: str) -> str | None:
-    """Where a top-level package's __init__ is, found by the import system's finders without importing it."""
-    for finder in sys.meta_path:
-        find_spec = getattr(finder, "find_spec", None)
-        try:
-            spec = find_spec(name, None) if find_spec else None
-        except (ImportError, ValueError):
-            continue
-        if spec is not None:
-            return spec.origin
-    return None

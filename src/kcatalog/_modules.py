@@ -1,5 +1,5 @@
 """Finding a module's file through the import system's finders, without importing it or its parents,
-and fingerprinting what was found, so that cached target checks are reused only while it is unchanged."""
+and fingerprinting what was found, so that cached results are reused only while it is unchanged."""
 
 from __future__ import annotations
 
@@ -8,12 +8,17 @@ import sys
 from importlib.machinery import ModuleSpec
 from typing import Any
 
-try:  # see _cache: a builtin module, cheaper to import than hashlib
+try:  # a builtin module: hashlib's OpenSSL import would cost more than a warm load's hashing
     from _blake2 import blake2b
-except ImportError:  # pragma: no cover
+except ImportError:  # pragma: no cover - every CPython has it, other interpreters may not
     from hashlib import blake2b
 
 Fingerprint = tuple[Any, ...]
+
+
+def digest(data: bytes) -> str:
+    """A hex digest of `data`, for cache keys and source fingerprints."""
+    return blake2b(data).hexdigest()
 
 
 def locate(name: str) -> tuple[ModuleSpec | None, int, Any]:
@@ -57,7 +62,7 @@ def fingerprint(spec: ModuleSpec | None, failed_at: int, source: bytes | None) -
         return ("not found", failed_at)
     search = tuple(spec.submodule_search_locations or ()) if spec.submodule_search_locations is not None else None
     if source is not None:
-        return (spec.origin, search, blake2b(source).hexdigest())
+        return (spec.origin, search, digest(source))
     try:
         info = os.stat(spec.origin) if spec.origin and spec.has_location else None
     except OSError:
