@@ -101,6 +101,14 @@ def test_triton_softmax_online_loop(
     check_close(f"softmax online {rows}x{width} {dtype}", triton_ew.softmax(x), ref.softmax(x), tol(dtype))
 
 
+def record_splits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Rows of each softmax that takes the split path, in call order."""
+    calls: list[int] = []
+    split = triton_ew._softmax_split
+    monkeypatch.setattr(triton_ew, "_softmax_split", lambda x2, out: calls.append(x2.shape[0]) or split(x2, out))
+    return calls
+
+
 @pytest.mark.parametrize(
     "width,rows,block,dtype",
     [
@@ -118,9 +126,7 @@ def test_triton_softmax_split_rows(
     monkeypatch.setattr(triton_ew, "MAX_FUSED_WIDTH", min(triton_ew.MAX_FUSED_WIDTH, 512))
     if block is not None:
         monkeypatch.setattr(triton_ew, "SPLIT_BLOCK", block)
-    calls: list[int] = []
-    split = triton_ew._softmax_split
-    monkeypatch.setattr(triton_ew, "_softmax_split", lambda x2, out: calls.append(x2.shape[0]) or split(x2, out))
+    calls = record_splits(monkeypatch)
     x = randn((rows, width), dtype, gen("split", width, rows), scale=5.0)
     x = (x.float() + torch.linspace(-8.0, 8.0, width)).to(dtype)  # the row's max is in its last block
     check_close(f"softmax split {rows}x{width} {dtype}", triton_ew.softmax(x), ref.softmax(x), tol(dtype))
@@ -133,9 +139,7 @@ def test_triton_softmax_split_only_for_few_rows(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(triton_ew, "LOOP_BLOCK", 128)
     monkeypatch.setattr(triton_ew, "SPLIT_BLOCK", 128)
     monkeypatch.setattr(triton_ew, "SPLIT_MAX_ROWS", 4)
-    calls: list[int] = []
-    split = triton_ew._softmax_split
-    monkeypatch.setattr(triton_ew, "_softmax_split", lambda x2, out: calls.append(x2.shape[0]) or split(x2, out))
+    calls = record_splits(monkeypatch)
     for rows in (3, 4):
         x = randn((rows, 600), torch.float32, gen("threshold", rows), scale=5.0)
         check_close(f"softmax {rows}x600", triton_ew.softmax(x), ref.softmax(x), tol(torch.float32))
