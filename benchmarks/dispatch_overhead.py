@@ -98,8 +98,13 @@ def main() -> int:
     rows = []
     for name, values in samples.items():
         median = statistics.median(values)
-        rows.append({"how": name, "median_ns_per_call": round(median * 1e9, 1),
-                     "overhead_ns": round((median - direct) * 1e9, 1)})
+        rows.append(
+            {
+                "how": name,
+                "median_ns_per_call": round(median * 1e9, 1),
+                "overhead_ns": round((median - direct) * 1e9, 1),
+            }
+        )
     handle = next(r for r in rows if r["how"] == "kcatalog op handle")
     for row in rows:
         print(f"{row['how']:40s} {row['median_ns_per_call']:9.1f} ns/call   overhead {row['overhead_ns']:8.1f} ns")

@@ -143,8 +143,9 @@ print(json.dumps({"import_s": t1 - t0, "cold_imports_s": t2 - t1, "gc_s": paused
 
 def run_in_process(mode: str, directory: Path) -> dict[str, float]:
     """Wall and CPU seconds of one timed call in a fresh interpreter (imports excluded)."""
-    out = subprocess.run([PY, "-c", IN_PROCESS, mode, str(directory)], capture_output=True, text=True, cwd=REPO,
-                         env=ENV)
+    out = subprocess.run(
+        [PY, "-c", IN_PROCESS, mode, str(directory)], capture_output=True, text=True, cwd=REPO, env=ENV
+    )
     if out.returncode != 0:
         raise RuntimeError(f"in-process {mode} on {directory} failed:\n{out.stderr}")
     wall, cpu = map(float, out.stdout.strip().splitlines()[-1].split())
@@ -173,8 +174,9 @@ def run_process(cmd: Sequence[str]) -> dict[str, float]:
     return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mib": rss_kib / 1024}
 
 
-def alternate(peers: dict[str, Any], measure: Callable[[Any], dict[str, float]], rounds: int,
-              warm_up: bool = True) -> dict[str, dict[str, list[float]]]:
+def alternate(
+    peers: dict[str, Any], measure: Callable[[Any], dict[str, float]], rounds: int, warm_up: bool = True
+) -> dict[str, dict[str, list[float]]]:
     """An uncounted warm-up of each peer, then `rounds` rounds of A B C ...; samples by peer, then by metric."""
     for arg in peers.values() if warm_up else ():
         measure(arg)
@@ -203,8 +205,12 @@ def scaling(root: Path, sizes: Sequence[int], rounds: int) -> dict:
     rows = {}
     for n in sizes:
         directory = write_catalog(root / f"scaling_{n}", n)
-        samples = alternate({mode: mode for mode in IN_PROCESS_PEERS},  # one warm-up (imports, caches) is enough
-                            lambda mode, d=directory: run_in_process(mode, d), rounds, warm_up=n == sizes[0])
+        samples = alternate(
+            {mode: mode for mode in IN_PROCESS_PEERS},  # one warm-up (imports, caches) is enough
+            lambda mode, d=directory: run_in_process(mode, d),
+            rounds,
+            warm_up=n == sizes[0],
+        )
         wall = {mode: metrics["wall"] for mode, metrics in samples.items()}
         cpu = {mode: metrics["cpu"] for mode, metrics in samples.items()}
         loads = ("load_no_targets", "load")
@@ -232,23 +238,42 @@ def whole_process(root: Path, rounds: int) -> dict:
         "python -c pass": [PY, "-c", "pass"],
         "import yaml, pydantic": [PY, "-c", "import yaml, pydantic; from pydantic import BaseModel"],
         "import torch": [PY, "-c", "import torch"],
-            COLD: [PY, "-c", f"import kcatalog; kcatalog.load_catalog([{str(directory)!r}], cache=False)"],
-        WARM: [PY, "-c", f"import kcatalog; c = kcatalog.load_catalog([{str(directory)!r}], cache={str(cache)!r}); "
-               "assert c.cache_status.startswith('hit: '), c.cache_status"],
+        COLD: [PY, "-c", f"import kcatalog; kcatalog.load_catalog([{str(directory)!r}], cache=False)"],
+        WARM: [
+            PY,
+            "-c",
+            f"import kcatalog; c = kcatalog.load_catalog([{str(directory)!r}], cache={str(cache)!r}); "
+            "assert c.cache_status.startswith('hit: '), c.cache_status",
+        ],
     }
     run_process([PY, "-c", f"import kcatalog; kcatalog.load_catalog([{str(directory)!r}], cache={str(cache)!r})"])
     samples = alternate(peers, run_process, rounds)
     torch = samples["import torch"]
-    split = [json.loads(subprocess.run([PY, "-c", WARM_SPLIT, str(directory), str(cache)], capture_output=True,
-                                       text=True, cwd=REPO, check=True, env=ENV).stdout) for _ in range(rounds)]
+    split = [
+        json.loads(
+            subprocess.run(
+                [PY, "-c", WARM_SPLIT, str(directory), str(cache)],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                check=True,
+                env=ENV,
+            ).stdout
+        )
+        for _ in range(rounds)
+    ]
     return {
         "warm_split_ms": {part: summary([run[part] * 1e3 for run in split]) for part in split[0]},
         "wall_s": {name: summary(metrics["wall"]) for name, metrics in samples.items()},
         "cpu_s": {name: summary(metrics["cpu"]) for name, metrics in samples.items()},
         "peak_rss_mib": {name: summary(metrics["rss_mib"]) for name, metrics in samples.items()},
-        "ratio_to_torch": {name: {metric: paired_ratio(samples[name][key], torch[key])
-                                  for metric, key in (("wall", "wall"), ("cpu", "cpu"), ("rss", "rss_mib"))}
-                           for name in (WARM, COLD)},
+        "ratio_to_torch": {
+            name: {
+                metric: paired_ratio(samples[name][key], torch[key])
+                for metric, key in (("wall", "wall"), ("cpu", "cpu"), ("rss", "rss_mib"))
+            }
+            for name in (WARM, COLD)
+        },
         "samples": samples,
     }
 
@@ -276,19 +301,24 @@ def cli_validate(root: Path, rounds: int) -> dict:
 def profile_breakdown(root: Path) -> dict:
     """One 480-op load under cProfile (self time by stage, gc pauses) and -X importtime by package."""
     directory = write_catalog(root / f"profile_{PROCESS_OPS}", PROCESS_OPS)
-    out = subprocess.run([PY, "-c", PROFILE, str(directory)], capture_output=True, text=True, cwd=REPO, check=True,
-                         env=ENV)
+    out = subprocess.run(
+        [PY, "-c", PROFILE, str(directory)], capture_output=True, text=True, cwd=REPO, check=True, env=ENV
+    )
     breakdown = json.loads(out.stdout.strip().splitlines()[-1])
-    imports = subprocess.run([PY, "-X", "importtime", "-c", "import kcatalog"], capture_output=True, text=True,
-                             cwd=REPO, check=True, env=ENV).stderr
+    imports = subprocess.run(
+        [PY, "-X", "importtime", "-c", "import kcatalog"], capture_output=True, text=True, cwd=REPO, check=True, env=ENV
+    ).stderr
     by_package: dict[str, float] = {}
     for line in imports.splitlines():
         if not line.startswith("import time:") or "self [us]" in line:
             continue
         self_us, _, name = (part.strip() for part in line.removeprefix("import time:").split("|"))
         top = name.split(".")[0]
-        key = top if top in ("kcatalog", "pydantic", "pydantic_core", "yaml", "annotated_types",
-                             "typing_extensions") else "stdlib and other"
+        key = (
+            top
+            if top in ("kcatalog", "pydantic", "pydantic_core", "yaml", "annotated_types", "typing_extensions")
+            else "stdlib and other"
+        )
         by_package[key] = by_package.get(key, 0.0) + int(self_us) / 1e6
     breakdown["importtime_self_s"] = dict(sorted(by_package.items(), key=lambda kv: -kv[1]))
     return breakdown
@@ -333,8 +363,9 @@ def context() -> dict:
         "versions": versions,
         "loadavg_start": os.getloadavg(),
         "bytecode": "cached: PYTHONDONTWRITEBYTECODE removed for measured processes; warm-ups write .pyc",
-        "peak_rss_source": "GNU time %M" if GNU_TIME else
-                           "os.wait4 ru_maxrss (upper bound: includes the parent's peak)",
+        "peak_rss_source": "GNU time %M"
+        if GNU_TIME
+        else "os.wait4 ru_maxrss (upper bound: includes the parent's peak)",
     }
 
 
@@ -342,18 +373,23 @@ def verdicts(results: dict) -> dict:
     a, b, c = results["scaling"], results["process"], results["cli"]
     out = {
         f"(ii)/(i) <= {TARGETS['ratio_to_yaml']} at every N": all(
-            row["ratio_to_yaml"]["load_no_targets"] <= TARGETS["ratio_to_yaml"] for row in a["by_ops"].values()),
+            row["ratio_to_yaml"]["load_no_targets"] <= TARGETS["ratio_to_yaml"] for row in a["by_ops"].values()
+        ),
         f"480-op process, warm, <= {TARGETS['process_s']} s": b["wall_s"][WARM]["median"] <= TARGETS["process_s"],
         f"480-op process, cold, <= {TARGETS['process_s']} s": b["wall_s"][COLD]["median"] <= TARGETS["process_s"],
         f"480-op process peak RSS <= {TARGETS['process_mb']} MB (warm and cold)": max(
-            b["peak_rss_mib"][name]["median"] for name in (WARM, COLD)) * 1.048576 <= TARGETS["process_mb"],
-        f"validate 1000 ops <= {TARGETS['cli_s']} s":
-            c["wall_s"]["kcatalog validate (1000 ops)"]["median"] <= TARGETS["cli_s"],
+            b["peak_rss_mib"][name]["median"] for name in (WARM, COLD)
+        )
+        * 1.048576
+        <= TARGETS["process_mb"],
+        f"validate 1000 ops <= {TARGETS['cli_s']} s": c["wall_s"]["kcatalog validate (1000 ops)"]["median"]
+        <= TARGETS["cli_s"],
     }
     if "linearity_4000_vs_1000" in a:
-        out[f"per-op cost of (ii) at 4000 within {TARGETS['linearity']}x of 1000 (wall and CPU)"] = max(
-            a["linearity_4000_vs_1000"]["load_no_targets"], a["cpu_linearity_4000_vs_1000"]["load_no_targets"]
-        ) <= TARGETS["linearity"]
+        out[f"per-op cost of (ii) at 4000 within {TARGETS['linearity']}x of 1000 (wall and CPU)"] = (
+            max(a["linearity_4000_vs_1000"]["load_no_targets"], a["cpu_linearity_4000_vs_1000"]["load_no_targets"])
+            <= TARGETS["linearity"]
+        )
     return out
 
 
@@ -383,11 +419,15 @@ def markdown(results: dict) -> str:
             f"| {ms['load']['median']:.0f} | {ratio['load_no_targets']:.2f} | {ratio['load']:.2f} "
             f"| {row['cpu_ratio_to_yaml']['load_no_targets']:.2f} "
             f"| {per['yaml']:.3f} | {per['load_no_targets']:.3f} | {per['load']:.3f} "
-            f"| {row['cpu_ms_per_op']['load_no_targets']:.3f} |")
+            f"| {row['cpu_ms_per_op']['load_no_targets']:.3f} |"
+        )
     if "linearity_4000_vs_1000" in a:
         lin, cpu_lin = a["linearity_4000_vs_1000"], a["cpu_linearity_4000_vs_1000"]
-        lines += ["", "Per-op cost at 4000 ops / at 1000 ops, wall (CPU) (target <= 1.3): "
-                  + ", ".join(f"{IN_PROCESS_PEERS[m]} {v:.2f} ({cpu_lin[m]:.2f})" for m, v in lin.items())]
+        lines += [
+            "",
+            "Per-op cost at 4000 ops / at 1000 ops, wall (CPU) (target <= 1.3): "
+            + ", ".join(f"{IN_PROCESS_PEERS[m]} {v:.2f} ({cpu_lin[m]:.2f})" for m, v in lin.items()),
+        ]
     lines += [
         "",
         f"## (b) Whole process, {PROCESS_OPS} ops x 3 backends",
@@ -402,33 +442,53 @@ def markdown(results: dict) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for name, wall in b["wall_s"].items():
-        lines.append(f"| `{name}` | {wall['median']:.3f} | {wall['min']:.3f}–{wall['max']:.3f} "
-                     f"| {b['cpu_s'][name]['median']:.3f} | {b['peak_rss_mib'][name]['median']:.1f} |")
-    lines += [""] + [f"{name} / `import torch` (median of per-round ratios): wall {ratio['wall']:.2f}, "
-                     f"CPU {ratio['cpu']:.2f}, peak RSS {ratio['rss']:.2f}."
-                     for name, ratio in b["ratio_to_torch"].items()]
+        lines.append(
+            f"| `{name}` | {wall['median']:.3f} | {wall['min']:.3f}–{wall['max']:.3f} "
+            f"| {b['cpu_s'][name]['median']:.3f} | {b['peak_rss_mib'][name]['median']:.1f} |"
+        )
+    lines += [""] + [
+        f"{name} / `import torch` (median of per-round ratios): wall {ratio['wall']:.2f}, "
+        f"CPU {ratio['cpu']:.2f}, peak RSS {ratio['rss']:.2f}."
+        for name, ratio in b["ratio_to_torch"].items()
+    ]
     split = b["warm_split_ms"]
-    lines += ["", "Targets: <= 0.2 s, <= 60 MB. Warm: the load cache holds this catalog (written by an earlier "
-              "process); cold: `cache=False`, every file parsed and validated. Inside a warm process (medians): "
-              + ", ".join(f"{part} {ms['median']:.0f} ms" for part, ms in split.items()) + ".",
-              "", f"## (c) `kcatalog validate` on {CLI_OPS} ops (target checks on)", "",
-              "| command | wall s (median) | min–max s | CPU s (user+sys) |", "|---|---:|---:|---:|"]
+    lines += [
+        "",
+        "Targets: <= 0.2 s, <= 60 MB. Warm: the load cache holds this catalog (written by an earlier "
+        "process); cold: `cache=False`, every file parsed and validated. Inside a warm process (medians): "
+        + ", ".join(f"{part} {ms['median']:.0f} ms" for part, ms in split.items())
+        + ".",
+        "",
+        f"## (c) `kcatalog validate` on {CLI_OPS} ops (target checks on)",
+        "",
+        "| command | wall s (median) | min–max s | CPU s (user+sys) |",
+        "|---|---:|---:|---:|",
+    ]
     for name, wall in c["wall_s"].items():
-        lines.append(f"| `{name}` | {wall['median']:.3f} | {wall['min']:.3f}–{wall['max']:.3f} "
-                     f"| {c['cpu_s'][name]['median']:.3f} |")
+        lines.append(
+            f"| `{name}` | {wall['median']:.3f} | {wall['min']:.3f}–{wall['max']:.3f} "
+            f"| {c['cpu_s'][name]['median']:.3f} |"
+        )
     lines += ["", "## Targets", "", "| target | met |", "|---|---|"]
     lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in results["verdicts"].items()]
     if "profile" in results:
         p = results["profile"]
-        lines += ["", f"## Where a cold {PROCESS_OPS}-op load's time goes (one run, cProfile self time; gc pauses "
-                  "fall inside the stages)", "",
-                  f"import kcatalog {p['import_s']:.3f} s, then a cold load's own imports (PyYAML, pydantic, the "
-                  f"models) {p['cold_imports_s']:.3f} s, outside the profile; gc pauses during load {p['gc_s']:.3f} s",
-                  ""]
+        lines += [
+            "",
+            f"## Where a cold {PROCESS_OPS}-op load's time goes (one run, cProfile self time; gc pauses "
+            "fall inside the stages)",
+            "",
+            f"import kcatalog {p['import_s']:.3f} s, then a cold load's own imports (PyYAML, pydantic, the "
+            f"models) {p['cold_imports_s']:.3f} s, outside the profile; gc pauses during load {p['gc_s']:.3f} s",
+            "",
+        ]
         lines += [f"- {stage}: {sec:.3f} s" for stage, sec in sorted(p["stages_s"].items(), key=lambda kv: -kv[1])]
-        lines += ["", "-X importtime self time by package of `import kcatalog` (what a warm load imports; a cold "
-                  "one adds PyYAML, pydantic and the models): "
-                  + ", ".join(f"{k} {v:.3f} s" for k, v in p["importtime_self_s"].items())]
+        lines += [
+            "",
+            "-X importtime self time by package of `import kcatalog` (what a warm load imports; a cold "
+            "one adds PyYAML, pydantic and the models): "
+            + ", ".join(f"{k} {v:.3f} s" for k, v in p["importtime_self_s"].items()),
+        ]
     lines.append(f"\nWhole run: {results['elapsed_s']:.0f} s.")
     return "\n".join(lines) + "\n"
 
@@ -438,13 +498,17 @@ def print_table(results: dict) -> None:
     print(f"\n{'(a) ops':>8} {'yaml ms':>9} {'(ii) ms':>9} {'(iii) ms':>9} {'(ii)/(i)':>9} {'(ii) ms/op':>11}")
     for n, row in a["by_ops"].items():
         ms = row["ms"]
-        print(f"{n:>8} {ms['yaml']['median']:>9.0f} {ms['load_no_targets']['median']:>9.0f} "
-              f"{ms['load']['median']:>9.0f} {row['ratio_to_yaml']['load_no_targets']:>9.2f} "
-              f"{row['ms_per_op']['load_no_targets']:>11.3f}")
+        print(
+            f"{n:>8} {ms['yaml']['median']:>9.0f} {ms['load_no_targets']['median']:>9.0f} "
+            f"{ms['load']['median']:>9.0f} {row['ratio_to_yaml']['load_no_targets']:>9.2f} "
+            f"{row['ms_per_op']['load_no_targets']:>11.3f}"
+        )
     print(f"\n{'(b) command':<34} {'wall s':>8} {'CPU s':>8} {'RSS MiB':>8}")
     for name, wall in b["wall_s"].items():
-        print(f"{name:<34} {wall['median']:>8.3f} {b['cpu_s'][name]['median']:>8.3f} "
-              f"{b['peak_rss_mib'][name]['median']:>8.1f}")
+        print(
+            f"{name:<34} {wall['median']:>8.3f} {b['cpu_s'][name]['median']:>8.3f} "
+            f"{b['peak_rss_mib'][name]['median']:>8.1f}"
+        )
     for name, ratio in b["ratio_to_torch"].items():
         print(f"{name.split(' (')[0] + ' / torch':<34} {ratio['wall']:>8.2f} {ratio['cpu']:>8.2f} {ratio['rss']:>8.2f}")
     print(f"\n{'(c) command':<28} {'wall s':>8} {'CPU s':>8}")

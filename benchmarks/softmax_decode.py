@@ -57,7 +57,9 @@ def variants() -> dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], dict[s
     }
     for block, warps in SPLITS:
         found[f"triton split {block}/{warps}w"] = (
-            triton_ew.softmax, {"SPLIT_MAX_ROWS": 1 << 30, "SPLIT_BLOCK": block, "SPLIT_WARPS": warps})
+            triton_ew.softmax,
+            {"SPLIT_MAX_ROWS": 1 << 30, "SPLIT_BLOCK": block, "SPLIT_WARPS": warps},
+        )
     found["aten"] = (lambda x: torch.softmax(x, dim=-1), {})
     found["torch.compile"] = (torch.compile(lambda x: torch.softmax(x, dim=-1), dynamic=False), {})
     return found
@@ -84,8 +86,16 @@ def main() -> int:
                 with tunables(**values):
                     error = relative_error(fn(sets[0]["x"]), sets[0]["x"])
                     us = time_graph(fn, sets) * 1e3
-                rows_out.append({"width": width, "rows": rows, "variant": name, "us": us, "rel_error": error,
-                                 "ok": error <= TOLERANCE})
+                rows_out.append(
+                    {
+                        "width": width,
+                        "rows": rows,
+                        "variant": name,
+                        "us": us,
+                        "rel_error": error,
+                        "ok": error <= TOLERANCE,
+                    }
+                )
                 print(f"{width:>7} {rows:>4} {name:<24} {us:8.2f} us  err {error:.1e}", flush=True)
     lines = [f"{'width':>7} {'rows':>4}  " + "  ".join(f"{name:>22}" for name in variants())]
     for width in WIDTHS:
@@ -94,19 +104,26 @@ def main() -> int:
             cells = [f"{found[name]['us']:>19.2f} us" if name in found else f"{'-':>22}" for name in variants()]
             lines.append(f"{width:>7} {rows:>4}  " + "  ".join(cells))
     failed = [r for r in rows_out if not r["ok"]]
-    lines.append(f"\n{len(rows_out) - len(failed)} of {len(rows_out)} checks within {TOLERANCE}; "
-                 f"worst relative error {max(r['rel_error'] for r in rows_out):.1e}")
+    lines.append(
+        f"\n{len(rows_out) - len(failed)} of {len(rows_out)} checks within {TOLERANCE}; "
+        f"worst relative error {max(r['rel_error'] for r in rows_out):.1e}"
+    )
     shipped = {(r["width"], r["rows"]): r["us"] for r in rows_out if r["variant"] == "triton (shipped)"}
     loop = {(r["width"], r["rows"]): r["us"] for r in rows_out if r["variant"] == "triton loop"}
-    lines.append("shipped / loop, geometric mean over shapes: "
-                 f"{statistics.geometric_mean([shipped[k] / loop[k] for k in shipped]):.2f}")
+    lines.append(
+        "shipped / loop, geometric mean over shapes: "
+        f"{statistics.geometric_mean([shipped[k] / loop[k] for k in shipped]):.2f}"
+    )
     text = "\n".join(lines)
     print(text)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "softmax_decode.txt").write_text(
-        f"{torch.cuda.get_device_name()}, torch {torch.__version__}\n\n{text}\n")
-    (out_dir / "softmax_decode.json").write_text(json.dumps(
-        {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": rows_out}, indent=1) + "\n")
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}\n\n{text}\n"
+    )
+    (out_dir / "softmax_decode.json").write_text(
+        json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": rows_out}, indent=1)
+        + "\n"
+    )
     return 1 if failed else 0
 
 

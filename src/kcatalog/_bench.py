@@ -51,8 +51,15 @@ class _Job:
     sizes: dict[str, Any]
 
 
-def plan(catalog: Catalog, ops: Sequence[str], *, device: str, shapes: str, dtypes: Sequence[str],
-         backends: Sequence[str] = ()) -> tuple[list[_Job], list[str]]:
+def plan(
+    catalog: Catalog,
+    ops: Sequence[str],
+    *,
+    device: str,
+    shapes: str,
+    dtypes: Sequence[str],
+    backends: Sequence[str] = (),
+) -> tuple[list[_Job], list[str]]:
     """Every (op, backend, dtype, shape) to time, reference first within each shape, plus notes."""
     platform = Platform(device) if device == "cpu" else catalog.platform()
     kinds = ["decode", "prefill"] if shapes == "all" else [shapes]
@@ -80,8 +87,14 @@ def plan(catalog: Catalog, ops: Sequence[str], *, device: str, shapes: str, dtyp
     return jobs, notes
 
 
-def run(jobs: Sequence[_Job], device: str, copy_gbps: float, *, seed: int = 0,
-        progress: Callable[[int, int, str], None] | None = None) -> list[BenchResult]:
+def run(
+    jobs: Sequence[_Job],
+    device: str,
+    copy_gbps: float,
+    *,
+    seed: int = 0,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> list[BenchResult]:
     """Time every job; a backend that fails is recorded with its error and the run goes on."""
     results: list[BenchResult] = []
     reference_times: dict[tuple[str, str, str], float] = {}
@@ -108,12 +121,26 @@ def _time_job(job: _Job, device: str, copy_gbps: float, seed: int) -> BenchResul
     method = "cuda-graph" if graphed else "cuda-events" if device == "cuda" else "wall-clock"
 
     def failed(message: str, moved: int = 0) -> BenchResult:
-        return BenchResult(job.info.id, job.spec.backend, job.dtype, job.shapes, describe(job.sizes), method,
-                           None, moved, None, None, None, message)
+        return BenchResult(
+            job.info.id,
+            job.spec.backend,
+            job.dtype,
+            job.shapes,
+            describe(job.sizes),
+            method,
+            None,
+            moved,
+            None,
+            None,
+            None,
+            message,
+        )
 
     try:
-        calls = [build_call(job.info, samples, job.sizes, job.dtype, device, seed + i)
-                 for i in range(GRAPH_INPUT_SETS if graphed else 1)]
+        calls = [
+            build_call(job.info, samples, job.sizes, job.dtype, device, seed + i)
+            for i in range(GRAPH_INPUT_SETS if graphed else 1)
+        ]
         fn = job.spec.load()
         result = calls[0].invoke(fn)  # warm-up: imports, JIT and torch.compile stay out of the timing
         moved = bytes_moved(calls[0], result, job.info.mutates)
@@ -126,8 +153,19 @@ def _time_job(job: _Job, device: str, copy_gbps: float, seed: int) -> BenchResul
     except Exception as exc:  # one broken backend must not end a run that takes minutes
         return failed(f"{type(exc).__name__}: {exc}")
     gbps = moved / seconds / 1e9
-    return BenchResult(job.info.id, job.spec.backend, job.dtype, job.shapes, describe(job.sizes), method,
-                       seconds * 1e6, moved, gbps, gbps / copy_gbps if copy_gbps else None, None)
+    return BenchResult(
+        job.info.id,
+        job.spec.backend,
+        job.dtype,
+        job.shapes,
+        describe(job.sizes),
+        method,
+        seconds * 1e6,
+        moved,
+        gbps,
+        gbps / copy_gbps if copy_gbps else None,
+        None,
+    )
 
 
 def bytes_moved(call: Call, result: Any, mutates: Sequence[str]) -> int:
@@ -217,11 +255,19 @@ def format_table(results: Sequence[BenchResult]) -> str:
     """Op, backend, dtype, shape, time, GB/s, fraction of copy bandwidth, speedup over the reference."""
     rows = [["op", "backend", "dtype", "shape", "sizes", "time us", "GB/s", "of copy", "x ref"]]
     for r in results:
-        rows.append([r.op, r.backend, r.dtype, r.shapes, r.sizes,
-                     f"{r.time_us:.1f}" if r.time_us else f"error: {r.error}",
-                     f"{r.gbps:.1f}" if r.gbps else "-",
-                     f"{r.fraction_of_copy:.2f}" if r.fraction_of_copy else "-",
-                     f"{r.speedup_vs_reference:.2f}" if r.speedup_vs_reference else "-"])
+        rows.append(
+            [
+                r.op,
+                r.backend,
+                r.dtype,
+                r.shapes,
+                r.sizes,
+                f"{r.time_us:.1f}" if r.time_us else f"error: {r.error}",
+                f"{r.gbps:.1f}" if r.gbps else "-",
+                f"{r.fraction_of_copy:.2f}" if r.fraction_of_copy else "-",
+                f"{r.speedup_vs_reference:.2f}" if r.speedup_vs_reference else "-",
+            ]
+        )
     return text_table(rows)
 
 
@@ -240,8 +286,9 @@ def plot(results: Sequence[BenchResult], copy_gbps: float, path: str, title: str
     figure, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.8 * rows), squeeze=False)
     for axis, op in zip(axes.flat, ops):
         for backend in sorted({r.backend for r in results if r.op == op}):
-            points = sorted((r.bytes_moved / 1e6, r.gbps) for r in results
-                            if r.op == op and r.backend == backend and r.gbps)
+            points = sorted(
+                (r.bytes_moved / 1e6, r.gbps) for r in results if r.op == op and r.backend == backend and r.gbps
+            )
             if points:
                 axis.plot(*zip(*points), marker="o", label=backend)
         if copy_gbps:
@@ -252,7 +299,7 @@ def plot(results: Sequence[BenchResult], copy_gbps: float, path: str, title: str
         axis.set_ylabel("GB/s")
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=7)
-    for axis in list(axes.flat)[len(ops):]:
+    for axis in list(axes.flat)[len(ops) :]:
         axis.set_visible(False)
     figure.suptitle(title)
     figure.tight_layout()

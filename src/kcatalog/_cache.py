@@ -57,8 +57,16 @@ class Cache:
         # virtual environments loading one catalog keep one entry each instead of overwriting each other's.
         self.path = directory / f"{digest(repr([self.files, sys.prefix, sys.version]).encode())[:32]}{SUFFIX}"
         texts = [source.text.encode() for source in sources]
-        self.key = digest(b"\0".join([repr([ENTRY_FORMAT, sys.version, _code_fingerprint(), self.files,
-                                             [len(text) for text in texts]]).encode(), *texts]))
+        self.key = digest(
+            b"\0".join(
+                [
+                    repr(
+                        [ENTRY_FORMAT, sys.version, _code_fingerprint(), self.files, [len(text) for text in texts]]
+                    ).encode(),
+                    *texts,
+                ]
+            )
+        )
 
     def read(self) -> tuple[tuple[Linked, TargetRecord | None] | None, str]:
         """The cached Linked and target checks, or None and why not (no entry, files changed, unusable)."""

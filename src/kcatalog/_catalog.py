@@ -139,13 +139,22 @@ class Catalog:
     > catalog default. Every path checks that the backend can run here.
     """
 
-    def __init__(self, ops: Mapping[str, OpInfo], settings: Mapping[str, Any], warnings: tuple[Diagnostic, ...],
-                 *, layers: Iterable[Layer] = (), strict: bool = False, cache_status: str = "") -> None:
+    def __init__(
+        self,
+        ops: Mapping[str, OpInfo],
+        settings: Mapping[str, Any],
+        warnings: tuple[Diagnostic, ...],
+        *,
+        layers: Iterable[Layer] = (),
+        strict: bool = False,
+        cache_status: str = "",
+    ) -> None:
         self._ops = MappingProxyType(dict(sorted(ops.items())))
         self._settings_data = settings  # the validated settings file as plain data; `settings` models it
         self._priority = CatalogPriority(
             tuple(settings["priority"]),
-            MappingProxyType({device: tuple(order) for device, order in settings["platform_priority"].items()}))
+            MappingProxyType({device: tuple(order) for device, order in settings["platform_priority"].items()}),
+        )
         self._backends = tuple(settings["backends"])
         self.warnings = warnings
         self.cache_status = cache_status  # whether the load came from the cache, or why not (see load_catalog)
@@ -223,8 +232,9 @@ class Catalog:
             self._platform = Platform.detect()
         return self._platform
 
-    def select(self, op: str, platform: Platform | str | None = None, dtype: str | None = None,
-               *, backend: str | None = None) -> Selection:
+    def select(
+        self, op: str, platform: Platform | str | None = None, dtype: str | None = None, *, backend: str | None = None
+    ) -> Selection:
         """Which backend runs the op on the platform (default: this machine), and why each other one does not."""
         if isinstance(platform, str):
             platform = Platform.parse(platform)
@@ -234,8 +244,16 @@ class Catalog:
         layers = self._scopes.var.get() + self._layers
         from ._select import select  # selection is not needed to load, only to choose
 
-        selection = select(self._priority, info, platform or self.platform(), dtype, backend=backend,
-                           layers=layers, failed=self._failed, strict=self.strict)
+        selection = select(
+            self._priority,
+            info,
+            platform or self.platform(),
+            dtype,
+            backend=backend,
+            layers=layers,
+            failed=self._failed,
+            strict=self.strict,
+        )
         for note in selection.notes:
             self._note(note)
         return selection
@@ -273,8 +291,9 @@ class Catalog:
                 self._kernels[key] = fn
         return fn
 
-    def resolve(self, op: str, platform: Platform | str | None = None, dtype: str | None = None,
-                *, backend: str | None = None) -> Callable[..., Any]:
+    def resolve(
+        self, op: str, platform: Platform | str | None = None, dtype: str | None = None, *, backend: str | None = None
+    ) -> Callable[..., Any]:
         """Select and import, falling back to the next eligible backend when an import fails (unless strict)."""
         while True:
             spec = self.select(op, platform, dtype, backend=backend).require()
@@ -284,8 +303,10 @@ class Catalog:
                 if self.strict or backend is not None:
                     raise
                 self._failed[(op, spec.backend)] = f"{type(exc.__cause__).__name__}: {exc.__cause__}"
-                self._note(f"backend '{spec.backend}' of op '{op}' failed to import ({exc.__cause__}); "
-                           "falling back to the next eligible backend")
+                self._note(
+                    f"backend '{spec.backend}' of op '{op}' failed to import ({exc.__cause__}); "
+                    "falling back to the next eligible backend"
+                )
 
     def op(self, op: str) -> Callable[..., Any]:
         """A callable for the hot path that dispatches on its tensor argument's device and dtype.
@@ -296,8 +317,9 @@ class Catalog:
 
         return make_handle(self, self.info(op))
 
-    def prepare(self, platform: Platform | str | None = None,
-                ops: Iterable[str] | None = None) -> dict[str, KernelSpec]:
+    def prepare(
+        self, platform: Platform | str | None = None, ops: Iterable[str] | None = None
+    ) -> dict[str, KernelSpec]:
         """Resolve and import every op (or `ops`) now, for each declared dtype, so the hot path imports nothing."""
         chosen = {}
         for op in self.ops() if ops is None else ops:

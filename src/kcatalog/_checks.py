@@ -18,10 +18,16 @@ TargetRecord = tuple[tuple[tuple[str, tuple[Any, ...]], ...], dict[str, Any]]
 _WARNINGS = ("KC303", "KC304")
 
 
-def check_linked(linked: Linked, *, require: Require | None = None, check_targets: bool = True,
-                 overrides: OverridesArg = None, allowed_modules: Sequence[str] | None = None,
-                 import_targets: bool = False, known_targets: TargetRecord | None = None,
-                 ) -> tuple[list[Diagnostic], list[Layer], TargetRecord | None]:
+def check_linked(
+    linked: Linked,
+    *,
+    require: Require | None = None,
+    check_targets: bool = True,
+    overrides: OverridesArg = None,
+    allowed_modules: Sequence[str] | None = None,
+    import_targets: bool = False,
+    known_targets: TargetRecord | None = None,
+) -> tuple[list[Diagnostic], list[Layer], TargetRecord | None]:
     """The diagnostics of these checks, the override layers (KCATALOG_OVERRIDES, ...) for the Catalog, and
     the target checks done afresh when they found no error (None when `known_targets` still held)."""
     diagnostics: list[Diagnostic] = []
@@ -39,8 +45,10 @@ def _check_allowed(linked: Linked, allowed_modules: Sequence[str] | None, out: l
 
     Returns the ids of the specs refused, whose modules are then never looked for."""
     refused: set[int] = set()
-    lists = [(f"{SETTINGS_FILE} allowed_modules", linked.settings.get("allowed_modules") if linked.settings else None),
-             ("allowed_modules", allowed_modules)]
+    lists = [
+        (f"{SETTINGS_FILE} allowed_modules", linked.settings.get("allowed_modules") if linked.settings else None),
+        ("allowed_modules", allowed_modules),
+    ]
     for source, prefixes in lists:
         if prefixes is None:
             continue
@@ -48,13 +56,20 @@ def _check_allowed(linked: Linked, allowed_modules: Sequence[str] | None, out: l
             module = spec.target.partition(":")[0]
             if not any(module == p or module.startswith(p + ".") for p in prefixes):
                 refused.add(id(spec))
-                out.append(Diagnostic("KC305", f"target '{spec.target}' is outside the allowed modules ({source}: "
-                                      f"{', '.join(prefixes) or 'none'})", location))
+                out.append(
+                    Diagnostic(
+                        "KC305",
+                        f"target '{spec.target}' is outside the allowed modules ({source}: "
+                        f"{', '.join(prefixes) or 'none'})",
+                        location,
+                    )
+                )
     return refused
 
 
-def _check_targets(linked: Linked, refused: set[int], import_targets: bool, known: TargetRecord | None,
-                   out: list[Diagnostic]) -> TargetRecord | None:
+def _check_targets(
+    linked: Linked, refused: set[int], import_targets: bool, known: TargetRecord | None, out: list[Diagnostic]
+) -> TargetRecord | None:
     wanted = [(spec, location) for spec, location in linked.declared if id(spec) not in refused]
     results = _still_valid(known, wanted) if not import_targets else None
     fresh = None
@@ -102,13 +117,24 @@ def _check_require(linked: Linked, require: Require, out: list[Diagnostic]) -> N
     for op_id, backends in wanted:
         info = linked.ops.get(op_id)
         if info is None:
-            out.append(Diagnostic("KC501", f"required op '{op_id}' is not in the catalog"
-                                  f"{did_you_mean(op_id, linked.ops)}; available: {listing(linked.ops)}"))
+            out.append(
+                Diagnostic(
+                    "KC501",
+                    f"required op '{op_id}' is not in the catalog"
+                    f"{did_you_mean(op_id, linked.ops)}; available: {listing(linked.ops)}",
+                )
+            )
             continue
         for backend in [backends] if isinstance(backends, str) else backends:
             if backend not in info.backends:
-                out.append(Diagnostic("KC502", f"required backend '{backend}' of op '{op_id}' is not declared; "
-                                      f"it has {', '.join(info.backends)}", info.location))
+                out.append(
+                    Diagnostic(
+                        "KC502",
+                        f"required backend '{backend}' of op '{op_id}' is not declared; "
+                        f"it has {', '.join(info.backends)}",
+                        info.location,
+                    )
+                )
 
 
 def _check_overrides(linked: Linked, overrides: OverridesArg, out: list[Diagnostic]) -> list[Layer]:

@@ -77,8 +77,16 @@ def runnable(spec: KernelSpec, platform: Platform, dtype: str, interpret: bool) 
     return reason
 
 
-def plan(catalog: Catalog, ops: Sequence[str], *, device: str, backends: Sequence[str] = (),
-         dtypes: Sequence[str] = (), base_seed: int, interpret: bool = False) -> tuple[list[Case], list[str]]:
+def plan(
+    catalog: Catalog,
+    ops: Sequence[str],
+    *,
+    device: str,
+    backends: Sequence[str] = (),
+    dtypes: Sequence[str] = (),
+    base_seed: int,
+    interpret: bool = False,
+) -> tuple[list[Case], list[str]]:
     """Every case to run, and a note for each op or backend left out (no samples, cannot run here)."""
     platform = Platform(device) if device == "cpu" else catalog.platform()
     cases: list[Case] = []
@@ -117,10 +125,19 @@ def check(case: Case, reference: KernelSpec, device: str) -> CaseResult:
     assert samples is not None  # plan() only makes cases for ops with samples
     tolerance = info.tolerance.get(case.dtype, DEFAULT_TOLERANCE.get(case.dtype, 1e-2))
 
-    def result(passed: bool, message: str = "", max_abs: float | None = None,
-               rel: float | None = None) -> CaseResult:
-        return CaseResult(info.id, case.spec.backend, case.dtype, describe(case.sizes), case.seed, max_abs, rel,
-                          tolerance, passed, message)
+    def result(passed: bool, message: str = "", max_abs: float | None = None, rel: float | None = None) -> CaseResult:
+        return CaseResult(
+            info.id,
+            case.spec.backend,
+            case.dtype,
+            describe(case.sizes),
+            case.seed,
+            max_abs,
+            rel,
+            tolerance,
+            passed,
+            message,
+        )
 
     try:
         call = build_call(info, samples, case.sizes, case.dtype, device, case.seed)
@@ -152,10 +169,16 @@ def check(case: Case, reference: KernelSpec, device: str) -> CaseResult:
                 got_part, want_part = output_part(part, actual, actual_call), output_part(part, native, native_call)
             except (TypeError, IndexError, KeyError):
                 continue  # select_output below reports it
-            if isinstance(got_part, torch.Tensor) and isinstance(want_part, torch.Tensor) \
-                    and got_part.dtype != want_part.dtype:
-                return result(False, f"output '{part}' has dtype {str(got_part.dtype).removeprefix('torch.')}, "
-                                     f"expected {str(want_part.dtype).removeprefix('torch.')}")
+            if (
+                isinstance(got_part, torch.Tensor)
+                and isinstance(want_part, torch.Tensor)
+                and got_part.dtype != want_part.dtype
+            ):
+                return result(
+                    False,
+                    f"output '{part}' has dtype {str(got_part.dtype).removeprefix('torch.')}, "
+                    f"expected {str(want_part.dtype).removeprefix('torch.')}",
+                )
         try:
             got = select_output(selector, actual, actual_call)
             want = select_output(selector, expected, expected_call)
@@ -166,8 +189,9 @@ def check(case: Case, reference: KernelSpec, device: str) -> CaseResult:
         got, want = got.cpu(), want.cpu()
         bad = int((~torch.isfinite(got) & torch.isfinite(want)).sum())
         if bad:
-            return result(False, f"{bad} of {got.numel()} elements of '{selector}' are NaN or Inf "
-                          "(unwritten or overflowed)")
+            return result(
+                False, f"{bad} of {got.numel()} elements of '{selector}' are NaN or Inf (unwritten or overflowed)"
+            )
         diff = (got - want).abs()
         max_abs = float(diff.max()) if diff.numel() else 0.0
         norm = float(torch.linalg.vector_norm(want))
@@ -205,18 +229,29 @@ def format_table(results: Sequence[CaseResult]) -> str:
     """One row per check: op, backend, dtype, sizes, errors, tolerance, result."""
     rows = [["op", "backend", "dtype", "sizes", "max abs err", "rel err", "tol", "result"]]
     for r in results:
-        rows.append([r.op, r.backend, r.dtype, r.sizes,
-                     "-" if r.max_abs_error is None else f"{r.max_abs_error:.2e}",
-                     "-" if r.relative_error is None else f"{r.relative_error:.2e}",
-                     f"{r.tolerance:.0e}", "ok" if r.passed else "FAIL"])
+        rows.append(
+            [
+                r.op,
+                r.backend,
+                r.dtype,
+                r.sizes,
+                "-" if r.max_abs_error is None else f"{r.max_abs_error:.2e}",
+                "-" if r.relative_error is None else f"{r.relative_error:.2e}",
+                f"{r.tolerance:.0e}",
+                "ok" if r.passed else "FAIL",
+            ]
+        )
     return text_table(rows)
 
 
-def failure_line(r: CaseResult, base_seed: int, *, catalogs: Sequence[str] = (), device: str = "cpu",
-                 interpret: bool = False) -> str:
+def failure_line(
+    r: CaseResult, base_seed: int, *, catalogs: Sequence[str] = (), device: str = "cpu", interpret: bool = False
+) -> str:
     """A failure with its figures and the command that reproduces it (same catalogs, device and interpreter)."""
     extra = "".join(f" --catalog {shlex.quote(str(path))}" for path in catalogs)
     extra += f" --device {device}" if device != "cpu" else ""
     extra += " --interpret" if interpret else ""
-    return (f"FAIL {r.op} [{r.backend}] {r.dtype} {r.sizes}: {r.message} (seed {base_seed}; case seed {r.seed}; "
-            f"reproduce: kcatalog test {r.op} --backend {r.backend} --dtype {r.dtype} --seed {base_seed}{extra})")
+    return (
+        f"FAIL {r.op} [{r.backend}] {r.dtype} {r.sizes}: {r.message} (seed {base_seed}; case seed {r.seed}; "
+        f"reproduce: kcatalog test {r.op} --backend {r.backend} --dtype {r.dtype} --seed {base_seed}{extra})"
+    )

@@ -54,8 +54,9 @@ def _exact_source(args: ast.arguments, positional: list[ast.arg], dispatch: str)
     defaults: dict[str, Any] = {}
     params, call = [], []
     first_default = len(positional) - len(args.defaults)
-    declared = [(arg, args.defaults[i - first_default] if i >= first_default else None)
-                for i, arg in enumerate(positional)]
+    declared = [
+        (arg, args.defaults[i - first_default] if i >= first_default else None) for i, arg in enumerate(positional)
+    ]
     keyword_only = list(zip(args.kwonlyargs, args.kw_defaults))
     for index, (arg, default) in enumerate([*declared, *keyword_only]):
         name = arg.arg
@@ -109,9 +110,15 @@ def make_handle(catalog: Catalog, info: OpInfo) -> Callable[..., Any]:
         return fn
 
     source, defaults = _source(info)
-    namespace: dict[str, Any] = {"_kc_scopes": catalog._scopes, "_kc_resolve": resolve_locked,
-                                 "_kc_first_call": first_call, "_kc_by_cuda": by_cuda, "_kc_by_cpu": by_cpu,
-                                 "_kc_by_device": by_device, **defaults}
+    namespace: dict[str, Any] = {
+        "_kc_scopes": catalog._scopes,
+        "_kc_resolve": resolve_locked,
+        "_kc_first_call": first_call,
+        "_kc_by_cuda": by_cuda,
+        "_kc_by_cpu": by_cpu,
+        "_kc_by_device": by_device,
+        **defaults,
+    }
     exec(compile(source, f"<kcatalog op handle {op_id}>", "exec"), namespace)
     handle = namespace["handle"]
     handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")

@@ -54,13 +54,22 @@ def discover(paths: Iterable[PathLike]) -> tuple[list[Path], list[Diagnostic]]:
                 try:
                     real = path.resolve(strict=True)
                 except (OSError, RuntimeError):  # dangling, or a loop (RuntimeError before Python 3.13)
-                    problems.append(Diagnostic("KC005", "cannot read file: symlink is dangling or loops",
-                                               Location(display_path(path), 1, 1)))
+                    problems.append(
+                        Diagnostic(
+                            "KC005",
+                            "cannot read file: symlink is dangling or loops",
+                            Location(display_path(path), 1, 1),
+                        )
+                    )
                     continue
                 if not real.is_relative_to(root):
-                    problems.append(Diagnostic(
-                        "KC005", f"symlink leaves the catalog directory (points to '{real}'); refused",
-                        Location(display_path(path), 1, 1)))
+                    problems.append(
+                        Diagnostic(
+                            "KC005",
+                            f"symlink leaves the catalog directory (points to '{real}'); refused",
+                            Location(display_path(path), 1, 1),
+                        )
+                    )
                     continue
                 if real.is_file():  # not a link to a directory or a special file
                     files[real] = None
@@ -98,5 +107,6 @@ def _read_text(path: Path, shown: str) -> str | Diagnostic:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        return Diagnostic("KC005", f"file is not UTF-8: byte 0x{raw[exc.start]:02x} cannot be decoded",
-                          Location(shown, line, col))
+        return Diagnostic(
+            "KC005", f"file is not UTF-8: byte 0x{raw[exc.start]:02x} cannot be decoded", Location(shown, line, col)
+        )

@@ -33,6 +33,7 @@ def import_problems(spec: KernelSpec, signature: str) -> Iterator[tuple[str, str
     actual = tuple(p.name for p in parameters)
     declared = signature_params(signature)
     if actual != declared:
-        yield "KC309", (f"target '{spec.target}' takes ({', '.join(actual)}); op '{spec.op}' declares "
-                        f"({', '.join(declared)})")
-
+        yield (
+            "KC309",
+            (f"target '{spec.target}' takes ({', '.join(actual)}); op '{spec.op}' declares ({', '.join(declared)})"),
+        )

@@ -47,13 +47,20 @@ class _Linker:
         if not found and self.settings_found:
             return  # the settings file's own diagnostics say what is wrong with it
         if not found:
-            self.error("KC206", "no catalog settings file (kcatalog.yaml) among the paths; it declares the known "
-                       "backends, their priority and the policy", None)
+            self.error(
+                "KC206",
+                "no catalog settings file (kcatalog.yaml) among the paths; it declares the known "
+                "backends, their priority and the policy",
+                None,
+            )
             return
         first = found[0]
         for extra in found[1:]:
-            self.error("KC206", f"second catalog settings file; the first is {first.path}",
-                       node_location(extra.path, extra.parsed.root))
+            self.error(
+                "KC206",
+                f"second catalog settings file; the first is {first.path}",
+                node_location(extra.path, extra.parsed.root),
+            )
         settings = first.model
         assert isinstance(settings, Settings)
         self.settings = settings
@@ -72,8 +79,14 @@ class _Linker:
                 item = platforms_node.value[index] if platforms_node is not None else None
                 self.error("KC103", str(exc), node_location(first.path, item))
 
-    def check_names(self, names: Sequence[str], file: LoadedFile, path: Sequence[str], what: str,
-                    allowed: Sequence[str] | None = None) -> None:
+    def check_names(
+        self,
+        names: Sequence[str],
+        file: LoadedFile,
+        path: Sequence[str],
+        what: str,
+        allowed: Sequence[str] | None = None,
+    ) -> None:
         """Every name must be a known backend (or one of `allowed`); the error points at the list item."""
         allowed = self.known if allowed is None else allowed
         node = file.parsed.root
@@ -86,8 +99,9 @@ class _Linker:
             if allowed is not self.known and name in self.known:
                 message = f"backend '{name}' in {what} is not a backend of the op; its backends: {', '.join(allowed)}"
             else:
-                message = (f"unknown backend '{name}' in {what}{did_you_mean(name, allowed)}; "
-                           f"known: {', '.join(allowed)}")
+                message = (
+                    f"unknown backend '{name}' in {what}{did_you_mean(name, allowed)}; known: {', '.join(allowed)}"
+                )
             self.error("KC203", message, node_location(file.path, item))
 
     # -- ops ------------------------------------------------------------------------------------
@@ -106,9 +120,12 @@ class _Linker:
                 specs = self.backend_specs(file, op_id, op.dtypes, op.backends, value_node)
                 if op.reference not in op.backends:
                     ref_node = children(value_node)["reference"][1]
-                    self.error("KC204", f"reference backend '{op.reference}' is not a backend of op '{op_id}'"
-                               f"{did_you_mean(op.reference, op.backends)}; its backends: {', '.join(op.backends)}",
-                               node_location(file.path, ref_node))
+                    self.error(
+                        "KC204",
+                        f"reference backend '{op.reference}' is not a backend of op '{op_id}'"
+                        f"{did_you_mean(op.reference, op.backends)}; its backends: {', '.join(op.backends)}",
+                        node_location(file.path, ref_node),
+                    )
                 self.check_arguments(file, op_id, op, value_node)
                 self.check_tolerance(file, op_id, op, value_node)
                 if op.samples is not None:
@@ -119,23 +136,37 @@ class _Linker:
                 orders.append((file, name, op_id, op))
                 self.backends[op_id] = specs
                 self.ops[op_id] = OpInfo(
-                    id=op_id, group=manifest.group, description=op.description, signature=op.signature,
-                    reference=op.reference, dtypes=op.dtypes, mutates=op.mutates,
-                    tolerance=MappingProxyType(dict(op.tolerance)), priority=op.priority,
-                    platform_priority=MappingProxyType(dict(op.platform_priority)), dispatch_arg=op.dispatch_arg,
+                    id=op_id,
+                    group=manifest.group,
+                    description=op.description,
+                    signature=op.signature,
+                    reference=op.reference,
+                    dtypes=op.dtypes,
+                    mutates=op.mutates,
+                    tolerance=MappingProxyType(dict(op.tolerance)),
+                    priority=op.priority,
+                    platform_priority=MappingProxyType(dict(op.platform_priority)),
+                    dispatch_arg=op.dispatch_arg,
                     samples_data=None if op.samples is None else op.samples.model_dump(mode="json"),
-                    location=location, backends=MappingProxyType(specs),
+                    location=location,
+                    backends=MappingProxyType(specs),
                 )
         for file in manifests:
             self.link_extensions(file)
         for file, name, op_id, op in orders:  # after extensions, which may add the backends an order names
             backends = list(self.backends[op_id])
             if op.priority is not None:
-                self.check_names(op.priority, file, ("ops", name, "priority"), f"priority of op '{op_id}'",
-                                 allowed=backends)
+                self.check_names(
+                    op.priority, file, ("ops", name, "priority"), f"priority of op '{op_id}'", allowed=backends
+                )
             for device, order in op.platform_priority.items():
-                self.check_names(order, file, ("ops", name, "platform_priority", device),
-                                 f"{device} priority of op '{op_id}'", allowed=backends)
+                self.check_names(
+                    order,
+                    file,
+                    ("ops", name, "platform_priority", device),
+                    f"{device} priority of op '{op_id}'",
+                    allowed=backends,
+                )
 
     def check_samples(self, file: LoadedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
         """Samples must fit the signature, use defined sizes and compare real outputs."""
@@ -152,8 +183,12 @@ class _Linker:
         extra = [dtype for dtype in op.tolerance if dtype not in op.dtypes]
         if extra:
             key_node = children(children(op_node)["tolerance"][1])[extra[0]][0]
-            self.error("KC207", f"tolerance of op '{op_id}' lists {', '.join(extra)}, not among the op's dtypes "
-                       f"({', '.join(op.dtypes)})", node_location(file.path, key_node))
+            self.error(
+                "KC207",
+                f"tolerance of op '{op_id}' lists {', '.join(extra)}, not among the op's dtypes "
+                f"({', '.join(op.dtypes)})",
+                node_location(file.path, key_node),
+            )
 
     def check_arguments(self, file: LoadedFile, op_id: str, op: Op, op_node: object) -> None:
         """The signature must parse; names in `mutates` and `dispatch_arg` must be its parameters."""
@@ -168,9 +203,12 @@ class _Linker:
             named.append(("dispatch_arg", op.dispatch_arg))
         for field, name in named:
             if name not in params:
-                self.error("KC208", f"{field} names '{name}', not a parameter of op '{op_id}'"
-                           f"{did_you_mean(name, params)}; parameters: {', '.join(params)}",
-                           node_location(file.path, entries[field][1]))
+                self.error(
+                    "KC208",
+                    f"{field} names '{name}', not a parameter of op '{op_id}'"
+                    f"{did_you_mean(name, params)}; parameters: {', '.join(params)}",
+                    node_location(file.path, entries[field][1]),
+                )
 
     def link_extensions(self, file: LoadedFile) -> None:
         manifest = file.model
@@ -180,38 +218,56 @@ class _Linker:
             key_node, value_node = ext_nodes[op_id]
             info = self.ops.get(op_id)
             if info is None:
-                self.error("KC205", f"extends op '{op_id}', which no manifest declares"
-                           f"{did_you_mean(op_id, self.ops)}", node_location(file.path, key_node))
+                self.error(
+                    "KC205",
+                    f"extends op '{op_id}', which no manifest declares{did_you_mean(op_id, self.ops)}",
+                    node_location(file.path, key_node),
+                )
                 continue
             added = self.backend_specs(file, op_id, info.dtypes, extension.backends, value_node)
             specs = self.backends[op_id]
             for name, spec in added.items():
                 if name in specs:
-                    self.error("KC202", f"backend '{name}' of op '{op_id}' already declared at "
-                               f"{specs[name].location}", spec.location)
+                    self.error(
+                        "KC202",
+                        f"backend '{name}' of op '{op_id}' already declared at {specs[name].location}",
+                        spec.location,
+                    )
                 else:
                     specs[name] = spec  # the OpInfo's mapping proxy views this dict
 
-    def backend_specs(self, file: LoadedFile, op_id: str, op_dtypes: tuple[str, ...],
-                      backends: Mapping[str, Backend], op_node: object) -> dict[str, KernelSpec]:
+    def backend_specs(
+        self, file: LoadedFile, op_id: str, op_dtypes: tuple[str, ...], backends: Mapping[str, Backend], op_node: object
+    ) -> dict[str, KernelSpec]:
         specs: dict[str, KernelSpec] = {}
         backend_nodes = children(children(op_node).get("backends", (None, None))[1])
         for name, backend in backends.items():
             key_node, value_node = backend_nodes[name]
             location = node_location(file.path, key_node)
             if self.settings is not None and name not in self.known:
-                self.error("KC203", f"unknown backend '{name}' in op '{op_id}'{did_you_mean(name, self.known)}; "
-                           f"known: {', '.join(self.known)}", location)
+                self.error(
+                    "KC203",
+                    f"unknown backend '{name}' in op '{op_id}'{did_you_mean(name, self.known)}; "
+                    f"known: {', '.join(self.known)}",
+                    location,
+                )
             extra = [d for d in backend.dtypes or () if d not in op_dtypes]
             if extra:
                 dtypes_node = children(value_node)["dtypes"][1]
-                self.error("KC207", f"backend '{name}' of op '{op_id}' lists {', '.join(extra)}, not among the op's "
-                           f"dtypes ({', '.join(op_dtypes)})", node_location(file.path, dtypes_node))
+                self.error(
+                    "KC207",
+                    f"backend '{name}' of op '{op_id}' lists {', '.join(extra)}, not among the op's "
+                    f"dtypes ({', '.join(op_dtypes)})",
+                    node_location(file.path, dtypes_node),
+                )
             specs[name] = KernelSpec(
-                op=op_id, backend=name, target=backend.target, requires=backend.requires,
-                capabilities=tuple(Capability(c.device, c.min_arch, c.max_arch, c.archs)
-                                   for c in backend.capabilities),
-                dtypes=backend.dtypes or op_dtypes, location=location,
+                op=op_id,
+                backend=name,
+                target=backend.target,
+                requires=backend.requires,
+                capabilities=tuple(Capability(c.device, c.min_arch, c.max_arch, c.archs) for c in backend.capabilities),
+                dtypes=backend.dtypes or op_dtypes,
+                location=location,
             )
             self.declared.append((specs[name], node_location(file.path, children(value_node)["target"][1])))
         return specs
@@ -232,14 +288,21 @@ class _Linker:
             specs = self.backends[op_id]
             missing = [b for b in policy.required_backends if b in self.known and b not in specs]
             if missing:
-                self.error("KC401", f"op '{op_id}' lacks the {', '.join(missing)} backend the policy requires; "
-                           f"it has {', '.join(specs)}", info.location)
+                self.error(
+                    "KC401",
+                    f"op '{op_id}' lacks the {', '.join(missing)} backend the policy requires; "
+                    f"it has {', '.join(specs)}",
+                    info.location,
+                )
             for platform in platforms:
                 reasons = {name: platform.mismatch(spec.capabilities) for name, spec in specs.items()}
                 if all(reasons.values()):
                     detail = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
-                    self.error("KC402", f"op '{op_id}' has no backend for required platform {platform} ({detail})",
-                               info.location)
+                    self.error(
+                        "KC402",
+                        f"op '{op_id}' has no backend for required platform {platform} ({detail})",
+                        info.location,
+                    )
 
 
 def link_files(files: Sequence[LoadedFile], settings_found: bool = False) -> tuple[Linked, list[Diagnostic]]:

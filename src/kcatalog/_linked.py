@@ -31,6 +31,7 @@ class Linked:
 # Each file is named once, by its index in the entry's file list, so positions survive a change of working
 # directory: the loader shows them relative to wherever it runs. Equal values are stored once.
 
+
 def to_plain(linked: Linked, files: Sequence[str]) -> tuple[Any, ...]:
     """`linked` (which must be free of errors: one declaration per backend) as tuples of plain values.
 
@@ -45,17 +46,38 @@ def to_plain(linked: Linked, files: Sequence[str]) -> tuple[Any, ...]:
     def where(location: Location) -> tuple[int, int, int]:
         return index[location.path], location.line, location.col
 
-    declared = tuple((
-        same(spec.op), same(spec.backend), same(spec.target), same(spec.requires),
-        same(tuple((c.device, c.min_arch, c.max_arch, c.archs) for c in spec.capabilities)),
-        same(spec.dtypes), where(spec.location), where(target),
-    ) for spec, target in linked.declared)
-    ops = tuple((
-        info.id, same(info.group), same(info.description), same(info.signature), same(info.reference),
-        same(info.dtypes), same(info.mutates), dict(info.tolerance), same(info.priority),
-        dict(info.platform_priority), info.dispatch_arg, info.samples_data, where(info.location),
-        tuple(position[id(spec)] for spec in info.backends.values()),
-    ) for info in linked.ops.values())
+    declared = tuple(
+        (
+            same(spec.op),
+            same(spec.backend),
+            same(spec.target),
+            same(spec.requires),
+            same(tuple((c.device, c.min_arch, c.max_arch, c.archs) for c in spec.capabilities)),
+            same(spec.dtypes),
+            where(spec.location),
+            where(target),
+        )
+        for spec, target in linked.declared
+    )
+    ops = tuple(
+        (
+            info.id,
+            same(info.group),
+            same(info.description),
+            same(info.signature),
+            same(info.reference),
+            same(info.dtypes),
+            same(info.mutates),
+            dict(info.tolerance),
+            same(info.priority),
+            dict(info.platform_priority),
+            info.dispatch_arg,
+            info.samples_data,
+            where(info.location),
+            tuple(position[id(spec)] for spec in info.backends.values()),
+        )
+        for info in linked.ops.values()
+    )
     return linked.settings, declared, ops
 
 
@@ -68,16 +90,44 @@ def from_plain(data: tuple[Any, ...], files: Sequence[str]) -> Linked:
         built = capability_sets.get(capabilities)
         if built is None:
             built = capability_sets[capabilities] = tuple(Capability(*cap) for cap in capabilities)
-        declared.append((KernelSpec(op, backend, target, requires, built, dtypes,
-                                    Location(files[loc[0]], loc[1], loc[2])),
-                         Location(files[tloc[0]], tloc[1], tloc[2])))
+        declared.append(
+            (
+                KernelSpec(op, backend, target, requires, built, dtypes, Location(files[loc[0]], loc[1], loc[2])),
+                Location(files[tloc[0]], tloc[1], tloc[2]),
+            )
+        )
     ops = {}
-    for (op_id, group, description, signature, reference, dtypes, mutates, tolerance, priority, platform_priority,
-         dispatch_arg, samples_data, loc, backends) in ops_data:
+    for (
+        op_id,
+        group,
+        description,
+        signature,
+        reference,
+        dtypes,
+        mutates,
+        tolerance,
+        priority,
+        platform_priority,
+        dispatch_arg,
+        samples_data,
+        loc,
+        backends,
+    ) in ops_data:
         specs = [declared[number][0] for number in backends]
         ops[op_id] = OpInfo(
-            op_id, group, description, signature, reference, dtypes, mutates, MappingProxyType(tolerance), priority,
-            MappingProxyType(platform_priority), dispatch_arg, samples_data, Location(files[loc[0]], loc[1], loc[2]),
+            op_id,
+            group,
+            description,
+            signature,
+            reference,
+            dtypes,
+            mutates,
+            MappingProxyType(tolerance),
+            priority,
+            MappingProxyType(platform_priority),
+            dispatch_arg,
+            samples_data,
+            Location(files[loc[0]], loc[1], loc[2]),
             MappingProxyType({spec.backend: spec for spec in specs}),
         )
     return Linked(settings, ops, declared)

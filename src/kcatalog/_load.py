@@ -40,8 +40,16 @@ def check_catalog(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _check(paths, require=require, check_targets=check_targets, overrides=overrides, strict=strict,
-                      allowed_modules=allowed_modules, import_targets=import_targets, cache=cache)
+        return _check(
+            paths,
+            require=require,
+            check_targets=check_targets,
+            overrides=overrides,
+            strict=strict,
+            allowed_modules=allowed_modules,
+            import_targets=import_targets,
+            cache=cache,
+        )
     finally:
         if collecting:
             gc.enable()
@@ -75,25 +83,36 @@ def _check(
         linked, known_targets = _link(sources, diagnostics), None
     linked_clean = not any(d.is_error for d in diagnostics)
     checked, layers, fresh_targets = check_linked(
-        linked, require=require, check_targets=check_targets, overrides=overrides, allowed_modules=allowed_modules,
-        import_targets=import_targets, known_targets=known_targets)
+        linked,
+        require=require,
+        check_targets=check_targets,
+        overrides=overrides,
+        allowed_modules=allowed_modules,
+        import_targets=import_targets,
+        known_targets=known_targets,
+    )
     if store is not None:
         if not linked_clean:
             status += "; not written: the catalog has errors"
         elif entry is None or fresh_targets is not None:  # new, or its target checks were redone
-            status += ("; target modules changed" if entry is not None else "") + "; " + store.write(
-                linked, fresh_targets if fresh_targets is not None else known_targets)
+            status += (
+                ("; target modules changed" if entry is not None else "")
+                + "; "
+                + store.write(linked, fresh_targets if fresh_targets is not None else known_targets)
+            )
     diagnostics.extend(checked)
     diagnostics.sort(key=Diagnostic.sort_key)
     if linked.settings is None or any(d.is_error for d in diagnostics):
         return None, diagnostics
     warnings = tuple(d for d in diagnostics if not d.is_error)
-    return Catalog(linked.ops, linked.settings, warnings, layers=layers, strict=strict,
-                   cache_status=status), diagnostics
+    return Catalog(
+        linked.ops, linked.settings, warnings, layers=layers, strict=strict, cache_status=status
+    ), diagnostics
 
 
-def _open_cache(sources: list[SourceFile], diagnostics: list[Diagnostic],
-                cache: bool | PathLike) -> tuple[Cache | None, str]:
+def _open_cache(
+    sources: list[SourceFile], diagnostics: list[Diagnostic], cache: bool | PathLike
+) -> tuple[Cache | None, str]:
     """The cache entry for these files (None when off), and why it is off."""
     if cache is False:
         return None, "off: cache=False"
@@ -152,8 +171,15 @@ def load_catalog(
     Raises CatalogError carrying every diagnostic; warnings (e.g. targets unavailable here) are on
     `catalog.warnings`.
     """
-    catalog, diagnostics = check_catalog(paths, require=require, check_targets=check_targets, overrides=overrides,
-                                         strict=strict, allowed_modules=allowed_modules, cache=cache)
+    catalog, diagnostics = check_catalog(
+        paths,
+        require=require,
+        check_targets=check_targets,
+        overrides=overrides,
+        strict=strict,
+        allowed_modules=allowed_modules,
+        cache=cache,
+    )
     if catalog is None:
         raise CatalogError.from_diagnostics(diagnostics)
     return catalog

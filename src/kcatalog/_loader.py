@@ -46,21 +46,34 @@ def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[LoadedFile | 
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
         what = "settings file" if is_settings else "manifest"
-        yield Diagnostic("KC103", f"file is {kind}; a {what} is a mapping starting with 'kcatalog: {FORMAT_VERSION}'",
-                         node_location(parsed.path, parsed.root))
+        yield Diagnostic(
+            "KC103",
+            f"file is {kind}; a {what} is a mapping starting with 'kcatalog: {FORMAT_VERSION}'",
+            node_location(parsed.path, parsed.root),
+        )
         return
     version = data.get("kcatalog")
     if version is not None and (type(version) is not int or version != FORMAT_VERSION):
         where = node_location(parsed.path, find_node(parsed.root, ["kcatalog"]))
         if type(version) is not int:  # also refuses `true` and `1.0`, which Python compares equal to 1
-            yield Diagnostic("KC103", f"'kcatalog': format version should be the number {FORMAT_VERSION}, "
-                             f"got {_describe_input(version)}", where)
+            yield Diagnostic(
+                "KC103",
+                f"'kcatalog': format version should be the number {FORMAT_VERSION}, got {_describe_input(version)}",
+                where,
+            )
         elif version > FORMAT_VERSION:
-            yield Diagnostic("KC104", f"format version {version} is newer than this kcatalog reads "
-                             f"({FORMAT_VERSION}); upgrade kcatalog to load it", where)
+            yield Diagnostic(
+                "KC104",
+                f"format version {version} is newer than this kcatalog reads "
+                f"({FORMAT_VERSION}); upgrade kcatalog to load it",
+                where,
+            )
         else:
-            yield Diagnostic("KC104", f"format version {version} is not supported; this kcatalog reads "
-                             f"version {FORMAT_VERSION}", where)
+            yield Diagnostic(
+                "KC104",
+                f"format version {version} is not supported; this kcatalog reads version {FORMAT_VERSION}",
+                where,
+            )
         return
     try:
         model = model_cls.model_validate(data)
@@ -119,7 +132,7 @@ def _field_label(loc: list[Any]) -> str:
     if not names:
         return "file"
     last = len(loc) - 1 - loc[::-1].index(names[-1])
-    return f"'{names[-1]}'" + "".join(f"[{index}]" for index in loc[last + 1:])
+    return f"'{names[-1]}'" + "".join(f"[{index}]" for index in loc[last + 1 :])
 
 
 def _describe_input(value: object) -> str:

@@ -76,11 +76,21 @@ def check_layer(layer: Layer, ops: Sequence[str], backends: Iterable[str]) -> li
     problems = []
     for override in layer:
         if override.backend not in known:
-            problems.append(("KC601", f"{override.source}: unknown backend '{override.backend}'"
-                             f"{did_you_mean(override.backend, known)}; known: {', '.join(known)}"))
+            problems.append(
+                (
+                    "KC601",
+                    f"{override.source}: unknown backend '{override.backend}'"
+                    f"{did_you_mean(override.backend, known)}; known: {', '.join(known)}",
+                )
+            )
         if override.pattern != "*" and not any(override.matches(op) for op in ops):
-            problems.append(("KC602", f"{override.source}: '{override.pattern}' matches no op"
-                             f"{did_you_mean(override.pattern, ops)}; available: {listing(ops)}"))
+            problems.append(
+                (
+                    "KC602",
+                    f"{override.source}: '{override.pattern}' matches no op"
+                    f"{did_you_mean(override.pattern, ops)}; available: {listing(ops)}",
+                )
+            )
     return problems
 
 

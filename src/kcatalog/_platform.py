@@ -43,7 +43,8 @@ class Platform:
                 _arch_tuple(arch)
             except ValueError:
                 raise ValueError(
-                    f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0") from None
+                    f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0"
+                ) from None
         return cls(device, arch or None)
 
     @classmethod

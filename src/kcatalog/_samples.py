@@ -19,8 +19,13 @@ if TYPE_CHECKING:
 
     from ._catalog import OpInfo
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-           ast.Div: operator.truediv}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Div: operator.truediv,
+}
 
 # Tolerances used where an op declares none for a dtype: relative error, as for the shipped ops.
 DEFAULT_TOLERANCE = {"float64": 1e-7, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
@@ -41,8 +46,7 @@ def expression_names(expr: object) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             names.add(node.id)
-        elif not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.USub, ast.Constant, ast.Load,
-                                   *_BINARY)):
+        elif not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.USub, ast.Constant, ast.Load, *_BINARY)):
             raise ValueError(f"'{expr}' uses {type(node).__name__}; only + - * / // and unary - on names and numbers")
     return names
 
@@ -66,14 +70,21 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     raise ValueError(f"unsupported expression node {type(node).__name__}")
 
 
-def sample_problems(info_id: str, signature: str, mutates: tuple[str, ...],
-                    samples: Samples) -> Iterator[tuple[str, str, tuple[str, ...]]]:
+def sample_problems(
+    info_id: str, signature: str, mutates: tuple[str, ...], samples: Samples
+) -> Iterator[tuple[str, str, tuple[str, ...]]]:
     """(code, message, path inside `samples`) for each static problem of an op's samples."""
     arguments = dict(signature_arguments(signature))
     for name in samples.args:
         if name not in arguments:
-            yield "KC209", (f"samples of op '{info_id}' give '{name}', not a parameter"
-                            f"{did_you_mean(name, arguments)}; parameters: {', '.join(arguments)}"), ("args", name)
+            yield (
+                "KC209",
+                (
+                    f"samples of op '{info_id}' give '{name}', not a parameter"
+                    f"{did_you_mean(name, arguments)}; parameters: {', '.join(arguments)}"
+                ),
+                ("args", name),
+            )
     for name, required in arguments.items():
         if required and name not in samples.args:
             yield "KC209", f"samples of op '{info_id}' give no value for required parameter '{name}'", ("args",)
@@ -81,8 +92,12 @@ def sample_problems(info_id: str, signature: str, mutates: tuple[str, ...],
     for section in ("decode", "prefill"):
         for name in getattr(samples, section):
             if name not in defined:
-                yield "KC210", f"samples of op '{info_id}': {section} sets size '{name}', which 'sizes' does not " \
-                               f"define ({', '.join(sorted(defined)) or 'none'})", (section, name)
+                yield (
+                    "KC210",
+                    f"samples of op '{info_id}': {section} sets size '{name}', which 'sizes' does not "
+                    f"define ({', '.join(sorted(defined)) or 'none'})",
+                    (section, name),
+                )
     for arg, value in samples.args.items():
         exprs = [*value.shape, *value.range] if isinstance(value, TensorArg) else [value]
         for expr in exprs:
@@ -94,16 +109,23 @@ def sample_problems(info_id: str, signature: str, mutates: tuple[str, ...],
                 yield "KC210", f"samples of op '{info_id}', argument '{arg}': {exc}", ("args", arg)
                 continue
             if unknown:
-                yield "KC210", f"samples of op '{info_id}', argument '{arg}': unknown size " \
-                               f"{', '.join(sorted(unknown))} (sizes: {', '.join(sorted(defined)) or 'none'})", (
-                    "args", arg)
+                yield (
+                    "KC210",
+                    f"samples of op '{info_id}', argument '{arg}': unknown size "
+                    f"{', '.join(sorted(unknown))} (sizes: {', '.join(sorted(defined)) or 'none'})",
+                    ("args", arg),
+                )
     outputs = ["return", *mutates]
     for selector in samples.compare:
         for part in selector.split("*"):
             base, _, index = part.partition(".")
             if base not in outputs or (index and (base != "return" or not index.isdigit())):
-                yield "KC211", f"samples of op '{info_id}' compare '{part}', not an output; outputs: " \
-                               f"{', '.join(outputs)} (and return.N for tuples)", ("compare",)
+                yield (
+                    "KC211",
+                    f"samples of op '{info_id}' compare '{part}', not an output; outputs: "
+                    f"{', '.join(outputs)} (and return.N for tuples)",
+                    ("compare",),
+                )
 
 
 def size_sets(samples: Samples, shapes: str = "test") -> list[dict[str, Any]]:
@@ -155,8 +177,7 @@ class Call:
         return fn(*(value for _, value in items[:count]), **dict(items[count:]))
 
 
-def build_call(info: OpInfo, samples: Samples, env: Mapping[str, Any], dtype: str, device: str,
-               seed: int) -> Call:
+def build_call(info: OpInfo, samples: Samples, env: Mapping[str, Any], dtype: str, device: str, seed: int) -> Call:
     """Fresh random inputs for one size set: made on the CPU from `seed`, then moved to `device`."""
     import torch
 

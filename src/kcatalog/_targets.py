@@ -57,8 +57,9 @@ class TargetChecker:
         scope = module.scope
         if scope is None:  # extension or built-in module: nothing to read
             origin = module.spec.origin if module.spec else None
-            return TargetProblem("KC304", f"target '{target}': module '{module_name}' is compiled ({origin}); "
-                                 "not verifiable statically")
+            return TargetProblem(
+                "KC304", f"target '{target}': module '{module_name}' is compiled ({origin}); not verifiable statically"
+            )
         first = attrs[0]
         if first not in scope.names:
             if module.spec and module.spec.submodule_search_locations is not None:
@@ -66,20 +67,30 @@ class TargetChecker:
                 if sub.missing is None:
                     return None
             if scope.opaque:
-                return TargetProblem("KC304", f"target '{target}': '{first}' not found in the source of "
-                                     f"'{module_name}', which {scope.opaque}; not verifiable statically")
-            return TargetProblem("KC302", f"target '{target}': module '{module_name}' defines no '{first}'"
-                                 f"{did_you_mean(first, scope.names)}")
+                return TargetProblem(
+                    "KC304",
+                    f"target '{target}': '{first}' not found in the source of "
+                    f"'{module_name}', which {scope.opaque}; not verifiable statically",
+                )
+            return TargetProblem(
+                "KC302",
+                f"target '{target}': module '{module_name}' defines no '{first}'{did_you_mean(first, scope.names)}",
+            )
         node = scope.names[first]
         for depth, attr in enumerate(attrs[1:], start=1):
             owner = ".".join(attrs[:depth])
             if not isinstance(node, ast.ClassDef):
-                return TargetProblem("KC304", f"target '{target}': '{owner}' is not a class in the source; "
-                                     f"'{attr}' on it is not verifiable statically")
+                return TargetProblem(
+                    "KC304",
+                    f"target '{target}': '{owner}' is not a class in the source; "
+                    f"'{attr}' on it is not verifiable statically",
+                )
             members = _collect(node.body)
             if attr not in members.names:
-                return TargetProblem("KC302", f"target '{target}': class '{owner}' defines no '{attr}'"
-                                     f"{did_you_mean(attr, members.names)}")
+                return TargetProblem(
+                    "KC302",
+                    f"target '{target}': class '{owner}' defines no '{attr}'{did_you_mean(attr, members.names)}",
+                )
             node = members.names[attr]
         return None
 
@@ -96,16 +107,28 @@ def _locate(name: str) -> _Module:
         parts = name.split(".")
         found = fingerprint(None, failed_at, None)
         if failed_at == 0:
-            return _Module(None, found, TargetProblem(
-                "KC303", f"module '{name}' unavailable here: top-level package '{parts[0]}' is not installed"))
+            return _Module(
+                None,
+                found,
+                TargetProblem(
+                    "KC303", f"module '{name}' unavailable here: top-level package '{parts[0]}' is not installed"
+                ),
+            )
         parent = ".".join(parts[:failed_at])
         if search is None:
-            return _Module(None, found, TargetProblem(
-                "KC301", f"module '{name}' not found: '{parent}' is a module, not a package"))
+            return _Module(
+                None, found, TargetProblem("KC301", f"module '{name}' not found: '{parent}' is a module, not a package")
+            )
         siblings = sorted(_submodules(search))
-        return _Module(None, found, TargetProblem(
-            "KC301", f"module '{name}' not found: package '{parent}' has no module '{parts[failed_at]}'"
-            f"{did_you_mean(parts[failed_at], siblings)}; its modules: {listing(siblings)}"))
+        return _Module(
+            None,
+            found,
+            TargetProblem(
+                "KC301",
+                f"module '{name}' not found: package '{parent}' has no module '{parts[failed_at]}'"
+                f"{did_you_mean(parts[failed_at], siblings)}; its modules: {listing(siblings)}",
+            ),
+        )
     source = read_source(spec)
     found = fingerprint(spec, -1, source if isinstance(source, bytes) else None)
     scope = _read_scope(spec, source)
@@ -136,11 +159,15 @@ def _read_scope(spec: ModuleSpec, source: bytes | OSError | None) -> _Scope | Ta
     except (SyntaxError, ValueError) as exc:  # importing it would certainly fail
         line = f", line {exc.lineno}" if isinstance(exc, SyntaxError) and exc.lineno else ""
         detail = exc.msg if isinstance(exc, SyntaxError) else str(exc)
-        return TargetProblem("KC306", f"module '{spec.name}' cannot be imported: "
-                             f"syntax error in {os.path.basename(origin)}{line}: {detail}")
+        return TargetProblem(
+            "KC306",
+            f"module '{spec.name}' cannot be imported: syntax error in {os.path.basename(origin)}{line}: {detail}",
+        )
     except (RecursionError, MemoryError):  # so would compiling it, which uses the same parser
-        return TargetProblem("KC306", f"module '{spec.name}' cannot be imported: "
-                             f"{os.path.basename(origin)} is too deeply nested to parse")
+        return TargetProblem(
+            "KC306",
+            f"module '{spec.name}' cannot be imported: {os.path.basename(origin)} is too deeply nested to parse",
+        )
     return _collect(tree.body)
 
 

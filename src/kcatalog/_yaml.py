@@ -88,7 +88,6 @@ class _PlainResolver(yaml.resolver.BaseResolver):
         return _SEQ if kind is yaml.SequenceNode else _MAP
 
 
-
 class _Loader(_Parser, _PlainResolver):  # type: ignore[misc, valid-type]
     """Composes nodes only; plain data is built by _Converter below."""
 
@@ -129,8 +128,11 @@ def parse_yaml(path: str, text: str) -> ParsedFile | Diagnostic:
     bad = _NON_PRINTABLE.search(text)
     if bad is not None:
         line, col = _position(text, bad.start())
-        return Diagnostic("KC001", f"YAML syntax error: control character U+{ord(bad.group()):04X} is not allowed",
-                          Location(path, line, col))
+        return Diagnostic(
+            "KC001",
+            f"YAML syntax error: control character U+{ord(bad.group()):04X} is not allowed",
+            Location(path, line, col),
+        )
     try:
         loader = _Loader(text)
         try:
@@ -142,8 +144,9 @@ def parse_yaml(path: str, text: str) -> ParsedFile | Diagnostic:
     except yaml.YAMLError as exc:
         return Diagnostic("KC001", f"invalid YAML: {' '.join(str(exc).split())}", Location(path, 1, 1))
     except RecursionError:
-        return Diagnostic("KC004", f"nesting deeper than the parser can follow (limit {MAX_DEPTH})",
-                          Location(path, 1, 1))
+        return Diagnostic(
+            "KC004", f"nesting deeper than the parser can follow (limit {MAX_DEPTH})", Location(path, 1, 1)
+        )
     if root is None:
         return ParsedFile(path, None, None)
     try:
@@ -160,8 +163,9 @@ def _syntax_diagnostic(path: str, text: str, exc: yaml.MarkedYAMLError) -> Diagn
     if "expected a single document" in (exc.context or "") or "but found another document" in problem:
         return Diagnostic("KC003", "multiple YAML documents in one file; a manifest is one document", location)
     if mark and _char_at(text, mark.line, mark.column) == "\t":
-        return Diagnostic("KC001", "YAML syntax error: tab character where YAML expects indentation; "
-                          "indent with spaces", location)
+        return Diagnostic(
+            "KC001", "YAML syntax error: tab character where YAML expects indentation; indent with spaces", location
+        )
     context = f" {exc.context}" if exc.context and exc.context not in problem else ""
     return Diagnostic("KC001", f"YAML syntax error: {problem}{context}", location)
 
@@ -216,8 +220,11 @@ class _Converter:
         """An int, float, bool or null (or an explicitly tagged str); a diagnostic when the value does not fit."""
         shown = "!!" + tag.removeprefix("tag:yaml.org,2002:")
         if len(node.value) > MAX_NUMBER_CHARS:
-            raise YamlProblem("KC004", f"{shown} scalar of {len(node.value)} characters, over the "
-                              f"{MAX_NUMBER_CHARS}-character limit", node)
+            raise YamlProblem(
+                "KC004",
+                f"{shown} scalar of {len(node.value)} characters, over the {MAX_NUMBER_CHARS}-character limit",
+                node,
+            )
         try:
             return _SCALAR_CONSTRUCTORS[tag](_constructor, node)
         except (ValueError, LookupError, ArithmeticError):  # '!!int abc', '!!bool maybe', an empty '!!int'
@@ -242,8 +249,7 @@ class _Converter:
         if self.budget < 0:
             raise YamlProblem("KC004", f"more than {MAX_NODES} nodes after alias expansion", node)
         if self.chars < 0:
-            raise YamlProblem("KC004", f"more than {MAX_EXPANDED_CHARS} characters of text after alias expansion",
-                              node)
+            raise YamlProblem("KC004", f"more than {MAX_EXPANDED_CHARS} characters of text after alias expansion", node)
         return value
 
     def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[Any, Any]:

@@ -24,19 +24,32 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def catalog_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("paths", nargs="*", metavar="PATH",
-                       help="catalog directories or files (default: the catalog shipped with kcatalog)")
+        p.add_argument(
+            "paths",
+            nargs="*",
+            metavar="PATH",
+            help="catalog directories or files (default: the catalog shipped with kcatalog)",
+        )
 
     validate = sub.add_parser("validate", help="check catalog files and report every problem")
     catalog_args(validate)
     validate.add_argument("--output-format", choices=sorted(REPORTERS), default="concise")
     validate.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
     validate.add_argument("--no-targets", action="store_true", help="skip the static checks of import targets")
-    validate.add_argument("--import", dest="import_targets", action="store_true",
-                          help="deeper check: import every target (runs kernel modules' code) and compare "
-                               "its parameters with the op's signature")
-    validate.add_argument("--allow-module", action="append", default=None, metavar="PREFIX",
-                          help="only allow targets under this module prefix (repeatable)")
+    validate.add_argument(
+        "--import",
+        dest="import_targets",
+        action="store_true",
+        help="deeper check: import every target (runs kernel modules' code) and compare "
+        "its parameters with the op's signature",
+    )
+    validate.add_argument(
+        "--allow-module",
+        action="append",
+        default=None,
+        metavar="PREFIX",
+        help="only allow targets under this module prefix (repeatable)",
+    )
 
     list_ = sub.add_parser("list", help="show the op x backend coverage matrix")
     catalog_args(list_)
@@ -47,8 +60,13 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--all", action="store_true", help="explain every op")
     explain.add_argument("--platform", help="e.g. cuda:9.0, hip:gfx942, cpu (default: this machine)")
     explain.add_argument("--dtype", help="the call's dtype, e.g. bfloat16")
-    explain.add_argument("--catalog", action="append", default=None, metavar="PATH",
-                         help="catalog directory or file (repeatable; default: the shipped catalog)")
+    explain.add_argument(
+        "--catalog",
+        action="append",
+        default=None,
+        metavar="PATH",
+        help="catalog directory or file (repeatable; default: the shipped catalog)",
+    )
     explain.add_argument("--output-format", choices=["text", "json"], default="text")
 
     test = sub.add_parser("test", help="check every eligible backend against the reference on declared samples")
@@ -58,22 +76,34 @@ def _parser() -> argparse.ArgumentParser:
     test.add_argument("--dtype", action="append", default=[], help="only this dtype (repeatable)")
     test.add_argument("--seed", type=int, default=None, help="base seed of the inputs (default: random, printed)")
     test.add_argument("--interpret", action="store_true", help="run Triton kernels on the CPU (TRITON_INTERPRET=1)")
-    test.add_argument("--catalog", action="append", default=None, metavar="PATH",
-                      help="catalog directory or file (repeatable; default: the shipped catalog)")
+    test.add_argument(
+        "--catalog",
+        action="append",
+        default=None,
+        metavar="PATH",
+        help="catalog directory or file (repeatable; default: the shipped catalog)",
+    )
     test.add_argument("--output-format", choices=["concise", "json"], default="concise")
 
     bench = sub.add_parser("bench", help="time each eligible backend on the declared shapes")
     bench.add_argument("ops", nargs="*", metavar="OP", help="op ids or globs (default: every op)")
     bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    bench.add_argument("--shapes", choices=["decode", "prefill", "all"], default=None,
-                       help="default: all on cuda, decode on cpu")
+    bench.add_argument(
+        "--shapes", choices=["decode", "prefill", "all"], default=None, help="default: all on cuda, decode on cpu"
+    )
     bench.add_argument("--backend", action="append", default=[], help="only this backend (repeatable)")
-    bench.add_argument("--dtype", action="append", default=[],
-                       help="dtype (repeatable; default: bfloat16 on cuda, float32 on cpu)")
+    bench.add_argument(
+        "--dtype", action="append", default=[], help="dtype (repeatable; default: bfloat16 on cuda, float32 on cpu)"
+    )
     bench.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     bench.add_argument("--plot", metavar="FILE.png", help="draw bandwidth against size per backend")
-    bench.add_argument("--catalog", action="append", default=None, metavar="PATH",
-                       help="catalog directory or file (repeatable; default: the shipped catalog)")
+    bench.add_argument(
+        "--catalog",
+        action="append",
+        default=None,
+        metavar="PATH",
+        help="catalog directory or file (repeatable; default: the shipped catalog)",
+    )
 
     cache = sub.add_parser("cache", help="where load_catalog() caches validated catalogs, or --clear it")
     cache.add_argument("--clear", action="store_true", help="remove every entry")
@@ -111,8 +141,12 @@ def _fail(options: argparse.Namespace, message: str, code: int) -> int:
 
 
 def _validate(options: argparse.Namespace) -> int:
-    _, diagnostics = check_catalog(options.paths or None, check_targets=not options.no_targets,
-                                   allowed_modules=options.allow_module, import_targets=options.import_targets)
+    _, diagnostics = check_catalog(
+        options.paths or None,
+        check_targets=not options.no_targets,
+        allowed_modules=options.allow_module,
+        import_targets=options.import_targets,
+    )
     print(REPORTERS[options.output_format](diagnostics))
     failed = any(d.is_error for d in diagnostics)
     return 0 if options.exit_zero or not failed else 1
@@ -140,8 +174,9 @@ def _list(options: argparse.Namespace) -> int:
                     spec.backend: {
                         "target": spec.target,
                         "requires": list(spec.requires),
-                        "capabilities": [{k: v for k, v in dataclasses.asdict(c).items() if v is not None}
-                                         for c in spec.capabilities],
+                        "capabilities": [
+                            {k: v for k, v in dataclasses.asdict(c).items() if v is not None} for c in spec.capabilities
+                        ],
                         "dtypes": list(spec.dtypes),
                     }
                     for spec in catalog.get(op)
@@ -175,19 +210,24 @@ def _explain(options: argparse.Namespace) -> int:
     ops = catalog.ops() if options.all else [options.op]
     selections = [catalog.select(op, platform, options.dtype) for op in ops]
     if options.output_format == "json":
-        print(json.dumps([
-            {
-                "op": s.op,
-                "platform": str(s.platform),
-                "chosen": s.chosen.backend if s.chosen else None,
-                "target": s.chosen.target if s.chosen else None,
-                "decided_by": s.decided_by,
-                "notes": list(s.notes),
-                "order": list(s.order),
-                "rejected": [{"backend": r.backend, "reason": r.reason} for r in s.rejected],
-            }
-            for s in selections
-        ], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "op": s.op,
+                        "platform": str(s.platform),
+                        "chosen": s.chosen.backend if s.chosen else None,
+                        "target": s.chosen.target if s.chosen else None,
+                        "decided_by": s.decided_by,
+                        "notes": list(s.notes),
+                        "order": list(s.order),
+                        "rejected": [{"backend": r.backend, "reason": r.reason} for r in s.rejected],
+                    }
+                    for s in selections
+                ],
+                indent=2,
+            )
+        )
     else:
         for s in selections:
             chosen = f"{s.chosen.backend} ({s.chosen.target}), by {s.decided_by}" if s.chosen else "nothing eligible"
@@ -212,13 +252,29 @@ def _test(options: argparse.Namespace) -> int:
         return 1
     seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "little")
     ops = conformance.select_ops(catalog, options.ops)
-    cases, notes = conformance.plan(catalog, ops, device=options.device, backends=options.backend,
-                                    dtypes=options.dtype, base_seed=seed, interpret=options.interpret)
+    cases, notes = conformance.plan(
+        catalog,
+        ops,
+        device=options.device,
+        backends=options.backend,
+        dtypes=options.dtype,
+        base_seed=seed,
+        interpret=options.interpret,
+    )
     results = list(conformance.run(cases, catalog, options.device))
     failed = [r for r in results if not r.passed]
     if options.output_format == "json":
-        print(json.dumps({"seed": seed, "results": [r.as_dict() for r in results], "notes": notes,
-                          "summary": {"checks": len(results), "failed": len(failed)}}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "seed": seed,
+                    "results": [r.as_dict() for r in results],
+                    "notes": notes,
+                    "summary": {"checks": len(results), "failed": len(failed)},
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"seed {seed}")
         if results:
@@ -226,8 +282,11 @@ def _test(options: argparse.Namespace) -> int:
         for note in notes:
             print(f"note: {note}")
         for r in failed:
-            print(conformance.failure_line(r, seed, catalogs=options.catalog or (), device=options.device,
-                                           interpret=options.interpret))
+            print(
+                conformance.failure_line(
+                    r, seed, catalogs=options.catalog or (), device=options.device, interpret=options.interpret
+                )
+            )
         print(f"{plural(len(results), 'check')}, {len(failed)} failed.")
     return 1 if failed or not results else 0
 
@@ -243,8 +302,14 @@ def _bench(options: argparse.Namespace) -> int:
         return 1
     shapes = options.shapes or ("all" if options.device == "cuda" else "decode")
     dtypes = options.dtype or (["bfloat16"] if options.device == "cuda" else ["float32"])
-    jobs, notes = bench.plan(catalog, select_ops(catalog, options.ops), device=options.device, shapes=shapes,
-                             dtypes=dtypes, backends=options.backend)
+    jobs, notes = bench.plan(
+        catalog,
+        select_ops(catalog, options.ops),
+        device=options.device,
+        shapes=shapes,
+        dtypes=dtypes,
+        backends=options.backend,
+    )
     copy_gbps = bench.copy_bandwidth(options.device)
     results = bench.run(jobs, options.device, copy_gbps, progress=bench.progress_bar)
     print(bench.format_table(results))
@@ -253,8 +318,14 @@ def _bench(options: argparse.Namespace) -> int:
     print(f"copy bandwidth: {copy_gbps:.1f} GB/s (bytes read + written)")
     device_name = _device_name(options.device) or platform.processor() or platform.machine()
     if options.json:
-        document = {"device": device_name, "copy_gbps": copy_gbps, "shapes": shapes, "dtypes": dtypes,
-                    "results": [r.as_dict() for r in results], "notes": notes}
+        document = {
+            "device": device_name,
+            "copy_gbps": copy_gbps,
+            "shapes": shapes,
+            "dtypes": dtypes,
+            "results": [r.as_dict() for r in results],
+            "notes": notes,
+        }
         Path(options.json).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {options.json}")
     if options.plot:
@@ -305,5 +376,12 @@ def _schema(options: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"validate": _validate, "list": _list, "explain": _explain, "test": _test, "bench": _bench,
-            "cache": _cache, "schema": _schema}
+COMMANDS = {
+    "validate": _validate,
+    "list": _list,
+    "explain": _explain,
+    "test": _test,
+    "bench": _bench,
+    "cache": _cache,
+    "schema": _schema,
+}

@@ -14,9 +14,14 @@ if TYPE_CHECKING:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kcatalog", "kernel catalog conformance")
-    group.addoption("--kcatalog", action="append", default=None, metavar="PATH",
-                    help="check every backend of this catalog against its reference (repeatable; "
-                         "'shipped' for kcatalog's own catalog)")
+    group.addoption(
+        "--kcatalog",
+        action="append",
+        default=None,
+        metavar="PATH",
+        help="check every backend of this catalog against its reference (repeatable; "
+        "'shipped' for kcatalog's own catalog)",
+    )
     group.addoption("--kcatalog-device", choices=["cpu", "cuda"], default="cpu")
     group.addoption("--kcatalog-seed", type=int, default=None, help="base seed of the inputs (default: random)")
     group.addoption("--kcatalog-interpret", action="store_true", help="run Triton kernels on the CPU")
@@ -52,8 +57,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     cases, _ = conformance.plan(catalog, catalog.ops(), device=device, base_seed=seed, interpret=interpret)
     for case in cases:
         name = f"kcatalog[{case.info.id}-{case.spec.backend}-{case.dtype}-{conformance.describe(case.sizes)}]"
-        items.append(KcatalogItem.from_parent(session, name=name.replace(" ", ","), case=case, catalog=catalog,
-                                              device=device, base_seed=seed, catalogs=catalogs, interpret=interpret))
+        items.append(
+            KcatalogItem.from_parent(
+                session,
+                name=name.replace(" ", ","),
+                case=case,
+                catalog=catalog,
+                device=device,
+                base_seed=seed,
+                catalogs=catalogs,
+                interpret=interpret,
+            )
+        )
 
 
 class KcatalogFailure(Exception):
@@ -63,8 +78,17 @@ class KcatalogFailure(Exception):
 class KcatalogItem(pytest.Item):
     """One backend, dtype and sample size set of one op, checked against the op's reference."""
 
-    def __init__(self, *, case: Case, catalog: Any, device: str, base_seed: int, catalogs: list[str],
-                 interpret: bool, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        case: Case,
+        catalog: Any,
+        device: str,
+        base_seed: int,
+        catalogs: list[str],
+        interpret: bool,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.catalogs = catalogs
         self.interpret = interpret
@@ -79,8 +103,11 @@ class KcatalogItem(pytest.Item):
         reference = self.catalog.get_backend(self.case.info.id, self.case.info.reference)
         result = check(self.case, reference, self.device)
         if not result.passed:
-            raise KcatalogFailure(failure_line(result, self.base_seed, catalogs=self.catalogs, device=self.device,
-                                               interpret=self.interpret))
+            raise KcatalogFailure(
+                failure_line(
+                    result, self.base_seed, catalogs=self.catalogs, device=self.device, interpret=self.interpret
+                )
+            )
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, KcatalogFailure):

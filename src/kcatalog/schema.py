@@ -23,8 +23,18 @@ FORMAT_VERSION = 1
 
 Device = Literal[DEVICES]  # type: ignore[valid-type]
 DType = Literal[
-    "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
-    "int64", "int32", "int16", "int8", "uint8", "bool",
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
 ]
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
@@ -84,8 +94,9 @@ class Capability(_Strict):
     @model_validator(mode="after")
     def _arch_window_is_cuda_only(self) -> Capability:
         if self.device != "cuda" and (self.min_arch is not None or self.max_arch is not None):
-            raise ValueError(f"min_arch and max_arch apply to cuda only; for {self.device}, "
-                             "list exact architectures in 'archs'")
+            raise ValueError(
+                f"min_arch and max_arch apply to cuda only; for {self.device}, list exact architectures in 'archs'"
+            )
         if self.min_arch and self.max_arch and _arch_key(self.min_arch) > _arch_key(self.max_arch):
             raise ValueError(f"min_arch {self.min_arch} is above max_arch {self.max_arch}, so no cuda device matches")
         return self
@@ -117,9 +128,7 @@ class TensorArg(_Strict):
     )
 
 
-ArgValue = Annotated[
-    Union[TensorArg, StrictBool, StrictInt, StrictFloat, str, None], Field(union_mode="left_to_right")
-]
+ArgValue = Annotated[Union[TensorArg, StrictBool, StrictInt, StrictFloat, str, None], Field(union_mode="left_to_right")]
 
 
 class Samples(_Strict):
@@ -132,8 +141,9 @@ class Samples(_Strict):
         description="argument -> tensor spec, or a plain value; '$NAME' stands for a size's value"
     )
     compare: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.*]+$")], ...] = Field(
-        ("return",), description="outputs checked against the reference: 'return', 'return.0', a mutated "
-        "argument, or a product such as 'return.0*return.1' (compared in float64)"
+        ("return",),
+        description="outputs checked against the reference: 'return', 'return.0', a mutated "
+        "argument, or a product such as 'return.0*return.1' (compared in float64)",
     )
     decode: dict[str, tuple[SizeValue, ...]] = Field(
         default_factory=dict, description="sizes for `kcatalog bench --shapes decode` (over `sizes`)"

@@ -57,10 +57,14 @@ ops:
 """
 
 # Two errors and a warning: a misspelt backend name, a misspelt target, a package not installed here.
-BROKEN = (NORM.replace("      triton:\n", "      tirton:\n")
-          .replace("layernorm:rms_norm\n      tirton", "layernorm:rms_nrom\n      tirton")
-          .replace("target: kcatalog.kernels.torch.layernorm:rms_norm\n        capabilities: [{device: hip",
-                   "target: kc_rocm_kernels_absent.norm:rms_norm\n        capabilities: [{device: hip"))
+BROKEN = (
+    NORM.replace("      triton:\n", "      tirton:\n")
+    .replace("layernorm:rms_norm\n      tirton", "layernorm:rms_nrom\n      tirton")
+    .replace(
+        "target: kcatalog.kernels.torch.layernorm:rms_norm\n        capabilities: [{device: hip",
+        "target: kc_rocm_kernels_absent.norm:rms_norm\n        capabilities: [{device: hip",
+    )
+)
 BROKEN_CONCISE = [
     "norm.yaml:11:17: KC302 target 'kcatalog.kernels.torch.layernorm:rms_nrom': module "
     "'kcatalog.kernels.torch.layernorm' defines no 'rms_nrom' (did you mean 'rms_norm'?)",
@@ -127,8 +131,9 @@ def test_exit_zero_reports_but_passes(run: Callable[..., Run], catalog: Callable
     assert (result.code, result.out.splitlines()) == (0, BROKEN_CONCISE)
 
 
-def test_a_single_file_is_checked_with_the_settings_beside_it(run: Callable[..., Run],
-                                                             catalog: Callable[..., Path]) -> None:
+def test_a_single_file_is_checked_with_the_settings_beside_it(
+    run: Callable[..., Run], catalog: Callable[..., Path]
+) -> None:
     catalog()
     assert run("validate", "norm.yaml") == Run(0, "All checks passed!\n", "")
 
@@ -142,11 +147,14 @@ def test_no_targets_skips_the_target_checks(run: Callable[..., Run], catalog: Ca
 def test_allow_module_refuses_targets_elsewhere(run: Callable[..., Run], catalog: Callable[..., Path]) -> None:
     catalog()
     result = run("validate", ".", "--allow-module", "kcatalog.kernels.torch")
-    assert (result.code, result.out.splitlines()) == (1, [
-        "norm.yaml:13:17: KC305 target 'kcatalog.kernels.triton.layernorm:rms_norm' is outside the allowed "
-        "modules (allowed_modules: kcatalog.kernels.torch)",
-        "Found 1 error in 1 file.",
-    ])
+    assert (result.code, result.out.splitlines()) == (
+        1,
+        [
+            "norm.yaml:13:17: KC305 target 'kcatalog.kernels.triton.layernorm:rms_norm' is outside the allowed "
+            "modules (allowed_modules: kcatalog.kernels.torch)",
+            "Found 1 error in 1 file.",
+        ],
+    )
 
 
 def test_json_report(run: Callable[..., Run], catalog: Callable[..., Path]) -> None:
@@ -163,14 +171,24 @@ def test_json_report(run: Callable[..., Run], catalog: Callable[..., Path]) -> N
     assert document["summary"] == {"errors": 2, "warnings": 1, "files": 1}
 
 
-@pytest.mark.parametrize(("files", "code", "summary"), [
-    ({"norm.yaml": NORM}, 0, {"errors": 0, "warnings": 0, "files": 0}),
-    ({"norm.yaml": "ops: [unclosed\n"}, 1, {"errors": 1, "warnings": 0, "files": 1}),
-    ({"norm.yaml": b"group: \xff\n"}, 1, {"errors": 1, "warnings": 0, "files": 1}),
-    ({}, 1, {"errors": 2, "warnings": 0, "files": 0}),
-], ids=["clean", "yaml-syntax", "not-utf8", "missing-path"])
-def test_json_is_valid_whatever_happens(run: Callable[..., Run], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        files: dict[str, str | bytes], code: int, summary: dict[str, int]) -> None:
+@pytest.mark.parametrize(
+    ("files", "code", "summary"),
+    [
+        ({"norm.yaml": NORM}, 0, {"errors": 0, "warnings": 0, "files": 0}),
+        ({"norm.yaml": "ops: [unclosed\n"}, 1, {"errors": 1, "warnings": 0, "files": 1}),
+        ({"norm.yaml": b"group: \xff\n"}, 1, {"errors": 1, "warnings": 0, "files": 1}),
+        ({}, 1, {"errors": 2, "warnings": 0, "files": 0}),
+    ],
+    ids=["clean", "yaml-syntax", "not-utf8", "missing-path"],
+)
+def test_json_is_valid_whatever_happens(
+    run: Callable[..., Run],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    files: dict[str, str | bytes],
+    code: int,
+    summary: dict[str, int],
+) -> None:
     monkeypatch.chdir(tmp_path)
     if files:
         (tmp_path / "kcatalog.yaml").write_text(SETTINGS, encoding="utf-8")
@@ -191,8 +209,10 @@ def test_github_annotations(run: Callable[..., Run], catalog: Callable[..., Path
     lines = result.out.splitlines()
     assert result.code == 1
     assert all(GITHUB_LINE.match(line) for line in lines), lines
-    assert lines[1] == ("::error file=norm.yaml,line=12,col=7,title=KC203::KC203 unknown backend 'tirton' in op "
-                        "'norm.rms_norm' (did you mean 'triton'?); known: torch, triton, rocm")
+    assert lines[1] == (
+        "::error file=norm.yaml,line=12,col=7,title=KC203::KC203 unknown backend 'tirton' in op "
+        "'norm.rms_norm' (did you mean 'triton'?); known: torch, triton, rocm"
+    )
     assert lines[2].startswith("::warning file=norm.yaml,line=17,col=17,title=KC303::KC303 module ")
 
 
@@ -205,26 +225,45 @@ def test_github_escapes_properties(run: Callable[..., Run], catalog: Callable[..
 def test_python_dash_m_validates(catalog: Callable[..., Path]) -> None:
     directory = catalog(BROKEN)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KCATALOG_")}
-    result = subprocess.run([sys.executable, "-m", "kcatalog", "validate", "."], capture_output=True, text=True,
-                            cwd=directory, env=env, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "kcatalog", "validate", "."],
+        capture_output=True,
+        text=True,
+        cwd=directory,
+        env=env,
+        timeout=120,
+    )
     assert (result.returncode, result.stdout.splitlines(), result.stderr) == (1, BROKEN_CONCISE, "")
 
 
 # -- usage and internal errors -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv", [
-    [],
-    ["bogus"],
-    ["validate", "--output-format", "xml"],
-    ["list", "--output-format", "yaml"],
-    ["validate", "--no-such-flag"],
-    ["explain", "--platform", "cpu"],
-    ["explain", "norm.rms_norm", "--all", "--platform", "cpu"],
-    ["explain", "norm.rms_norm", "--platform", "gpu"],
-    ["explain", "norm.rms_norm", "--platform", "cuda:sm90"],
-], ids=["no-command", "unknown-command", "bad-format", "bad-list-format", "unknown-flag", "no-op", "op-and-all",
-        "unknown-device", "malformed-arch"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["bogus"],
+        ["validate", "--output-format", "xml"],
+        ["list", "--output-format", "yaml"],
+        ["validate", "--no-such-flag"],
+        ["explain", "--platform", "cpu"],
+        ["explain", "norm.rms_norm", "--all", "--platform", "cpu"],
+        ["explain", "norm.rms_norm", "--platform", "gpu"],
+        ["explain", "norm.rms_norm", "--platform", "cuda:sm90"],
+    ],
+    ids=[
+        "no-command",
+        "unknown-command",
+        "bad-format",
+        "bad-list-format",
+        "unknown-flag",
+        "no-op",
+        "op-and-all",
+        "unknown-device",
+        "malformed-arch",
+    ],
+)
 def test_usage_errors_exit_2_without_a_traceback(run: Callable[..., Run], argv: list[str]) -> None:
     result = run(*argv)
     assert result.code == 2
@@ -235,7 +274,8 @@ def test_usage_errors_exit_2_without_a_traceback(run: Callable[..., Run], argv: 
 def test_usage_error_messages(run: Callable[..., Run]) -> None:
     assert run("explain", "--platform", "cpu").err == "error: give one op, or --all\n"
     assert run("explain", "norm.rms_norm", "--platform", "gpu").err == (
-        "error: unknown device 'gpu' in platform 'gpu'; expected one of cuda, hip, cpu, npu, xpu, mps\n")
+        "error: unknown device 'gpu' in platform 'gpu'; expected one of cuda, hip, cpu, npu, xpu, mps\n"
+    )
 
 
 def test_help_exits_0(run: Callable[..., Run]) -> None:
@@ -256,16 +296,22 @@ def test_an_internal_error_exits_2_with_one_line(run: Callable[..., Run], monkey
 
 def test_list_text(run: Callable[..., Run], catalog: Callable[..., Path]) -> None:
     catalog()
-    assert run("list", ".") == Run(0, (
-        "op               torch  triton  rocm\n"
-        "norm.layer_norm  ref    -       -\n"
-        "norm.rms_norm    ref    yes     yes\n"
-        "2 ops, 4 backend specs\n"
-    ), "")
+    assert run("list", ".") == Run(
+        0,
+        (
+            "op               torch  triton  rocm\n"
+            "norm.layer_norm  ref    -       -\n"
+            "norm.rms_norm    ref    yes     yes\n"
+            "2 ops, 4 backend specs\n"
+        ),
+        "",
+    )
 
 
 def test_list_text_counts_one_op_in_the_singular(run: Callable[..., Run], catalog: Callable[..., Path]) -> None:
-    catalog(NORM.split("  layer_norm:")[0].replace("""\
+    catalog(
+        NORM.split("  layer_norm:")[0].replace(
+            """\
       triton:
         target: kcatalog.kernels.triton.layernorm:rms_norm
         capabilities: [{device: cuda, min_arch: "8.0"}]
@@ -273,7 +319,10 @@ def test_list_text_counts_one_op_in_the_singular(run: Callable[..., Run], catalo
       rocm:
         target: kcatalog.kernels.torch.layernorm:rms_norm
         capabilities: [{device: hip, archs: [gfx942, gfx950]}]
-""", ""))
+""",
+            "",
+        )
+    )
     assert run("list", ".").out.splitlines()[-1] == "1 op, 1 backend spec"
 
 
@@ -338,20 +387,29 @@ def test_explain_text(run: Callable[..., Run], catalog: Callable[..., Path], pla
     assert (result.code, result.out.splitlines(), result.err) == (0, EXPLAINED[platform], "")
 
 
-@pytest.mark.parametrize(("platform", "chosen", "decided_by", "order"), [
-    ("cuda:9.0", "triton", "catalog default priority", ["triton", "rocm", "torch"]),
-    ("hip:gfx942", "rocm", "catalog default priority", ["triton", "rocm", "torch"]),
-    ("cpu", "torch", "catalog priority on cpu", ["torch", "triton", "rocm"]),
-])
-def test_explain_json(run: Callable[..., Run], catalog: Callable[..., Path], platform: str, chosen: str,
-                      decided_by: str, order: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("platform", "chosen", "decided_by", "order"),
+    [
+        ("cuda:9.0", "triton", "catalog default priority", ["triton", "rocm", "torch"]),
+        ("hip:gfx942", "rocm", "catalog default priority", ["triton", "rocm", "torch"]),
+        ("cpu", "torch", "catalog priority on cpu", ["torch", "triton", "rocm"]),
+    ],
+)
+def test_explain_json(
+    run: Callable[..., Run], catalog: Callable[..., Path], platform: str, chosen: str, decided_by: str, order: list[str]
+) -> None:
     catalog()
     result = run("explain", "norm.rms_norm", "--platform", platform, "--catalog", ".", "--output-format", "json")
     [selection] = json.loads(result.out)
     assert result.code == 0
     assert {key: selection[key] for key in ("op", "platform", "chosen", "decided_by", "order", "notes")} == {
-        "op": "norm.rms_norm", "platform": platform, "chosen": chosen, "decided_by": decided_by, "order": order,
-        "notes": []}
+        "op": "norm.rms_norm",
+        "platform": platform,
+        "chosen": chosen,
+        "decided_by": decided_by,
+        "order": order,
+        "notes": [],
+    }
     reasons = [f"  {r['backend']}: {r['reason']}" for r in selection["rejected"]]
     assert reasons == EXPLAINED[platform][1:]
 
@@ -359,45 +417,58 @@ def test_explain_json(run: Callable[..., Run], catalog: Callable[..., Path], pla
 def test_explain_all_and_dtype(run: Callable[..., Run], catalog: Callable[..., Path]) -> None:
     catalog()
     result = run("explain", "--all", "--platform", "cuda:9.0", "--dtype", "float32", "--catalog", ".")
-    assert (result.code, result.out.splitlines()) == (0, [
-        "norm.layer_norm on cuda:9.0: torch (kcatalog.kernels.torch.layernorm:layer_norm), by catalog default priority",
-        "norm.rms_norm on cuda:9.0: torch (kcatalog.kernels.torch.layernorm:rms_norm), by catalog default priority",
-        "  triton: does not support float32 (supports bfloat16)",
-        "  rocm: runs on hip (gfx942, gfx950), not cuda",
-    ])
+    assert (result.code, result.out.splitlines()) == (
+        0,
+        [
+            "norm.layer_norm on cuda:9.0: torch (kcatalog.kernels.torch.layernorm:layer_norm), by catalog default priority",
+            "norm.rms_norm on cuda:9.0: torch (kcatalog.kernels.torch.layernorm:rms_norm), by catalog default priority",
+            "  triton: does not support float32 (supports bfloat16)",
+            "  rocm: runs on hip (gfx942, gfx950), not cuda",
+        ],
+    )
 
 
-def test_explain_shows_an_override_that_cannot_be_honoured(run: Callable[..., Run], catalog: Callable[..., Path],
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_explain_shows_an_override_that_cannot_be_honoured(
+    run: Callable[..., Run], catalog: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     catalog()
     monkeypatch.setenv("KCATALOG_OVERRIDES", "norm.rms_norm=rocm")
     result = run("explain", "norm.rms_norm", "--platform", "cuda:9.0", "--catalog", ".")
-    assert (result.code, result.out.splitlines()) == (0, [
-        EXPLAINED["cuda:9.0"][0],
-        "  note: KCATALOG_OVERRIDES norm.rms_norm=rocm ignored: rocm cannot run (runs on hip (gfx942, gfx950), "
-        "not cuda)",
-        *EXPLAINED["cuda:9.0"][1:],
-    ])
+    assert (result.code, result.out.splitlines()) == (
+        0,
+        [
+            EXPLAINED["cuda:9.0"][0],
+            "  note: KCATALOG_OVERRIDES norm.rms_norm=rocm ignored: rocm cannot run (runs on hip (gfx942, gfx950), "
+            "not cuda)",
+            *EXPLAINED["cuda:9.0"][1:],
+        ],
+    )
 
 
 def test_explain_with_nothing_eligible_exits_1(run: Callable[..., Run], catalog: Callable[..., Path]) -> None:
     catalog()
     result = run("explain", "norm.layer_norm", "--platform", "cpu", "--dtype", "bfloat16", "--catalog", ".")
-    assert (result.code, result.out.splitlines()) == (1, [
-        "norm.layer_norm on cpu: nothing eligible",
-        "  torch: does not support bfloat16 (supports float32)",
-    ])
+    assert (result.code, result.out.splitlines()) == (
+        1,
+        [
+            "norm.layer_norm on cpu: nothing eligible",
+            "  torch: does not support bfloat16 (supports float32)",
+        ],
+    )
 
 
 def test_explain_unknown_op_names_the_ops(run: Callable[..., Run], catalog: Callable[..., Path]) -> None:
     catalog()
     assert run("explain", "norm.rms", "--platform", "cpu", "--catalog", ".") == Run(
-        1, "", "error: no op 'norm.rms' (did you mean 'norm.rms_norm'?). Available: norm.layer_norm, norm.rms_norm\n")
+        1, "", "error: no op 'norm.rms' (did you mean 'norm.rms_norm'?). Available: norm.layer_norm, norm.rms_norm\n"
+    )
 
 
 def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     # `kcatalog list | head -1`: the pipe closes while the command still writes.
-    script = "import sys\nfrom kcatalog.cli import main\nsys.stdout.close = lambda: None\nraise SystemExit(main(['list']))"
+    script = (
+        "import sys\nfrom kcatalog.cli import main\nsys.stdout.close = lambda: None\nraise SystemExit(main(['list']))"
+    )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader is gone before the first line
@@ -409,8 +480,9 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
 # -- cache ---------------------------------------------------------------------------------------------
 
 
-def test_cache_shows_and_clears_the_load_cache(run: Callable[..., Run], catalog: Callable[..., Path],
-                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_shows_and_clears_the_load_cache(
+    run: Callable[..., Run], catalog: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import kcatalog
 
     directory = tmp_path / "cache"

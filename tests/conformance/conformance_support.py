@@ -83,9 +83,16 @@ def workspace_at(root: Path) -> Iterator[Workspace]:
             written.forget()
 
 
-def declare_op(module: str, backends: Mapping[str, str], *, samples: Mapping[str, Any],
-               signature: str = "(x: Tensor) -> Tensor", dtypes: Sequence[str] = ("float32",),
-               reference: str = "torch", **extra: Any) -> dict[str, Any]:
+def declare_op(
+    module: str,
+    backends: Mapping[str, str],
+    *,
+    samples: Mapping[str, Any],
+    signature: str = "(x: Tensor) -> Tensor",
+    dtypes: Sequence[str] = ("float32",),
+    reference: str = "torch",
+    **extra: Any,
+) -> dict[str, Any]:
     """An op whose backends are `module:function` by backend name; float32 tolerance 1e-5, as the shipped ops."""
     return {
         "description": "a throwaway op",

@@ -40,8 +40,20 @@ def rms_norm(tmp_path_factory: pytest.TempPathFactory) -> Shipped:
 def test_bench_of_one_shipped_op_exits_0_and_prints_a_table(rms_norm: Shipped) -> None:
     assert rms_norm.run.code == 0, rms_norm.run.out + rms_norm.run.err
     lines = rms_norm.run.out.splitlines()
-    assert lines[0].split() == ["op", "backend", "dtype", "shape", "sizes", "time", "us", "GB/s", "of", "copy",
-                                "x", "ref"]
+    assert lines[0].split() == [
+        "op",
+        "backend",
+        "dtype",
+        "shape",
+        "sizes",
+        "time",
+        "us",
+        "GB/s",
+        "of",
+        "copy",
+        "x",
+        "ref",
+    ]
     assert re.search(r"^copy bandwidth: \d+\.\d GB/s \(bytes read \+ written\)$", rms_norm.run.out, re.M)
     assert any(line.startswith("note: layernorm.rms_norm [triton] float32: skipped, ") for line in lines)
     assert lines[-2:] == [f"wrote {rms_norm.json_path}", f"wrote {rms_norm.png_path}"]
@@ -55,10 +67,16 @@ def test_bench_json_has_the_figures(rms_norm: Shipped) -> None:
     results = document["results"]
     # decode shapes T in 1, 8, 64 by H in 4096, 8192; torch and aten run on the CPU, reference first.
     assert [(r["backend"], r["sizes"]) for r in results] == [
-        (backend, f"T={t} H={h}") for t in (1, 8, 64) for h in (4096, 8192) for backend in ("torch", "aten")]
+        (backend, f"T={t} H={h}") for t in (1, 8, 64) for h in (4096, 8192) for backend in ("torch", "aten")
+    ]
     for r in results:
         assert (r["op"], r["dtype"], r["shapes"], r["method"], r["error"]) == (
-            "layernorm.rms_norm", "float32", "decode", "wall-clock", "")
+            "layernorm.rms_norm",
+            "float32",
+            "decode",
+            "wall-clock",
+            "",
+        )
         assert r["time_us"] > 0
         assert r["gbps"] == pytest.approx(r["bytes_moved"] / (r["time_us"] * 1e3))
         assert r["fraction_of_copy"] == pytest.approx(r["gbps"] / document["copy_gbps"])
@@ -68,7 +86,8 @@ def test_bench_json_has_the_figures(rms_norm: Shipped) -> None:
     aten = {r["sizes"]: r for r in results if r["backend"] == "aten"}
     for ref in reference:
         assert aten[ref["sizes"]]["speedup_vs_reference"] == pytest.approx(
-            ref["time_us"] / aten[ref["sizes"]]["time_us"])
+            ref["time_us"] / aten[ref["sizes"]]["time_us"]
+        )
 
 
 def test_bench_bytes_moved_are_the_fewest_the_op_must_move(rms_norm: Shipped) -> None:
@@ -97,44 +116,62 @@ def test_bytes_moved_counts_mutated_arguments_as_written_once() -> None:
     read = 2 * 8 * 64 * 4 + 64 * 2
     assert bytes_moved(call, None, ("x", "residual")) == read + 2 * 8 * 64 * 4
     assert bytes_moved(call, (torch.zeros(8, 64, dtype=torch.float8_e4m3fn), torch.zeros(8, 1)), ()) == (
-        read + 8 * 64 + 8 * 4)
+        read + 8 * 64 + 8 * 4
+    )
 
 
 # -- throwaway catalogs ---------------------------------------------------------------------------------
 
-KERNELS = '''
+KERNELS = """
     def twice(x):
         return 2 * x
 
 
     def raises(x):
         raise RuntimeError("no kernel for this shape")
-'''
+"""
 
 
 def bench_catalog(workspace: Workspace, backends: dict[str, str]) -> Path:
     module = workspace.module("kc_conformance_bench_kernels", KERNELS)
-    return workspace.write({"scale2": declare_op(module, backends, samples={
-        "sizes": {"T": [4], "H": [16]},
-        "args": {"x": {"shape": ["T", "H"]}},
-        "decode": {"T": [2]},
-        "prefill": {"T": [3, 5], "H": [32]},
-    })}, backends=list(backends))
+    return workspace.write(
+        {
+            "scale2": declare_op(
+                module,
+                backends,
+                samples={
+                    "sizes": {"T": [4], "H": [16]},
+                    "args": {"x": {"shape": ["T", "H"]}},
+                    "decode": {"T": [2]},
+                    "prefill": {"T": [3, 5], "H": [32]},
+                },
+            )
+        },
+        backends=list(backends),
+    )
 
 
-def test_a_backend_that_raises_is_an_error_row_and_the_run_goes_on(workspace: Workspace, tmp_path: Path,
-                                                                    single_threaded: None) -> None:
+def test_a_backend_that_raises_is_an_error_row_and_the_run_goes_on(
+    workspace: Workspace, tmp_path: Path, single_threaded: None
+) -> None:
     catalog = bench_catalog(workspace, {"torch": "twice", "broken": "raises", "good": "twice"})
     report = tmp_path / "bench.json"
     result = run_cli("bench", "--catalog", catalog, "--device", "cpu", "--json", report)
     assert result.code == 1, result.err
-    assert re.search(r"^t\.scale2 +broken +float32 +decode +T=2 H=16 +error: RuntimeError: no kernel for this "
-                     r"shape +- +- +-$", result.out, re.M), result.out
+    assert re.search(
+        r"^t\.scale2 +broken +float32 +decode +T=2 H=16 +error: RuntimeError: no kernel for this "
+        r"shape +- +- +-$",
+        result.out,
+        re.M,
+    ), result.out
     assert re.search(r"^t\.scale2 +good +float32 +decode +T=2 H=16 +\d+\.\d +", result.out, re.M), result.out
     rows = {r["backend"]: r for r in json.loads(report.read_text(encoding="utf-8"))["results"]}
     assert list(rows) == ["torch", "broken", "good"]  # the reference first, then declaration order
     assert (rows["broken"]["error"], rows["broken"]["time_us"], rows["broken"]["speedup_vs_reference"]) == (
-        "RuntimeError: no kernel for this shape", None, None)
+        "RuntimeError: no kernel for this shape",
+        None,
+        None,
+    )
     assert rows["good"]["error"] == "" and rows["good"]["time_us"] > 0
     assert rows["good"]["bytes_moved"] == 2 * (2 * 16 * 4)
     assert rows["torch"]["speedup_vs_reference"] == 1.0
@@ -148,24 +185,39 @@ def test_prefill_shapes(workspace: Workspace, tmp_path: Path, single_threaded: N
     document = json.loads(report.read_text(encoding="utf-8"))
     assert document["shapes"] == "prefill"
     assert [(r["backend"], r["shapes"], r["sizes"], r["bytes_moved"]) for r in document["results"]] == [
-        (backend, "prefill", f"T={t} H=32", 2 * t * 32 * 4) for t in (3, 5) for backend in ("torch", "good")]
+        (backend, "prefill", f"T={t} H=32", 2 * t * 32 * 4) for t in (3, 5) for backend in ("torch", "good")
+    ]
     assert all(r["time_us"] > 0 and r["error"] == "" for r in document["results"])
 
 
 def test_unknown_shapes_kind_is_a_usage_error() -> None:
     result = run_cli("bench", "--shapes", "huge")
     assert result.code == 2
-    assert "argument --shapes: invalid choice: 'huge' (choose from decode, prefill, all)" in result.err \
+    assert (
+        "argument --shapes: invalid choice: 'huge' (choose from decode, prefill, all)" in result.err
         or "argument --shapes: invalid choice: 'huge' (choose from 'decode', 'prefill', 'all')" in result.err
+    )
 
 
 def test_a_shape_that_cannot_be_built_is_an_error_row(workspace: Workspace) -> None:
     module = workspace.module("kc_conformance_bench_kernels", KERNELS)
-    catalog = workspace.write({"scale2": declare_op(module, {"torch": "twice"}, samples={
-        "sizes": {"T": [4], "H": [16]}, "args": {"x": {"shape": ["T", "H - 20"]}}, "decode": {"H": [16, 24]},
-    })}, backends=["torch"])
+    catalog = workspace.write(
+        {
+            "scale2": declare_op(
+                module,
+                {"torch": "twice"},
+                samples={
+                    "sizes": {"T": [4], "H": [16]},
+                    "args": {"x": {"shape": ["T", "H - 20"]}},
+                    "decode": {"H": [16, 24]},
+                },
+            )
+        },
+        backends=["torch"],
+    )
     result = run_cli("bench", "--catalog", catalog, "--device", "cpu")
     assert result.code == 1, result.err
-    assert re.search(r"^t\.scale2 +torch +float32 +decode +T=4 H=16 +error: RuntimeError: .*negative", result.out,
-                     re.M), result.out
+    assert re.search(
+        r"^t\.scale2 +torch +float32 +decode +T=4 H=16 +error: RuntimeError: .*negative", result.out, re.M
+    ), result.out
     assert re.search(r"^t\.scale2 +torch +float32 +decode +T=4 H=24 +\d+\.\d ", result.out, re.M), result.out

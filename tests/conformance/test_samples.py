@@ -17,43 +17,52 @@ from kcatalog._samples import build_call, evaluate, expression_names, size_sets
 from kcatalog.schema import Samples, TensorArg
 
 
-@pytest.mark.parametrize(("expr", "env", "value"), [
-    ("2*H", {"H": 3}, 6),
-    ("$D", {"D": 64}, 64),
-    ("HQ*D", {"HQ": 4, "D": 64}, 256),
-    ("(T+1)*2 - 3", {"T": 4}, 7),
-    ("H//3", {"H": 10}, 3),
-    ("H/4", {"H": 10}, 2.5),
-    ("$NEOX", {"NEOX": False}, False),
-    ("$APPROX", {"APPROX": "tanh"}, "tanh"),
-    (4096, {}, 4096),
-    (0.5, {}, 0.5),
-])
+@pytest.mark.parametrize(
+    ("expr", "env", "value"),
+    [
+        ("2*H", {"H": 3}, 6),
+        ("$D", {"D": 64}, 64),
+        ("HQ*D", {"HQ": 4, "D": 64}, 256),
+        ("(T+1)*2 - 3", {"T": 4}, 7),
+        ("H//3", {"H": 10}, 3),
+        ("H/4", {"H": 10}, 2.5),
+        ("$NEOX", {"NEOX": False}, False),
+        ("$APPROX", {"APPROX": "tanh"}, "tanh"),
+        (4096, {}, 4096),
+        (0.5, {}, 0.5),
+    ],
+)
 def test_evaluate(expr: object, env: dict[str, Any], value: object) -> None:
     assert evaluate(expr, env) == value
     assert type(evaluate(expr, env)) is type(value)
 
 
-@pytest.mark.parametrize(("expr", "names"), [
-    ("2*H", {"H"}),
-    ("$P", {"P"}),
-    ("HQ*D + HK*D", {"HQ", "HK", "D"}),
-    ("4096", set()),
-    ("-P", {"P"}),
-    (64, set()),
-])
+@pytest.mark.parametrize(
+    ("expr", "names"),
+    [
+        ("2*H", {"H"}),
+        ("$P", {"P"}),
+        ("HQ*D + HK*D", {"HQ", "HK", "D"}),
+        ("4096", set()),
+        ("-P", {"P"}),
+        (64, set()),
+    ],
+)
 def test_expression_names(expr: object, names: set[str]) -> None:
     assert expression_names(expr) == names
 
 
-@pytest.mark.parametrize(("expr", "message"), [
-    ("2**H", "'2**H' uses Pow; only + - * / // and unary - on names and numbers"),
-    ("+H", "'+H' uses UAdd; only + - * / // and unary - on names and numbers"),
-    ("H % 2", "'H % 2' uses Mod; only + - * / // and unary - on names and numbers"),
-    ("H.real", "'H.real' uses Attribute; only + - * / // and unary - on names and numbers"),
-    ("__import__('os')", "'__import__('os')' uses Call; only + - * / // and unary - on names and numbers"),
-    ("T*", "'T*' is not an arithmetic expression"),
-])
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ("2**H", "'2**H' uses Pow; only + - * / // and unary - on names and numbers"),
+        ("+H", "'+H' uses UAdd; only + - * / // and unary - on names and numbers"),
+        ("H % 2", "'H % 2' uses Mod; only + - * / // and unary - on names and numbers"),
+        ("H.real", "'H.real' uses Attribute; only + - * / // and unary - on names and numbers"),
+        ("__import__('os')", "'__import__('os')' uses Call; only + - * / // and unary - on names and numbers"),
+        ("T*", "'T*' is not an arithmetic expression"),
+    ],
+)
 def test_expression_names_refuses_anything_but_arithmetic(expr: str, message: str) -> None:
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         expression_names(expr)
@@ -66,8 +75,12 @@ def test_evaluate_refuses_a_call_even_unchecked() -> None:
 
 # -- size sets ------------------------------------------------------------------------------------------
 
-SAMPLES = Samples(sizes={"T": (1, 7), "H": (64, 1000), "NEOX": (True,)}, args={},
-                  decode={"T": (8,)}, prefill={"T": (4096, 16384), "H": (8192,)})
+SAMPLES = Samples(
+    sizes={"T": (1, 7), "H": (64, 1000), "NEOX": (True,)},
+    args={},
+    decode={"T": (8,)},
+    prefill={"T": (4096, 16384), "H": (8192,)},
+)
 
 
 def test_size_sets_are_the_cross_product_in_declaration_order() -> None:
@@ -81,8 +94,10 @@ def test_size_sets_are_the_cross_product_in_declaration_order() -> None:
 
 def test_decode_and_prefill_override_only_the_sizes_they_name() -> None:
     assert size_sets(SAMPLES, "decode") == [{"T": 8, "H": 64, "NEOX": True}, {"T": 8, "H": 1000, "NEOX": True}]
-    assert size_sets(SAMPLES, "prefill") == [{"T": 4096, "H": 8192, "NEOX": True},
-                                             {"T": 16384, "H": 8192, "NEOX": True}]
+    assert size_sets(SAMPLES, "prefill") == [
+        {"T": 4096, "H": 8192, "NEOX": True},
+        {"T": 16384, "H": 8192, "NEOX": True},
+    ]
     assert size_sets(SAMPLES, "test") == size_sets(SAMPLES)
 
 
@@ -96,7 +111,8 @@ def test_shipped_size_sets() -> None:
     assert rotary is not None
     assert len(size_sets(rotary)) == 2 * 2 * 2  # T x ROT x NEOX; the other sizes have one value
     assert size_sets(rotary, "decode") == [
-        {"T": t, "HQ": 32, "HK": 8, "D": 128, "ROT": 128, "P": 4096, "NEOX": True} for t in (1, 8, 64)]
+        {"T": t, "HQ": 32, "HK": 8, "D": 128, "ROT": 128, "P": 4096, "NEOX": True} for t in (1, 8, 64)
+    ]
     gelu = catalog.info("activation.gelu_and_mul").samples
     assert gelu is not None
     assert {s["APPROX"] for s in size_sets(gelu)} == {"none", "tanh"}
@@ -129,21 +145,29 @@ def fake_info(signature: str) -> Any:
 
 
 def test_integer_ranges_include_low_and_exclude_high() -> None:
-    samples = Samples(sizes={"N": (4000,), "P": (3,)},
-                      args={"p": TensorArg(shape=("N",), dtype="int32", range=(0, "P")),
-                            "q": TensorArg(shape=("N",), dtype="int64", range=("P-5", "P-2"))})
-    call = build_call(fake_info("(p: Tensor, q: Tensor) -> Tensor"), samples, size_sets(samples)[0], "float16",
-                      "cpu", seed=0)
+    samples = Samples(
+        sizes={"N": (4000,), "P": (3,)},
+        args={
+            "p": TensorArg(shape=("N",), dtype="int32", range=(0, "P")),
+            "q": TensorArg(shape=("N",), dtype="int64", range=("P-5", "P-2")),
+        },
+    )
+    call = build_call(
+        fake_info("(p: Tensor, q: Tensor) -> Tensor"), samples, size_sets(samples)[0], "float16", "cpu", seed=0
+    )
     assert call.kwargs["p"].dtype == torch.int32
     assert set(call.kwargs["p"].unique().tolist()) == {0, 1, 2}
     assert set(call.kwargs["q"].unique().tolist()) == {-2, -1, 0}
 
 
 def test_float_ranges_and_expressions_in_shapes() -> None:
-    samples = Samples(sizes={"T": (5,), "I": (32,), "W": (2,)},
-                      args={"x": TensorArg(shape=("T", "2*I"), range=("W/2", "W*3")), "scale": "$W"})
-    call = build_call(fake_info("(x: Tensor, scale: float) -> Tensor"), samples, size_sets(samples)[0], "float64",
-                      "cpu", seed=0)
+    samples = Samples(
+        sizes={"T": (5,), "I": (32,), "W": (2,)},
+        args={"x": TensorArg(shape=("T", "2*I"), range=("W/2", "W*3")), "scale": "$W"},
+    )
+    call = build_call(
+        fake_info("(x: Tensor, scale: float) -> Tensor"), samples, size_sets(samples)[0], "float64", "cpu", seed=0
+    )
     x = call.kwargs["x"]
     assert (x.dtype, tuple(x.shape)) == (torch.float64, (5, 64))
     assert 1.0 <= float(x.min()) and float(x.max()) < 6.0
@@ -171,8 +195,9 @@ def test_keyword_only_parameters_are_passed_by_name() -> None:
 
 def test_an_omitted_optional_parameter_does_not_shift_the_next() -> None:
     samples = Samples(args={"x": TensorArg(shape=(3,)), "bias": 0.5})  # scale left to its default
-    call = build_call(fake_info("(x: Tensor, scale: float = 2.0, bias: float = 0.0) -> Tensor"), samples, {},
-                      "float32", "cpu", 0)
+    call = build_call(
+        fake_info("(x: Tensor, scale: float = 2.0, bias: float = 0.0) -> Tensor"), samples, {}, "float32", "cpu", 0
+    )
 
     def kernel(x: torch.Tensor, scale: float = 2.0, bias: float = 0.0) -> torch.Tensor:
         return x * scale + bias
@@ -182,16 +207,29 @@ def test_an_omitted_optional_parameter_does_not_shift_the_next() -> None:
 
 def test_a_size_set_that_cannot_be_built_fails_its_check_and_the_run_goes_on(workspace: Workspace) -> None:
     module = workspace.module("kc_conformance_sample_kernels", "def twice(x, idx):\n    return 2 * x\n")
-    catalog = workspace.write({"scale2": declare_op(
-        module, {"torch": "twice", "same": "twice"}, signature="(x: Tensor, idx: Tensor) -> Tensor",
-        samples={"sizes": {"T": [4], "N": [3, 0]},
-                 "args": {"x": {"shape": ["T", 8]}, "idx": {"shape": ["T"], "dtype": "int64", "range": [0, "N"]}}},
-    )}, backends=["torch", "same"])
+    catalog = workspace.write(
+        {
+            "scale2": declare_op(
+                module,
+                {"torch": "twice", "same": "twice"},
+                signature="(x: Tensor, idx: Tensor) -> Tensor",
+                samples={
+                    "sizes": {"T": [4], "N": [3, 0]},
+                    "args": {"x": {"shape": ["T", 8]}, "idx": {"shape": ["T"], "dtype": "int64", "range": [0, "N"]}},
+                },
+            )
+        },
+        backends=["torch", "same"],
+    )
     result = run_cli("test", "--catalog", catalog, "--seed", "1")
     assert result.code == 1, result.err
     assert re.search(r"^t\.scale2 +same +float32 +T=4 N=3 .* ok$", result.out, re.M), result.out
-    assert re.search(r"^FAIL t\.scale2 \[same\] float32 T=4 N=0: could not build the inputs: RuntimeError: random_ "
-                     r"expects 'from' to be less than 'to', but got from=0 >= to=0 \(seed 1; ", result.out, re.M)
+    assert re.search(
+        r"^FAIL t\.scale2 \[same\] float32 T=4 N=0: could not build the inputs: RuntimeError: random_ "
+        r"expects 'from' to be less than 'to', but got from=0 >= to=0 \(seed 1; ",
+        result.out,
+        re.M,
+    )
     assert result.out.splitlines()[-1] == "2 checks, 1 failed."
 
 
@@ -218,11 +256,13 @@ ops:
 """
 
 
-def test_malformed_size_expressions_are_refused_at_load_with_kc210(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_malformed_size_expressions_are_refused_at_load_with_kc210(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "kcatalog.yaml").write_text("kcatalog: 1\nbackends: {torch: {description: r}}\npriority: [torch]\n",
-                                            encoding="utf-8")
+    (tmp_path / "kcatalog.yaml").write_text(
+        "kcatalog: 1\nbackends: {torch: {description: r}}\npriority: [torch]\n", encoding="utf-8"
+    )
     (tmp_path / "t.yaml").write_text(MALFORMED, encoding="utf-8")
     catalog, diagnostics = check_catalog([tmp_path])
     assert catalog is None

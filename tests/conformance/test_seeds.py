@@ -83,6 +83,7 @@ def test_case_seeds_are_the_same_in_another_process(hash_seed: str) -> None:
     catalog = kcatalog.load_catalog()
     cases, _ = conformance.plan(catalog, ["layernorm.rms_norm"], device="cpu", base_seed=3)
     env = {**child_env(), "PYTHONHASHSEED": hash_seed}
-    proc = subprocess.run([sys.executable, "-c", PLAN_SEEDS], env=env, capture_output=True, text=True,
-                          timeout=120, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", PLAN_SEEDS], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
     assert proc.stdout.strip() == str([case.seed for case in cases])

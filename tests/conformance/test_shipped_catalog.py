@@ -23,14 +23,16 @@ def interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
     It only works if no Triton kernel was compiled for a GPU earlier in this process.
     """
     compiled_for_gpu = os.environ.get("TRITON_INTERPRET") != "1" and any(
-        name.startswith("kcatalog.kernels.triton") for name in sys.modules)
+        name.startswith("kcatalog.kernels.triton") for name in sys.modules
+    )
     if compiled_for_gpu:
         pytest.skip("Triton kernels were already defined for the GPU in this process; --interpret needs a fresh one")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-def test_whole_shipped_catalog_passes_on_the_cpu_with_triton_interpreted(interpreted: None,
-                                                                         single_threaded: None) -> None:
+def test_whole_shipped_catalog_passes_on_the_cpu_with_triton_interpreted(
+    interpreted: None, single_threaded: None
+) -> None:
     result = run_cli("test", "--device", "cpu", "--interpret", "--seed", str(SEED))
     assert result.code == 0, result.out + result.err
     assert result.err == ""
@@ -52,31 +54,56 @@ def test_whole_shipped_catalog_passes_on_the_cpu_with_triton_interpreted(interpr
         for backend in info.backends:
             if backend == info.reference:
                 continue
-            skipped = {dtype for line in lines if line.startswith(f"note: {op} [{backend}] ")
-                       for dtype in line.split("] ", 1)[1].split(": skipped, ", 1)[0].split(", ")}
+            skipped = {
+                dtype
+                for line in lines
+                if line.startswith(f"note: {op} [{backend}] ")
+                for dtype in line.split("] ", 1)[1].split(": skipped, ", 1)[0].split(", ")
+            }
             assert checked[op, backend] == len(set(info.dtypes) - skipped) * len(size_sets(info.samples)), (
-                op, backend, skipped)
+                op,
+                backend,
+                skipped,
+            )
             if backend == "triton":
                 assert not skipped, op
     assert sum(count for (_, backend), count in checked.items() if backend == "triton") > 0
 
 
 def test_json_output_of_one_op(interpreted: None) -> None:
-    result = run_cli("test", "elementwise.softmax", "--dtype", "float16", "--interpret", "--seed", "5",
-                     "--output-format", "json")
+    result = run_cli(
+        "test", "elementwise.softmax", "--dtype", "float16", "--interpret", "--seed", "5", "--output-format", "json"
+    )
     assert result.code == 0, result.err
     document = json.loads(result.out)
     assert document["seed"] == 5
     assert document["summary"] == {"checks": 12, "failed": 0}
-    assert document["notes"] == ["elementwise.softmax [torch_compile] float16: skipped, runs on cuda >= 7.0, "
-                                 "not cpu; runs on hip, not cpu"]
+    assert document["notes"] == [
+        "elementwise.softmax [torch_compile] float16: skipped, runs on cuda >= 7.0, not cpu; runs on hip, not cpu"
+    ]
     assert {(r["backend"], r["sizes"]) for r in document["results"]} == {
-        (backend, f"T={t} H={h}") for backend in ("aten", "triton") for t in (1, 7, 130) for h in (64, 1000)}
+        (backend, f"T={t} H={h}") for backend in ("aten", "triton") for t in (1, 7, 130) for h in (64, 1000)
+    }
     for r in document["results"]:
-        assert set(r) == {"op", "backend", "dtype", "sizes", "seed", "max_abs_error", "relative_error",
-                          "tolerance", "passed", "message"}
+        assert set(r) == {
+            "op",
+            "backend",
+            "dtype",
+            "sizes",
+            "seed",
+            "max_abs_error",
+            "relative_error",
+            "tolerance",
+            "passed",
+            "message",
+        }
         assert (r["op"], r["dtype"], r["tolerance"], r["passed"], r["message"]) == (
-            "elementwise.softmax", "float16", 2e-3, True, "")
+            "elementwise.softmax",
+            "float16",
+            2e-3,
+            True,
+            "",
+        )
         assert isinstance(r["seed"], int)
         assert 0 < r["relative_error"] <= 2e-3  # float16 rounding shows, within the tolerance
         assert 0 < r["max_abs_error"] < 1

@@ -22,7 +22,7 @@ from conformance_support import Run, Workspace, child_env, declare_op, run_cli, 
 SEED = 7
 MODULE = "kc_conformance_wrong_kernels"
 SINGLE = "kc_conformance_wrong_kernels_single"  # the same kernels, for the tests that write their own catalog
-KERNELS = '''
+KERNELS = """
     import torch
 
 
@@ -70,7 +70,7 @@ KERNELS = '''
 
     def forgets_to_write(x):
         return 2 * x
-'''
+"""
 
 SIZES = ("T=4 H=16", "T=4 H=33")
 SAMPLES = {"sizes": {"T": [4], "H": [16, 33]}, "args": {"x": {"shape": ["T", "H"]}}}
@@ -91,7 +91,7 @@ CAUGHT = {
     # Unwritten CPU memory is whatever malloc hands back: garbage, zeros, NaN. In the first run over this
     # catalog no freed block holds the right answer yet (see test_unwritten_memory_is_always_caught_as_nan).
     ("t.scale2", "unwritten"): r"(relative error \d\.\d{3}e[+-]\d+ > tolerance 1\.0e-05"
-                               r"|\d+ of \d+ elements of 'return' are NaN or Inf \(unwritten or overflowed\))",
+    r"|\d+ of \d+ elements of 'return' are NaN or Inf \(unwritten or overflowed\))",
     ("t.scale2", "mutating"): r"changed 'x', which the op does not declare in mutates",
     ("t.scale2", "nan_output"): r"1 of (64|132) elements of 'return' are NaN or Inf \(unwritten or overflowed\)",
     ("t.scale2", "raising"): r"raised RuntimeError: kernel exploded on purpose",
@@ -106,9 +106,11 @@ def failure_pattern(op: str, backend: str, sizes: str, what: str) -> str:
     The reproduce command may carry more options than op, backend, dtype and seed (see
     test_the_reproduce_command_reproduces), so only those are pinned.
     """
-    return (rf"^FAIL {re.escape(op)} \[{backend}\] float32 {re.escape(sizes)}: {what} "
-            rf"\(seed {SEED}; case seed \d+; reproduce: kcatalog test {re.escape(op)}\b[^()\n]*"
-            rf" --backend {backend}\b[^()\n]* --dtype float32\b[^()\n]* --seed {SEED}\b[^()\n]*\)$")
+    return (
+        rf"^FAIL {re.escape(op)} \[{backend}\] float32 {re.escape(sizes)}: {what} "
+        rf"\(seed {SEED}; case seed \d+; reproduce: kcatalog test {re.escape(op)}\b[^()\n]*"
+        rf" --backend {backend}\b[^()\n]* --dtype float32\b[^()\n]* --seed {SEED}\b[^()\n]*\)$"
+    )
 
 
 class Fixture(NamedTuple):
@@ -122,12 +124,19 @@ def wrong(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fixture]:
     """The throwaway catalog, and `kcatalog test` over it once in each output format."""
     with workspace_at(tmp_path_factory.mktemp("wrong")) as ws:
         ws.module(MODULE, KERNELS)
-        ws.write({
-            "scale2": declare_op(MODULE, SCALE2, samples=SAMPLES),
-            "inplace": declare_op(MODULE, INPLACE, signature="(x: Tensor) -> None", mutates=["x"],
-                                  samples={"sizes": {"T": [4], "H": [16]}, "args": {"x": {"shape": ["T", "H"]}},
-                                           "compare": ["x"]}),
-        }, backends=list(dict.fromkeys([*SCALE2, *INPLACE])))
+        ws.write(
+            {
+                "scale2": declare_op(MODULE, SCALE2, samples=SAMPLES),
+                "inplace": declare_op(
+                    MODULE,
+                    INPLACE,
+                    signature="(x: Tensor) -> None",
+                    mutates=["x"],
+                    samples={"sizes": {"T": [4], "H": [16]}, "args": {"x": {"shape": ["T", "H"]}}, "compare": ["x"]},
+                ),
+            },
+            backends=list(dict.fromkeys([*SCALE2, *INPLACE])),
+        )
         argv = ["test", "--catalog", ws.catalog_dir, "--seed", str(SEED)]
         # The JSON run leaves out the backend that leaves memory unwritten: after the first run, the CPU
         # allocator may hand it a block holding the right answer (test_unwritten_memory_is_always_caught_as_nan).
@@ -155,8 +164,9 @@ def test_cli_exits_1_and_counts_the_failures(wrong: Fixture) -> None:
 def test_cli_catches_the_wrong_backend_with_seed_and_figures(wrong: Fixture, op: str, backend: str) -> None:
     sizes = [s for s in SIZES if op == "t.scale2"] or ["T=4 H=16"]
     for size in sizes:
-        assert re.search(failure_pattern(op, backend, size, CAUGHT[op, backend]), wrong.concise.out, re.M), \
+        assert re.search(failure_pattern(op, backend, size, CAUGHT[op, backend]), wrong.concise.out, re.M), (
             wrong.concise.out
+        )
     rows = [line.split() for line in wrong.concise.out.splitlines() if line.startswith(f"{op} ")]
     assert [row[-1] for row in rows if row[1] == backend] == ["FAIL"] * len(sizes)
 
@@ -184,7 +194,10 @@ def test_cli_json_carries_seed_and_figures_of_failures(wrong: Fixture) -> None:
     assert scaled["message"] == "relative error 1.000e-02 > tolerance 1.0e-05"
     raising = by_backend["t.scale2", "raising", "T=4 H=16"]
     assert (raising["passed"], raising["relative_error"], raising["message"]) == (
-        False, None, "raised RuntimeError: kernel exploded on purpose")
+        False,
+        None,
+        "raised RuntimeError: kernel exploded on purpose",
+    )
     noisy = by_backend["t.scale2", "noisy", "T=4 H=16"]
     assert noisy["passed"] is True and 1e-7 < noisy["relative_error"] < 1e-5
     concise_seeds = set(re.findall(r"case seed (\d+)", wrong.concise.out))
@@ -193,22 +206,30 @@ def test_cli_json_carries_seed_and_figures_of_failures(wrong: Fixture) -> None:
 
 def test_cli_catches_an_output_of_the_wrong_dtype(workspace: Workspace) -> None:
     workspace.module(SINGLE, KERNELS)
-    catalog = workspace.write({"scale2": declare_op(SINGLE, {"torch": "twice", "wrong_dtype": "float64_output"},
-                                                    samples=SAMPLES)}, backends=["torch", "wrong_dtype"])
+    catalog = workspace.write(
+        {"scale2": declare_op(SINGLE, {"torch": "twice", "wrong_dtype": "float64_output"}, samples=SAMPLES)},
+        backends=["torch", "wrong_dtype"],
+    )
     result = run_cli("test", "--catalog", catalog, "--seed", str(SEED))
     assert result.code == 1, result.out
     for size in SIZES:
-        pattern = failure_pattern("t.scale2", "wrong_dtype", size,
-                                  r"output 'return' has dtype float64, expected float32")
+        pattern = failure_pattern(
+            "t.scale2", "wrong_dtype", size, r"output 'return' has dtype float64, expected float32"
+        )
         assert re.search(pattern, result.out, re.M), result.out
 
 
 def test_unwritten_memory_is_always_caught_as_nan(workspace: Workspace) -> None:
     """Whatever the allocator hands back, every unwritten element reads as NaN (and so is counted)."""
     workspace.module(SINGLE, KERNELS)
-    catalog = workspace.write({"scale2": declare_op(SINGLE, {"torch": "twice", "good": "twice",
-                                                             "unwritten": "last_row_unwritten"}, samples=SAMPLES)},
-                              backends=["torch", "good", "unwritten"])
+    catalog = workspace.write(
+        {
+            "scale2": declare_op(
+                SINGLE, {"torch": "twice", "good": "twice", "unwritten": "last_row_unwritten"}, samples=SAMPLES
+            )
+        },
+        backends=["torch", "good", "unwritten"],
+    )
     for _ in range(3):  # later runs find the good backend's outputs, for the same inputs, freed
         result = run_cli("test", "--catalog", catalog, "--seed", str(SEED))
         for size, row in (("T=4 H=16", 16), ("T=4 H=33", 33)):
@@ -240,9 +261,25 @@ def plugin(wrong: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PluginRu
     cwd = tmp_path_factory.mktemp("plugin")
     report = cwd / "report.xml"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--kcatalog", str(wrong.workspace.catalog_dir),
-         "--kcatalog-seed", str(SEED), "-q", f"--junitxml={report}"],
-        cwd=cwd, env=child_env(wrong.workspace.modules_dir), capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--kcatalog",
+            str(wrong.workspace.catalog_dir),
+            "--kcatalog-seed",
+            str(SEED),
+            "-q",
+            f"--junitxml={report}",
+        ],
+        cwd=cwd,
+        env=child_env(wrong.workspace.modules_dir),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert report.exists(), proc.stdout + proc.stderr
     outcomes = {}
     for case in ET.parse(report).getroot().iter("testcase"):
@@ -287,7 +324,22 @@ def test_plugin_and_cli_agree_on_the_same_seed(wrong: Fixture, plugin: PluginRun
 
 def test_plugin_header_shows_the_seed(wrong: Fixture, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--kcatalog", str(wrong.workspace.catalog_dir),
-         "--kcatalog-seed", str(SEED), "--collect-only"],
-        cwd=tmp_path, env=child_env(wrong.workspace.modules_dir), capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--kcatalog",
+            str(wrong.workspace.catalog_dir),
+            "--kcatalog-seed",
+            str(SEED),
+            "--collect-only",
+        ],
+        cwd=tmp_path,
+        env=child_env(wrong.workspace.modules_dir),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert f"kcatalog: base seed {SEED}" in proc.stdout.splitlines(), proc.stdout

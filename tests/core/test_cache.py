@@ -106,8 +106,9 @@ def entries(cache_dir: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("which", ["shipped", "written"])
-def test_a_warm_load_gives_what_a_cold_load_gives(which: str, catalog_dir: Path, load: Callable[..., Catalog],
-                                                  cache_dir: Path) -> None:
+def test_a_warm_load_gives_what_a_cold_load_gives(
+    which: str, catalog_dir: Path, load: Callable[..., Catalog], cache_dir: Path
+) -> None:
     paths = None if which == "shipped" else [catalog_dir]
     cold = load(paths)
     assert cold.cache_status.startswith("miss: no entry yet; written: ")
@@ -119,8 +120,9 @@ def test_a_warm_load_gives_what_a_cold_load_gives(which: str, catalog_dir: Path,
     assert len(entries(cache_dir)) == 1
 
 
-def test_a_warm_load_imports_neither_yaml_nor_pydantic(catalog_dir: Path, load: Callable[..., Catalog],
-                                                       cache_dir: Path) -> None:
+def test_a_warm_load_imports_neither_yaml_nor_pydantic(
+    catalog_dir: Path, load: Callable[..., Catalog], cache_dir: Path
+) -> None:
     load([catalog_dir])
     code = textwrap.dedent(f"""
         import sys, kcatalog
@@ -134,8 +136,9 @@ def test_a_warm_load_imports_neither_yaml_nor_pydantic(catalog_dir: Path, load: 
     assert out.splitlines() == ["[]", "{'T': (1, 7), 'H': (64,)}"]
 
 
-def test_locations_follow_the_working_directory_of_the_warm_load(catalog_dir: Path, load: Callable[..., Catalog],
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_locations_follow_the_working_directory_of_the_warm_load(
+    catalog_dir: Path, load: Callable[..., Catalog], monkeypatch: pytest.MonkeyPatch
+) -> None:
     load([catalog_dir])
     monkeypatch.chdir(catalog_dir)
     warm = load([catalog_dir])
@@ -170,8 +173,9 @@ def test_an_added_or_removed_file_is_seen(catalog_dir: Path, load: Callable[...,
     assert load([catalog_dir]).cache_status.startswith("hit: ")
 
 
-def test_a_change_of_kcatalog_code_or_of_the_parsers_misses(catalog_dir: Path, load: Callable[..., Catalog],
-                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_change_of_kcatalog_code_or_of_the_parsers_misses(
+    catalog_dir: Path, load: Callable[..., Catalog], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     package = tmp_path / "package"
     package.mkdir()
     (package / "_link.py").write_text("# v1\n")
@@ -188,8 +192,9 @@ def test_a_change_of_kcatalog_code_or_of_the_parsers_misses(catalog_dir: Path, l
 # -- checks that depend on this machine or the caller run on every load ----------------------------------
 
 
-def test_targets_are_checked_on_a_warm_load(catalog_dir: Path, load: Callable[..., Catalog], tmp_path: Path,
-                                            kernel_module: Callable[[str, str], str]) -> None:
+def test_targets_are_checked_on_a_warm_load(
+    catalog_dir: Path, load: Callable[..., Catalog], tmp_path: Path, kernel_module: Callable[[str, str], str]
+) -> None:
     module = kernel_module("cache_test_kernels", "def rms_norm(x, weight, eps=1e-6):\n    return x\n")
     norm = catalog_dir / "norm.yaml"
     norm.write_text(NORM.replace("kcatalog.kernels.torch.layernorm", module), encoding="utf-8")
@@ -202,8 +207,8 @@ def test_targets_are_checked_on_a_warm_load(catalog_dir: Path, load: Callable[..
 
 
 def test_target_checks_are_reused_while_their_modules_are_unchanged(
-        catalog_dir: Path, load: Callable[..., Catalog], tmp_path: Path,
-        kernel_module: Callable[[str, str], str]) -> None:
+    catalog_dir: Path, load: Callable[..., Catalog], tmp_path: Path, kernel_module: Callable[[str, str], str]
+) -> None:
     module = kernel_module("cache_test_kernels2", "def rms_norm(x, weight, eps=1e-6):\n    return x\n")
     (catalog_dir / "norm.yaml").write_text(NORM.replace("kcatalog.kernels.torch.layernorm", module))
     load([catalog_dir])
@@ -229,14 +234,18 @@ def test_targets_not_checked_before_are_checked(catalog_dir: Path, load: Callabl
     assert [w.code for w in load([catalog_dir]).warnings] == ["KC303"]
 
 
-@pytest.mark.parametrize(("options", "code"), [
-    ({"require": ["norm.layer_norm"]}, "KC501"),
-    ({"require": {"norm.rms_norm": ["aot"]}}, "KC502"),
-    ({"overrides": "norm.*=aot"}, "KC601"),
-    ({"allowed_modules": ["kcatalog.kernels"]}, "KC305"),
-])
-def test_caller_checks_run_on_a_warm_load(options: dict[str, Any], code: str, catalog_dir: Path,
-                                          load: Callable[..., Catalog]) -> None:
+@pytest.mark.parametrize(
+    ("options", "code"),
+    [
+        ({"require": ["norm.layer_norm"]}, "KC501"),
+        ({"require": {"norm.rms_norm": ["aot"]}}, "KC502"),
+        ({"overrides": "norm.*=aot"}, "KC601"),
+        ({"allowed_modules": ["kcatalog.kernels"]}, "KC305"),
+    ],
+)
+def test_caller_checks_run_on_a_warm_load(
+    options: dict[str, Any], code: str, catalog_dir: Path, load: Callable[..., Catalog]
+) -> None:
     load([catalog_dir])
     with pytest.raises(CatalogError) as caught:
         load([catalog_dir], **options)
@@ -244,8 +253,9 @@ def test_caller_checks_run_on_a_warm_load(options: dict[str, Any], code: str, ca
     assert load([catalog_dir]).cache_status.startswith("hit: ")
 
 
-def test_environment_overrides_are_read_on_a_warm_load(catalog_dir: Path, load: Callable[..., Catalog],
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_overrides_are_read_on_a_warm_load(
+    catalog_dir: Path, load: Callable[..., Catalog], monkeypatch: pytest.MonkeyPatch
+) -> None:
     load([catalog_dir])
     monkeypatch.setenv("KCATALOG_OVERRIDES", "norm.rms_norm=nope")
     with pytest.raises(CatalogError, match="KC601"):
@@ -256,8 +266,9 @@ def test_environment_overrides_are_read_on_a_warm_load(catalog_dir: Path, load: 
     assert warm.select("norm.rms_norm", "cpu").chosen.backend == "vendor"  # type: ignore[union-attr]
 
 
-def test_a_catalog_with_errors_is_never_stored(catalog_dir: Path, load: Callable[..., Catalog],
-                                               cache_dir: Path) -> None:
+def test_a_catalog_with_errors_is_never_stored(
+    catalog_dir: Path, load: Callable[..., Catalog], cache_dir: Path
+) -> None:
     (catalog_dir / "norm.yaml").write_text(NORM.replace("reference: torch", "reference: trition"), encoding="utf-8")
     for _ in range(2):
         with pytest.raises(CatalogError, match="KC204"):
@@ -292,16 +303,20 @@ def _right_key_wrong_data(entry: bytes) -> bytes:  # what a kcatalog with anothe
     return marshal.dumps((key, files, (settings, declared, tuple(op[:5] for op in ops)), targets))
 
 
-@pytest.mark.parametrize(("damage", "reason"), [
-    (lambda entry: b"", "miss: entry unreadable (EOFError: "),
-    (_truncated, "miss: entry unreadable ("),
-    (_garbage, "miss: entry unreadable (ValueError: bad marshal data"),
-    (_wrong_shape, "miss: files or versions changed"),
-    (_other_key, "miss: files or versions changed"),
-    (_right_key_wrong_data, "miss: entry malformed (ValueError: "),
-])
-def test_a_damaged_entry_is_a_recorded_miss(damage: Callable[[bytes], bytes], reason: str, catalog_dir: Path,
-                                           load: Callable[..., Catalog], cache_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda entry: b"", "miss: entry unreadable (EOFError: "),
+        (_truncated, "miss: entry unreadable ("),
+        (_garbage, "miss: entry unreadable (ValueError: bad marshal data"),
+        (_wrong_shape, "miss: files or versions changed"),
+        (_other_key, "miss: files or versions changed"),
+        (_right_key_wrong_data, "miss: entry malformed (ValueError: "),
+    ],
+)
+def test_a_damaged_entry_is_a_recorded_miss(
+    damage: Callable[[bytes], bytes], reason: str, catalog_dir: Path, load: Callable[..., Catalog], cache_dir: Path
+) -> None:
     expected = state(load([catalog_dir]))
     [entry] = entries(cache_dir)
     entry.write_bytes(damage(entry.read_bytes()))
@@ -314,8 +329,9 @@ def test_a_damaged_entry_is_a_recorded_miss(damage: Callable[[bytes], bytes], re
 
 @pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership and permission bits")
 @pytest.mark.parametrize("which", ["directory", "entry"])
-def test_an_entry_others_could_write_is_not_trusted(which: str, catalog_dir: Path, load: Callable[..., Catalog],
-                                                    cache_dir: Path) -> None:
+def test_an_entry_others_could_write_is_not_trusted(
+    which: str, catalog_dir: Path, load: Callable[..., Catalog], cache_dir: Path
+) -> None:
     load([catalog_dir])
     [entry] = entries(cache_dir)
     target = cache_dir if which == "directory" else entry
@@ -327,8 +343,9 @@ def test_an_entry_others_could_write_is_not_trusted(which: str, catalog_dir: Pat
 
 
 @pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership")
-def test_an_entry_of_another_user_is_not_trusted(catalog_dir: Path, load: Callable[..., Catalog], cache_dir: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_entry_of_another_user_is_not_trusted(
+    catalog_dir: Path, load: Callable[..., Catalog], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     load([catalog_dir])
     monkeypatch.setattr(os, "getuid", lambda: os.stat(cache_dir).st_uid + 1)  # as seen by another user
     status = load([catalog_dir]).cache_status
@@ -344,8 +361,9 @@ def test_a_cache_that_cannot_be_written_only_costs_time(catalog_dir: Path, tmp_p
     assert catalog.has("norm.rms_norm")
 
 
-def test_the_environment_chooses_or_disables_the_cache(catalog_dir: Path, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_environment_chooses_or_disables_the_cache(
+    catalog_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     chosen = tmp_path / "chosen"
     monkeypatch.setenv("KCATALOG_CACHE_DIR", str(chosen))
     kcatalog.load_catalog([catalog_dir])
@@ -376,8 +394,9 @@ def test_validation_reads_every_file_by_default(catalog_dir: Path, load: Callabl
     assert catalog is not None and catalog.cache_status == "off: cache=False"
 
 
-def test_two_python_environments_keep_an_entry_each(catalog_dir: Path, load: Callable[..., Catalog],
-                                                    cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_python_environments_keep_an_entry_each(
+    catalog_dir: Path, load: Callable[..., Catalog], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     load([catalog_dir])
     here = sys.prefix
     monkeypatch.setattr(sys, "prefix", "/elsewhere/venv")
@@ -388,8 +407,9 @@ def test_two_python_environments_keep_an_entry_each(catalog_dir: Path, load: Cal
     assert len(entries(cache_dir)) == 2
 
 
-def test_old_entries_are_pruned(catalog_dir: Path, load: Callable[..., Catalog], cache_dir: Path,
-                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_old_entries_are_pruned(
+    catalog_dir: Path, load: Callable[..., Catalog], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(_cache, "MAX_ENTRIES", 3)
     for number in range(5):
         (catalog_dir / f"extra{number}.yaml").write_text(NORM.replace("group: norm", f"group: extra{number}"))
@@ -398,8 +418,10 @@ def test_old_entries_are_pruned(catalog_dir: Path, load: Callable[..., Catalog],
 
 
 def test_processes_loading_at_once_all_succeed(catalog_dir: Path, cache_dir: Path) -> None:
-    code = (f"import kcatalog; c = kcatalog.load_catalog([{str(catalog_dir)!r}], cache={str(cache_dir)!r}); "
-            "print(c.cache_status.split(':')[0], len(c))")
+    code = (
+        f"import kcatalog; c = kcatalog.load_catalog([{str(catalog_dir)!r}], cache={str(cache_dir)!r}); "
+        "print(c.cache_status.split(':')[0], len(c))"
+    )
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(6)]
     outputs = [proc.communicate()[0].strip() for proc in procs]
     assert all(proc.returncode == 0 for proc in procs)

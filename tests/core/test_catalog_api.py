@@ -153,8 +153,10 @@ def test_unknown_op_names_the_available_ones(shipped: Catalog) -> None:
 
 def test_unknown_backend_names_the_available_ones_and_the_declaration(shipped: Catalog) -> None:
     info = shipped.info("layernorm.rms_norm")
-    message = (f"no 'cuda' backend for op 'layernorm.rms_norm' (declared at {info.location}); "
-               f"available: {', '.join(info.backends)}")
+    message = (
+        f"no 'cuda' backend for op 'layernorm.rms_norm' (declared at {info.location}); "
+        f"available: {', '.join(info.backends)}"
+    )
     with pytest.raises(UnknownBackendError) as excinfo:
         shipped.get_backend("layernorm.rms_norm", "cuda")
     assert str(excinfo.value) == message
@@ -167,8 +169,11 @@ def test_lookup_errors_are_key_errors_with_data(small_catalog: Callable[..., Cat
     catalog = small_catalog()
     with pytest.raises(KeyError):
         catalog.get("norm.nope")
-    with pytest.raises(UnknownOpError, match=r"^no op 'norm\.rms_nrom' \(did you mean 'norm\.rms_norm'\?\)\. "
-                                             r"Available: norm\.layer_norm, norm\.rms_norm$") as excinfo:
+    with pytest.raises(
+        UnknownOpError,
+        match=r"^no op 'norm\.rms_nrom' \(did you mean 'norm\.rms_norm'\?\)\. "
+        r"Available: norm\.layer_norm, norm\.rms_norm$",
+    ) as excinfo:
         catalog.info("norm.rms_nrom")
     assert (excinfo.value.op, excinfo.value.available) == ("norm.rms_nrom", ("norm.layer_norm", "norm.rms_norm"))
     with pytest.raises(UnknownOpError, match=r"^no op 'softmax'\. Available: norm\.layer_norm, norm\.rms_norm$"):
@@ -177,16 +182,22 @@ def test_lookup_errors_are_key_errors_with_data(small_catalog: Callable[..., Cat
 
 def test_unknown_backend_is_a_key_error_naming_the_declaration(small_catalog: Callable[..., Catalog]) -> None:
     catalog = small_catalog()
-    with pytest.raises(UnknownBackendError, match=r"^no 'tirton' backend for op 'norm\.rms_norm' "
-                                                  r"\(declared at norm\.yaml:4:3\) \(did you mean 'triton'\?\); "
-                                                  r"available: torch, triton$") as excinfo:
+    with pytest.raises(
+        UnknownBackendError,
+        match=r"^no 'tirton' backend for op 'norm\.rms_norm' "
+        r"\(declared at norm\.yaml:4:3\) \(did you mean 'triton'\?\); "
+        r"available: torch, triton$",
+    ) as excinfo:
         catalog.get_backend("norm.rms_norm", "tirton")
     error = excinfo.value
     assert isinstance(error, KeyError)
     assert (error.op, error.backend, error.available) == ("norm.rms_norm", "tirton", ("torch", "triton"))
     assert error.declared_at == Location("norm.yaml", 4, 3)
-    with pytest.raises(UnknownBackendError, match=r"^no 'aten' backend for op 'norm\.layer_norm' "
-                                                  r"\(declared at norm\.yaml:14:3\); available: torch$"):
+    with pytest.raises(
+        UnknownBackendError,
+        match=r"^no 'aten' backend for op 'norm\.layer_norm' "
+        r"\(declared at norm\.yaml:14:3\); available: torch$",
+    ):
         catalog.get_backend("norm.layer_norm", "aten")
 
 
@@ -202,12 +213,16 @@ def test_a_failed_load_raises_with_every_diagnostic(small_catalog: Callable[...,
 
 
 @pytest.mark.usefixtures("on_cpu")
-def test_kernel_is_imported_on_first_use_and_cached(small_catalog: Callable[..., Catalog],
-                                                    kernel_module: WriteModule) -> None:
-    kernel_module("kc_api_lazy", """\
+def test_kernel_is_imported_on_first_use_and_cached(
+    small_catalog: Callable[..., Catalog], kernel_module: WriteModule
+) -> None:
+    kernel_module(
+        "kc_api_lazy",
+        """\
         def rms_norm(x, weight, eps=1e-6):
             return "lazy"
-    """)
+    """,
+    )
     catalog = small_catalog("kc_api_lazy:rms_norm")
     assert "kc_api_lazy" not in sys.modules
     fn = catalog.kernel("norm.rms_norm", backend="torch")
@@ -218,14 +233,18 @@ def test_kernel_is_imported_on_first_use_and_cached(small_catalog: Callable[...,
 
 
 @pytest.mark.usefixtures("on_cpu")
-def test_a_kernel_that_fails_to_import_names_op_backend_and_target(small_catalog: Callable[..., Catalog],
-                                                                   kernel_module: WriteModule) -> None:
-    kernel_module("kc_api_broken", """\
+def test_a_kernel_that_fails_to_import_names_op_backend_and_target(
+    small_catalog: Callable[..., Catalog], kernel_module: WriteModule
+) -> None:
+    kernel_module(
+        "kc_api_broken",
+        """\
         raise RuntimeError("boom")
 
         def rms_norm(x, weight, eps=1e-6):
             return x
-    """)
+    """,
+    )
     catalog = small_catalog("kc_api_broken:rms_norm")
     expected = r"^cannot load backend 'torch' of op 'norm\.rms_norm' from 'kc_api_broken:rms_norm': RuntimeError: boom$"
     with pytest.raises(KernelImportError, match=expected) as excinfo:
@@ -239,15 +258,22 @@ def test_a_kernel_that_fails_to_import_names_op_backend_and_target(small_catalog
 
 
 @pytest.mark.usefixtures("on_cpu")
-def test_an_attribute_gone_at_import_time_is_a_kernel_import_error(small_catalog: Callable[..., Catalog],
-                                                                   kernel_module: WriteModule) -> None:
-    kernel_module("kc_api_renamed", """\
+def test_an_attribute_gone_at_import_time_is_a_kernel_import_error(
+    small_catalog: Callable[..., Catalog], kernel_module: WriteModule
+) -> None:
+    kernel_module(
+        "kc_api_renamed",
+        """\
         def rms_norm_v2(x, weight, eps=1e-6):
             return x
-    """)
+    """,
+    )
     catalog = small_catalog("kc_api_renamed:rms_norm", check_targets=False)
-    with pytest.raises(KernelImportError, match=r"^cannot load backend 'torch' of op 'norm\.rms_norm' from "
-                                                r"'kc_api_renamed:rms_norm': AttributeError: ") as excinfo:
+    with pytest.raises(
+        KernelImportError,
+        match=r"^cannot load backend 'torch' of op 'norm\.rms_norm' from "
+        r"'kc_api_renamed:rms_norm': AttributeError: ",
+    ) as excinfo:
         catalog.kernel("norm.rms_norm", backend="torch")
     assert isinstance(excinfo.value.__cause__, AttributeError)
 
@@ -277,8 +303,8 @@ print("ok")
 
 def test_loading_imports_no_kernel_and_the_kernel_runs(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KCATALOG_")}
-    result = subprocess.run([sys.executable, "-c", LAZY_LOAD_SCRIPT], capture_output=True, text=True,
-                            cwd=tmp_path, env=env, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", LAZY_LOAD_SCRIPT], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"
-

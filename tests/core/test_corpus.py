@@ -28,36 +28,72 @@ CODE = re.compile(r"^(?:\S+:\d+:\d+: )?(KC\d{3}) ")
 # checked against the clean_minimal case's catalog.
 API_CASES: dict[str, tuple[dict[str, object], dict[str, str], list[str]]] = {
     "require_satisfied": ({"require": ["norm.rms_norm"]}, {}, []),
-    "require_unknown_op_typo": ({"require": ["norm.rms_nrom"]}, {}, [
-        "KC501 required op 'norm.rms_nrom' is not in the catalog (did you mean 'norm.rms_norm'?); "
-        "available: norm.rms_norm",
-    ]),
-    "require_unknown_op": ({"require": ["softmax.softmax"]}, {}, [
-        "KC501 required op 'softmax.softmax' is not in the catalog; available: norm.rms_norm",
-    ]),
-    "require_backend_missing": ({"require": {"norm.rms_norm": ["torch", "triton"]}}, {}, [
-        "norm.yaml:4:3: KC502 required backend 'triton' of op 'norm.rms_norm' is not declared; it has torch",
-    ]),
-    "require_backend_given_as_string": ({"require": {"norm.rms_norm": "triton"}}, {}, [
-        "norm.yaml:4:3: KC502 required backend 'triton' of op 'norm.rms_norm' is not declared; it has torch",
-    ]),
-    "allowed_modules_of_the_caller": ({"allowed_modules": ["kcatalog.kernels.triton"]}, {}, [
-        "norm.yaml:11:17: KC305 target 'kcatalog.kernels.torch.layernorm:rms_norm' is outside the allowed modules "
-        "(allowed_modules: kcatalog.kernels.triton)",
-    ]),
-    "override_unknown_backend": ({"overrides": {"norm.*": "trtion"}}, {}, [
-        "KC601 overrides=: unknown backend 'trtion' (did you mean 'triton'?); known: torch, triton",
-    ]),
-    "override_env_unknown_backends": ({}, {"KCATALOG_OVERRIDES": "norm.*=tirton", "KCATALOG_BACKEND": "aot"}, [
-        "KC601 KCATALOG_OVERRIDES: unknown backend 'tirton' (did you mean 'triton'?); known: torch, triton",
-        "KC601 KCATALOG_BACKEND: unknown backend 'aot'; known: torch, triton",
-    ]),
-    "override_matches_no_op": ({"overrides": "attention.*=torch"}, {}, [
-        "KC602 overrides=: 'attention.*' matches no op; available: norm.rms_norm",
-    ]),
-    "override_malformed": ({"overrides": "norm.rms_norm"}, {}, [
-        "KC603 overrides=: 'norm.rms_norm' is not 'op-or-glob=backend'",
-    ]),
+    "require_unknown_op_typo": (
+        {"require": ["norm.rms_nrom"]},
+        {},
+        [
+            "KC501 required op 'norm.rms_nrom' is not in the catalog (did you mean 'norm.rms_norm'?); "
+            "available: norm.rms_norm",
+        ],
+    ),
+    "require_unknown_op": (
+        {"require": ["softmax.softmax"]},
+        {},
+        [
+            "KC501 required op 'softmax.softmax' is not in the catalog; available: norm.rms_norm",
+        ],
+    ),
+    "require_backend_missing": (
+        {"require": {"norm.rms_norm": ["torch", "triton"]}},
+        {},
+        [
+            "norm.yaml:4:3: KC502 required backend 'triton' of op 'norm.rms_norm' is not declared; it has torch",
+        ],
+    ),
+    "require_backend_given_as_string": (
+        {"require": {"norm.rms_norm": "triton"}},
+        {},
+        [
+            "norm.yaml:4:3: KC502 required backend 'triton' of op 'norm.rms_norm' is not declared; it has torch",
+        ],
+    ),
+    "allowed_modules_of_the_caller": (
+        {"allowed_modules": ["kcatalog.kernels.triton"]},
+        {},
+        [
+            "norm.yaml:11:17: KC305 target 'kcatalog.kernels.torch.layernorm:rms_norm' is outside the allowed modules "
+            "(allowed_modules: kcatalog.kernels.triton)",
+        ],
+    ),
+    "override_unknown_backend": (
+        {"overrides": {"norm.*": "trtion"}},
+        {},
+        [
+            "KC601 overrides=: unknown backend 'trtion' (did you mean 'triton'?); known: torch, triton",
+        ],
+    ),
+    "override_env_unknown_backends": (
+        {},
+        {"KCATALOG_OVERRIDES": "norm.*=tirton", "KCATALOG_BACKEND": "aot"},
+        [
+            "KC601 KCATALOG_OVERRIDES: unknown backend 'tirton' (did you mean 'triton'?); known: torch, triton",
+            "KC601 KCATALOG_BACKEND: unknown backend 'aot'; known: torch, triton",
+        ],
+    ),
+    "override_matches_no_op": (
+        {"overrides": "attention.*=torch"},
+        {},
+        [
+            "KC602 overrides=: 'attention.*' matches no op; available: norm.rms_norm",
+        ],
+    ),
+    "override_malformed": (
+        {"overrides": "norm.rms_norm"},
+        {},
+        [
+            "KC603 overrides=: 'norm.rms_norm' is not 'op-or-glob=backend'",
+        ],
+    ),
 }
 
 
@@ -73,8 +109,12 @@ def expected_lines(case: str) -> list[str]:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_case(case: str, kernel_module: Callable[[str, str], str], monkeypatch: pytest.MonkeyPatch,
-              capsys: pytest.CaptureFixture[str]) -> None:
+def test_case(
+    case: str,
+    kernel_module: Callable[[str, str], str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     directory = CORPUS / case
     for module in directory.glob("*.py"):
         kernel_module(module.stem, module.read_text(encoding="utf-8"))
@@ -107,32 +147,41 @@ def test_corpus_covers_every_code() -> None:
 # Cases that cannot live as a directory in the corpus: a missing path, a 4 MiB file, a symlink.
 
 
-def test_path_that_does_not_exist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_path_that_does_not_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
-    assert validate(capsys, "no_such_dir") == (1, [
-        "KC006 path 'no_such_dir' does not exist",
-        "KC206 no catalog settings file (kcatalog.yaml) among the paths; it declares the known backends, "
-        "their priority and the policy",
-        "Found 2 errors.",
-    ])
+    assert validate(capsys, "no_such_dir") == (
+        1,
+        [
+            "KC006 path 'no_such_dir' does not exist",
+            "KC206 no catalog settings file (kcatalog.yaml) among the paths; it declares the known backends, "
+            "their priority and the policy",
+            "Found 2 errors.",
+        ],
+    )
 
 
-def test_file_over_the_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_file_over_the_size_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "kcatalog.yaml").write_bytes((CORPUS / "clean_minimal" / "kcatalog.yaml").read_bytes())
     with open(tmp_path / "huge.yaml", "wb") as handle:
         handle.truncate(MAX_FILE_BYTES + 1)  # sparse: the size check must come before reading
     monkeypatch.chdir(tmp_path)
-    assert validate(capsys, ".") == (1, [
-        f"huge.yaml:1:1: KC004 file is {MAX_FILE_BYTES + 1} bytes, over the {MAX_FILE_BYTES}-byte limit",
-        "Found 1 error in 1 file.",
-    ])
+    assert validate(capsys, ".") == (
+        1,
+        [
+            f"huge.yaml:1:1: KC004 file is {MAX_FILE_BYTES + 1} bytes, over the {MAX_FILE_BYTES}-byte limit",
+            "Found 1 error in 1 file.",
+        ],
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symlinks on this platform")
-def test_symlink_out_of_the_catalog_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_symlink_out_of_the_catalog_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     catalog = tmp_path / "catalog"
     catalog.mkdir()
     for name in ("kcatalog.yaml", "norm.yaml"):
@@ -141,7 +190,10 @@ def test_symlink_out_of_the_catalog_directory(tmp_path: Path, monkeypatch: pytes
     outside.write_text("kcatalog: 1\n", encoding="utf-8")
     (catalog / "link.yaml").symlink_to(outside)
     monkeypatch.chdir(catalog)
-    assert validate(capsys, ".") == (1, [
-        f"link.yaml:1:1: KC005 symlink leaves the catalog directory (points to '{outside.resolve()}'); refused",
-        "Found 1 error in 1 file.",
-    ])
+    assert validate(capsys, ".") == (
+        1,
+        [
+            f"link.yaml:1:1: KC005 symlink leaves the catalog directory (points to '{outside.resolve()}'); refused",
+            "Found 1 error in 1 file.",
+        ],
+    )

@@ -14,16 +14,26 @@ from kcatalog._jsonschema import render_schemas, shipped_schema_dir, write_schem
 from kcatalog.cli import main
 
 MODELS = sorted(
-    (cls for _, cls in inspect.getmembers(schema, inspect.isclass)
-     if issubclass(cls, pydantic.BaseModel) and cls.__module__ == schema.__name__ and not cls.__name__.startswith("_")),
+    (
+        cls
+        for _, cls in inspect.getmembers(schema, inspect.isclass)
+        if issubclass(cls, pydantic.BaseModel)
+        and cls.__module__ == schema.__name__
+        and not cls.__name__.startswith("_")
+    ),
     key=lambda cls: cls.__name__,
 )
 # The smallest valid instance of each model, as YAML would give it.
 MINIMAL: dict[str, dict[str, object]] = {
     "Capability": {"device": "cuda"},
     "Backend": {"target": "pkg.mod:fn"},
-    "Op": {"description": "d", "signature": "(x: Tensor) -> Tensor", "reference": "torch", "dtypes": ["float32"],
-           "backends": {"torch": {"target": "pkg.mod:fn"}}},
+    "Op": {
+        "description": "d",
+        "signature": "(x: Tensor) -> Tensor",
+        "reference": "torch",
+        "dtypes": ["float32"],
+        "backends": {"torch": {"target": "pkg.mod:fn"}},
+    },
     "OpExtension": {"backends": {"torch": {"target": "pkg.mod:fn"}}},
     "Manifest": {"kcatalog": 1, "group": "norm"},
     "Policy": {},

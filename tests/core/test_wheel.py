@@ -16,13 +16,19 @@ import kcatalog
 
 REPO = Path(__file__).resolve().parents[2]
 # Build from a copy: an in-tree build would write build/ and *.egg-info into the working tree.
-NOT_BUILT = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-                                   ".hypothesis", "tests", "benchmarks")
+NOT_BUILT = shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", "tests", "benchmarks"
+)
 
 
 def pip(*args: str, cwd: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-                            capture_output=True, text=True, cwd=cwd, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -31,8 +37,16 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
     shutil.copytree(REPO, source, symlinks=True, ignore=NOT_BUILT)
-    pip("wheel", "--no-deps", "--no-build-isolation", "--quiet", "--wheel-dir", str(root / "dist"), str(source),
-        cwd=root)
+    pip(
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--quiet",
+        "--wheel-dir",
+        str(root / "dist"),
+        str(source),
+        cwd=root,
+    )
     [built] = (root / "dist").glob("kcatalog-*.whl")
     return built
 
@@ -46,8 +60,11 @@ def site(wheel: Path) -> Path:
 
 def packaged(wheel: Path, folder: str, suffix: str) -> set[str]:
     with zipfile.ZipFile(wheel) as archive:
-        return {Path(name).name for name in archive.namelist()
-                if name.startswith(f"kcatalog/{folder}/") and name.endswith(suffix)}
+        return {
+            Path(name).name
+            for name in archive.namelist()
+            if name.startswith(f"kcatalog/{folder}/") and name.endswith(suffix)
+        }
 
 
 def test_wheel_ships_every_manifest(wheel: Path) -> None:
@@ -76,8 +93,9 @@ def python_in(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run python with only the installed wheel's kcatalog importable, from a directory outside the repo."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KCATALOG_")}
     env["PYTHONPATH"] = str(site)
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=site.parent, env=env,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, cwd=site.parent, env=env, timeout=120
+    )
 
 
 def test_installed_wheel_loads_its_shipped_catalog(site: Path) -> None:

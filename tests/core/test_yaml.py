@@ -29,8 +29,16 @@ def problem(text: str) -> str:
 
 def test_plain_scalars_keep_their_yaml_types() -> None:
     text = "s: text\ni: 0x1F\nf: 1.5e-3\nb: true\nn: ~\nq: '8.0'\nd: 2024-01-01\neq: {=: 1}\n"
-    assert data(text) == {"s": "text", "i": 31, "f": 1.5e-3, "b": True, "n": None, "q": "8.0",
-                          "d": "2024-01-01", "eq": {"=": 1}}
+    assert data(text) == {
+        "s": "text",
+        "i": 31,
+        "f": 1.5e-3,
+        "b": True,
+        "n": None,
+        "q": "8.0",
+        "d": "2024-01-01",
+        "eq": {"=": 1},
+    }
 
 
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n...\n"])
@@ -42,24 +50,32 @@ def test_explicit_document_markers_are_one_document() -> None:
     assert data("---\na: 1\n...\n") == {"a": 1}
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("a: 1\nb: 2\na: 3\n", "m.yaml:3:1: KC002 duplicate key 'a' (first defined at line 1, column 1)"),
-    ("ops:\n  x:\n    d: 1\n    d: 2\n", "m.yaml:4:5: KC002 duplicate key 'd' (first defined at line 3, column 5)"),
-    ("{a: 1, b: 2, a: 3}", "m.yaml:1:14: KC002 duplicate key 'a' (first defined at line 1, column 2)"),
-    ("1: a\n0x1: b\n", "m.yaml:2:1: KC002 duplicate key '1' (first defined at line 1, column 1)"),
-], ids=["top-level", "nested", "flow", "same-int-spelled-twice"])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a: 1\nb: 2\na: 3\n", "m.yaml:3:1: KC002 duplicate key 'a' (first defined at line 1, column 1)"),
+        ("ops:\n  x:\n    d: 1\n    d: 2\n", "m.yaml:4:5: KC002 duplicate key 'd' (first defined at line 3, column 5)"),
+        ("{a: 1, b: 2, a: 3}", "m.yaml:1:14: KC002 duplicate key 'a' (first defined at line 1, column 2)"),
+        ("1: a\n0x1: b\n", "m.yaml:2:1: KC002 duplicate key '1' (first defined at line 1, column 1)"),
+    ],
+    ids=["top-level", "nested", "flow", "same-int-spelled-twice"],
+)
 def test_duplicate_keys_are_refused(text: str, expected: str) -> None:
     assert problem(text) == expected
 
 
-@pytest.mark.parametrize(("text", "tag"), [
-    ("a: !!python/object/apply:os.system [ls]\n", "!!python/object/apply:os.system"),
-    ("a: !!python/name:os.system ''\n", "!!python/name:os.system"),
-    ("a: !include other.yaml\n", "!include"),
-    ("a: !!binary aGVsbG8=\n", "!!binary"),
-    ("a: !!set {x, y}\n", "!!set"),
-    ("a: !!timestamp 2024-01-01\n", "!!timestamp"),
-], ids=["python-apply", "python-name", "custom", "binary", "set", "timestamp"])
+@pytest.mark.parametrize(
+    ("text", "tag"),
+    [
+        ("a: !!python/object/apply:os.system [ls]\n", "!!python/object/apply:os.system"),
+        ("a: !!python/name:os.system ''\n", "!!python/name:os.system"),
+        ("a: !include other.yaml\n", "!include"),
+        ("a: !!binary aGVsbG8=\n", "!!binary"),
+        ("a: !!set {x, y}\n", "!!set"),
+        ("a: !!timestamp 2024-01-01\n", "!!timestamp"),
+    ],
+    ids=["python-apply", "python-name", "custom", "binary", "set", "timestamp"],
+)
 def test_tags_beyond_plain_yaml_are_refused(text: str, tag: str) -> None:
     assert problem(text) == f"m.yaml:1:4: KC003 unsupported YAML tag '{tag}'; manifests are plain YAML"
 
@@ -68,16 +84,26 @@ def test_plain_tags_are_allowed() -> None:
     assert data("a: !!str 5\nb: !!int '7'\nc: !!float 1\n") == {"a": "5", "b": 7, "c": 1.0}
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("base: &b {x: 1}\nitem:\n  <<: *b\n",
-     "m.yaml:3:3: KC003 merge keys ('<<') are not supported; write the fields out"),
-    ("a: 1\n---\nb: 2\n", "m.yaml:2:1: KC003 multiple YAML documents in one file; a manifest is one document"),
-    ("? [a, b]\n: 1\n", "m.yaml:1:3: KC003 mapping keys must be scalars"),
-    ("a:\n\tb: 1\n",
-     "m.yaml:2:1: KC001 YAML syntax error: tab character where YAML expects indentation; indent with spaces"),
-    ("a: [1, 2\n",
-     "m.yaml:2:1: KC001 YAML syntax error: did not find expected ',' or ']' while parsing a flow sequence"),
-], ids=["merge-key", "two-documents", "list-as-key", "tab", "unclosed-flow"])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "base: &b {x: 1}\nitem:\n  <<: *b\n",
+            "m.yaml:3:3: KC003 merge keys ('<<') are not supported; write the fields out",
+        ),
+        ("a: 1\n---\nb: 2\n", "m.yaml:2:1: KC003 multiple YAML documents in one file; a manifest is one document"),
+        ("? [a, b]\n: 1\n", "m.yaml:1:3: KC003 mapping keys must be scalars"),
+        (
+            "a:\n\tb: 1\n",
+            "m.yaml:2:1: KC001 YAML syntax error: tab character where YAML expects indentation; indent with spaces",
+        ),
+        (
+            "a: [1, 2\n",
+            "m.yaml:2:1: KC001 YAML syntax error: did not find expected ',' or ']' while parsing a flow sequence",
+        ),
+    ],
+    ids=["merge-key", "two-documents", "list-as-key", "tab", "unclosed-flow"],
+)
 def test_structure_problems(text: str, expected: str) -> None:
     assert problem(text) == expected
 
@@ -115,13 +141,16 @@ def test_nesting_up_to_the_limit_is_accepted(kind: str) -> None:
     assert isinstance(parse_yaml("m.yaml", nested(kind, MAX_DEPTH)), ParsedFile)
 
 
-@pytest.mark.parametrize("kind", [
-    # The depth check counts from 0 and only runs for non-string nodes: 65 levels pass unless an int leaf
-    # makes a 66th.
-    "list",
-    "map-int-leaf",
-    "map-str-leaf",
-])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        # The depth check counts from 0 and only runs for non-string nodes: 65 levels pass unless an int leaf
+        # makes a 66th.
+        "list",
+        "map-int-leaf",
+        "map-str-leaf",
+    ],
+)
 def test_nesting_beyond_the_limit_is_refused(kind: str) -> None:
     assert f"KC004 nested deeper than {MAX_DEPTH} levels" in problem(nested(kind, MAX_DEPTH + 1))
 
@@ -150,7 +179,8 @@ def test_problem_positions_are_one_based() -> None:
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 documents = st.recursive(
-    scalars, lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
     max_leaves=20,
 )
 

@@ -32,20 +32,33 @@ class Catalogs:
         self.root = root
 
     @staticmethod
-    def op(backends: Mapping[str, str | Mapping[str, Any]], *, signature: str = "(x: Tensor) -> Tensor",
-           dtypes: Sequence[str] = ("float32",), reference: str | None = None) -> dict[str, Any]:
+    def op(
+        backends: Mapping[str, str | Mapping[str, Any]],
+        *,
+        signature: str = "(x: Tensor) -> Tensor",
+        dtypes: Sequence[str] = ("float32",),
+        reference: str | None = None,
+    ) -> dict[str, Any]:
         """An op declaration; a backend given as a plain string is just its target."""
         return {
             "description": "a throwaway op",
             "signature": signature,
             "reference": reference or next(iter(backends)),
             "dtypes": list(dtypes),
-            "backends": {name: {"target": spec} if isinstance(spec, str) else dict(spec)
-                         for name, spec in backends.items()},
+            "backends": {
+                name: {"target": spec} if isinstance(spec, str) else dict(spec) for name, spec in backends.items()
+            },
         }
 
-    def write(self, name: str, ops: Mapping[str, Mapping[str, Any]], *, backends: Sequence[str],
-              priority: Sequence[str] | None = None, group: str = "g") -> Path:
+    def write(
+        self,
+        name: str,
+        ops: Mapping[str, Mapping[str, Any]],
+        *,
+        backends: Sequence[str],
+        priority: Sequence[str] | None = None,
+        group: str = "g",
+    ) -> Path:
         """A directory `name` holding kcatalog.yaml and one manifest `<group>.yaml`."""
         directory = self.root / name
         directory.mkdir(parents=True)

@@ -111,8 +111,9 @@ def test_loads_of_the_shipped_catalog_racing_in_16_threads_agree() -> None:
     assert gc.isenabled()  # each load pauses the cyclic collector; overlapping loads must not leave it off
 
 
-def test_first_calls_of_kernels_and_handles_racing_in_16_threads_agree(catalogs: Catalogs, modules: Modules,
-                                                                       imports: list[str]) -> None:
+def test_first_calls_of_kernels_and_handles_racing_in_16_threads_agree(
+    catalogs: Catalogs, modules: Modules, imports: list[str]
+) -> None:
     torch = pytest.importorskip("torch")
     names = [modules.module(f"kc_hard_op{i}", GOOD.replace('"good"', f'"op{i}"')) for i in range(4)]
     ops = {f"op{i}": catalogs.op({"only": f"{name}:kernel"}) for i, name in enumerate(names)}
@@ -134,7 +135,9 @@ def test_first_calls_of_kernels_and_handles_racing_in_16_threads_agree(catalogs:
 
 
 @pytest.fixture(params=["at-once", "half-way", "half-way-in-a-package"])
-def broken(request: pytest.FixtureRequest, catalogs: Catalogs, modules: Modules, imports: list[str]) -> tuple[Path, str]:
+def broken(
+    request: pytest.FixtureRequest, catalogs: Catalogs, modules: Modules, imports: list[str]
+) -> tuple[Path, str]:
     """A catalog where g.op's first-ranked backend 'broken' raises on import, and 'good' works; and the broken
     module's name."""
     if request.param == "half-way-in-a-package":
@@ -156,9 +159,9 @@ def _assert_not_left_behind(name: str) -> None:
 
 
 @pytest.mark.parametrize("via", ["kernel", "handle"])
-def test_racing_first_calls_fall_back_past_a_broken_import_alike(via: str, broken: tuple[Path, str],
-                                                                 imports: list[str],
-                                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_racing_first_calls_fall_back_past_a_broken_import_alike(
+    via: str, broken: tuple[Path, str], imports: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
     torch = pytest.importorskip("torch")
     directory, name = broken
     catalog = kcatalog.load_catalog([directory])
@@ -190,8 +193,7 @@ def kernel(*args, **kwargs):
 """
 
 
-def test_racing_first_calls_run_a_failing_import_once(catalogs: Catalogs, modules: Modules,
-                                                      imports: list[str]) -> None:
+def test_racing_first_calls_run_a_failing_import_once(catalogs: Catalogs, modules: Modules, imports: list[str]) -> None:
     name = modules.module("kc_hard_slow_broken", SLOW_TO_FAIL)
     modules.module("kc_hard_good", GOOD)
     op = catalogs.op({"broken": f"{name}:kernel", "good": "kc_hard_good:kernel"}, reference="good")
@@ -210,7 +212,10 @@ def test_racing_first_calls_of_a_strict_catalog_all_raise(broken: tuple[Path, st
             catalog.kernel("g.op")
         return str(info.value)
 
-    assert race([first_call] * THREADS) == [f"cannot load backend 'broken' of op 'g.op' from '{name}:kernel': {FAILURE}"] * THREADS
+    assert (
+        race([first_call] * THREADS)
+        == [f"cannot load backend 'broken' of op 'g.op' from '{name}:kernel': {FAILURE}"] * THREADS
+    )
     _assert_not_left_behind(name)
     assert catalog.select("g.op", "cpu").chosen.backend == "broken"  # type: ignore[union-attr]  # not recorded
 
@@ -244,15 +249,20 @@ def flaky(catalogs: Catalogs, modules: Modules, imports: list[str], tmp_path: Pa
 def test_strict_a_failed_import_is_not_cached_and_is_retried(flaky: tuple[Path, Path], imports: list[str]) -> None:
     directory, flag = flaky
     catalog = kcatalog.load_catalog([directory], strict=True)
-    with pytest.raises(KernelImportError, match=r"^cannot load backend 'flaky' of op 'g\.op' from "
-                                                rf"'kc_hard_flaky:kernel': {FLAKY_FAILURE}$"):
+    with pytest.raises(
+        KernelImportError,
+        match=r"^cannot load backend 'flaky' of op 'g\.op' from "
+        rf"'kc_hard_flaky:kernel': {FLAKY_FAILURE}$",
+    ):
         catalog.kernel("g.op")
     _assert_not_left_behind("kc_hard_flaky")
     flag.touch()  # the fix
     assert catalog.kernel("g.op")() == "flaky"
     assert catalog.kernel("g.op")() == "flaky"
     assert imports == ["kc_hard_flaky", "kc_hard_flaky"]  # one failed import, one that worked, then cached
-    assert catalog.select("g.op", "cpu").rejected == (Rejected("good", "ranked below flaky by catalog default priority"),)
+    assert catalog.select("g.op", "cpu").rejected == (
+        Rejected("good", "ranked below flaky by catalog default priority"),
+    )
 
 
 def test_a_failed_import_is_skipped_for_the_catalogs_lifetime(flaky: tuple[Path, Path], imports: list[str]) -> None:
@@ -268,8 +278,11 @@ def test_a_failed_import_is_skipped_for_the_catalogs_lifetime(flaky: tuple[Path,
     assert catalog.resolve("g.op", "cpu")() == "good"
     assert catalog.op("g.op")(torch.zeros(2)) == "good"
     assert catalog.select("g.op", "cpu").rejected == (recorded,)
-    with pytest.raises(NoEligibleBackendError, match=rf"^no backend of op 'g\.op' can run on \S+: flaky: "
-                                                     rf"import failed on first use: {FLAKY_FAILURE}$"):
+    with pytest.raises(
+        NoEligibleBackendError,
+        match=rf"^no backend of op 'g\.op' can run on \S+: flaky: "
+        rf"import failed on first use: {FLAKY_FAILURE}$",
+    ):
         catalog.kernel("g.op", backend="flaky")
     assert imports == ["kc_hard_flaky", "kc_hard_good"]  # ... without trying the import again
     fresh = kcatalog.load_catalog([directory])  # ... and a new load retries it

@@ -28,13 +28,24 @@ from hypothesis import strategies as st
 from kcatalog import CatalogError, check_catalog, load_catalog
 
 REPO = Path(__file__).resolve().parents[2]
-CLEAN_CORPUS_CASES = ["clean_minimal", "clean_extends_other_group", "anchors_and_aliases_ok", "clean_utf8_bom",
-                      "yml_suffix", "op_priority_names_extension_backend"]
+CLEAN_CORPUS_CASES = [
+    "clean_minimal",
+    "clean_extends_other_group",
+    "anchors_and_aliases_ok",
+    "clean_utf8_bom",
+    "yml_suffix",
+    "op_priority_names_extension_backend",
+]
 SEEDS: dict[str, dict[str, bytes]] = {
     "shipped": {path.name: path.read_bytes() for path in sorted((REPO / "catalog").glob("*.yaml"))},
-    **{case: {path.name: path.read_bytes() for path in sorted((REPO / "tests" / "corpus" / case).iterdir())
-              if path.suffix in (".yaml", ".yml")}
-       for case in CLEAN_CORPUS_CASES},
+    **{
+        case: {
+            path.name: path.read_bytes()
+            for path in sorted((REPO / "tests" / "corpus" / case).iterdir())
+            if path.suffix in (".yaml", ".yml")
+        }
+        for case in CLEAN_CORPUS_CASES
+    },
 }
 SCALE = float(os.environ.get("KCATALOG_FUZZ_SCALE", "1"))
 Files = dict[str, bytes]  # path relative to the catalog directory -> contents
@@ -43,18 +54,73 @@ Draw = Callable[[st.SearchStrategy[Any]], Any]
 
 def fuzz(count: int) -> settings:
     """Hypothesis settings for `count` examples (times KCATALOG_FUZZ_SCALE); every example writes files."""
-    return settings(max_examples=max(1, int(count * SCALE)), deadline=None, print_blob=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.filter_too_much])
+    return settings(
+        max_examples=max(1, int(count * SCALE)),
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )
 
 
 # -- text mutations -----------------------------------------------------------------------------------------------
 
-YAML_SYNTAX = ["&a ", "*a", "*a :", "? ", "- ", "-", "[", "]", "{", "}", ": ", ":", ", ", "#", "'", '"', "|\n",
-               ">-\n", "!!str ", "!!int ", "!!float ", "!!bool ", "!!null ", "!!map ", "!!seq ", "!local ", "~",
-               "<<: ", "---\n", "...\n", "%YAML 1.1\n", "%TAG ! tag:x,2024:\n", "\t", "\n", "\r\n", "\r", "  ",
-               "\\", "\\x00", "\u2028", "\x85", "\ufeff", "null", "true", "yes", "1e400", ".nan", "0x1F", "0o17",
-               "1:30", "2024-01-01", "=", "%", "@", "`"]
+YAML_SYNTAX = [
+    "&a ",
+    "*a",
+    "*a :",
+    "? ",
+    "- ",
+    "-",
+    "[",
+    "]",
+    "{",
+    "}",
+    ": ",
+    ":",
+    ", ",
+    "#",
+    "'",
+    '"',
+    "|\n",
+    ">-\n",
+    "!!str ",
+    "!!int ",
+    "!!float ",
+    "!!bool ",
+    "!!null ",
+    "!!map ",
+    "!!seq ",
+    "!local ",
+    "~",
+    "<<: ",
+    "---\n",
+    "...\n",
+    "%YAML 1.1\n",
+    "%TAG ! tag:x,2024:\n",
+    "\t",
+    "\n",
+    "\r\n",
+    "\r",
+    "  ",
+    "\\",
+    "\\x00",
+    "\u2028",
+    "\x85",
+    "\ufeff",
+    "null",
+    "true",
+    "yes",
+    "1e400",
+    ".nan",
+    "0x1F",
+    "0o17",
+    "1:30",
+    "2024-01-01",
+    "=",
+    "%",
+    "@",
+    "`",
+]
 KEY_LINE = re.compile(rb"^[ \t]*(?:- )?[A-Za-z_\"'][^:\n]*:(?:[ \t]|$)", re.MULTILINE)
 
 
@@ -67,11 +133,13 @@ def insert(draw: Draw, files: Files) -> Files:
     name = draw(st.sampled_from(sorted(files)))
     data = files[name]
     at = draw(st.integers(0, len(data)))
-    inserted = draw(st.one_of(
-        st.binary(min_size=1, max_size=6),
-        st.text(min_size=1, max_size=6).map(str.encode),
-        st.sampled_from(YAML_SYNTAX).map(str.encode),
-    ))
+    inserted = draw(
+        st.one_of(
+            st.binary(min_size=1, max_size=6),
+            st.text(min_size=1, max_size=6).map(str.encode),
+            st.sampled_from(YAML_SYNTAX).map(str.encode),
+        )
+    )
     return {**files, name: data[:at] + inserted + data[at:]}
 
 
@@ -83,7 +151,7 @@ def duplicate_key_line(draw: Draw, files: Files) -> Files:
     line = draw(st.sampled_from(lines))
     end = files[name].find(b"\n", line.end())
     end = len(files[name]) if end < 0 else end + 1
-    copied = files[name][line.start():end]
+    copied = files[name][line.start() : end]
     where = draw(st.sampled_from([line.start(), end]))  # right before or right after itself
     return {**files, name: files[name][:where] + copied.rstrip(b"\n") + b"\n" + files[name][where:]}
 
@@ -107,14 +175,14 @@ def typo(draw: Draw, word: str) -> str:
     i = draw(st.integers(0, len(word) - 1))
     kind = draw(st.sampled_from(["drop", "double", "swap", "replace", "case"]))
     if kind == "drop":
-        return word[:i] + word[i + 1:]
+        return word[:i] + word[i + 1 :]
     if kind == "double":
         return word[:i] + word[i] + word[i:]
     if kind == "swap" and i + 1 < len(word):
-        return word[:i] + word[i + 1] + word[i] + word[i + 2:]
+        return word[:i] + word[i + 1] + word[i] + word[i + 2 :]
     if kind == "case":
         return word.swapcase()
-    return word[:i] + draw(st.sampled_from(string.ascii_lowercase + "_-. ")) + word[i + 1:]
+    return word[:i] + draw(st.sampled_from(string.ascii_lowercase + "_-. ")) + word[i + 1 :]
 
 
 def paths(document: Any) -> list[tuple[Any, ...]]:
@@ -127,7 +195,7 @@ def paths(document: Any) -> list[tuple[Any, ...]]:
         if not isinstance(node, (dict, list)) or id(node) in seen:
             continue
         seen.add(id(node))
-        for key, value in (node.items() if isinstance(node, dict) else enumerate(node)):
+        for key, value in node.items() if isinstance(node, dict) else enumerate(node):
             found.append((*path, key))
             stack.append(((*path, key), value))
     return found
@@ -262,8 +330,7 @@ def check_behaves(directory: Path, *, check_targets: bool) -> None:
         path = (Path.cwd() / location.path).resolve()
         assert path in files, f"{diagnostic} names no catalog file"
         assert location.line >= 1 and location.col >= 1, str(diagnostic)
-        assert location.line <= lines_in(files[path].read_bytes()), \
-            f"{diagnostic}: past the end of the file"
+        assert location.line <= lines_in(files[path].read_bytes()), f"{diagnostic}: past the end of the file"
     try:
         loaded = load_catalog([directory], check_targets=check_targets)
     except CatalogError as exc:
@@ -275,13 +342,18 @@ def check_behaves(directory: Path, *, check_targets: bool) -> None:
     event("refused" if catalog is None else "accepted")
 
 
-@pytest.mark.parametrize("mutation", TEXT_MUTATIONS + STRUCTURE_MUTATIONS + FILE_MUTATIONS,
-                         ids=lambda mutation: mutation.__name__)
+@pytest.mark.parametrize(
+    "mutation", TEXT_MUTATIONS + STRUCTURE_MUTATIONS + FILE_MUTATIONS, ids=lambda mutation: mutation.__name__
+)
 def test_every_mutation_changes_catalogs(mutation: Callable[[Draw, Files], Files]) -> None:
     seeds = list(SEEDS.values())
-    find(mutants([mutation], most=1), lambda files: files not in seeds,
-         settings=settings(max_examples=50, database=None, phases=[Phase.generate],
-                           suppress_health_check=list(HealthCheck)))
+    find(
+        mutants([mutation], most=1),
+        lambda files: files not in seeds,
+        settings=settings(
+            max_examples=50, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)
+        ),
+    )
 
 
 def test_seeds_are_clean(tmp_path: Path) -> None:
@@ -302,14 +374,15 @@ def test_text_mutants_never_crash(files: Files, check_targets: bool, directories
 
 @fuzz(900)
 @given(files=mutants(STRUCTURE_MUTATIONS), check_targets=st.sampled_from([False] * 7 + [True]))
-def test_structure_mutants_never_crash(files: Files, check_targets: bool,
-                                       directories: Callable[[Files], Path]) -> None:
+def test_structure_mutants_never_crash(files: Files, check_targets: bool, directories: Callable[[Files], Path]) -> None:
     check_behaves(directories(files), check_targets=check_targets)
 
 
 @fuzz(400)
-@given(files=mutants(TEXT_MUTATIONS + STRUCTURE_MUTATIONS + FILE_MUTATIONS, most=4),
-       check_targets=st.sampled_from([False] * 7 + [True]))
+@given(
+    files=mutants(TEXT_MUTATIONS + STRUCTURE_MUTATIONS + FILE_MUTATIONS, most=4),
+    check_targets=st.sampled_from([False] * 7 + [True]),
+)
 def test_mixed_mutants_never_crash(files: Files, check_targets: bool, directories: Callable[[Files], Path]) -> None:
     check_behaves(directories(files), check_targets=check_targets)
 
@@ -317,12 +390,17 @@ def test_mixed_mutants_never_crash(files: Files, check_targets: bool, directorie
 # -- what the fuzzer found, as plain tests ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "where"), [
-    ("kcatalog: 1\nb", "2:2"),
-    ("kcatalog: 1\nbackends: [torch", "2:17"),
-], ids=["plain-key", "unclosed-flow"])
-def test_a_problem_at_the_end_of_the_file_points_inside_it(text: str, where: str, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("kcatalog: 1\nb", "2:2"),
+        ("kcatalog: 1\nbackends: [torch", "2:17"),
+    ],
+    ids=["plain-key", "unclosed-flow"],
+)
+def test_a_problem_at_the_end_of_the_file_points_inside_it(
+    text: str, where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "kcatalog.yaml").write_text(text, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     catalog, diagnostics = check_catalog(["."])

@@ -34,8 +34,10 @@ QUICK_S = 1.0
 SMALL_BYTES = 50 * 1024 * 1024
 NODES_EXCEEDED = rf"KC004 more than {MAX_NODES} nodes after alias expansion"
 # A parser-level refusal of very deep nesting: libyaml's own limit (KC001) or Python's recursion limit (KC004).
-TOO_DEEP_FOR_THE_PARSER = (r"(KC001 YAML syntax error: exceeded maximum nesting depth while increasing (flow|block) level"
-                           rf"|KC004 nesting deeper than the parser can follow \(limit {MAX_DEPTH}\))")
+TOO_DEEP_FOR_THE_PARSER = (
+    r"(KC001 YAML syntax error: exceeded maximum nesting depth while increasing (flow|block) level"
+    rf"|KC004 nesting deeper than the parser can follow \(limit {MAX_DEPTH}\))"
+)
 
 
 def laughs(levels: int = 9, width: int = 10) -> str:
@@ -63,37 +65,58 @@ CASES: dict[str, Case] = {
     "billion-laughs": Case(laughs(), rf"^{HOSTILE}:\d+:\d+: {NODES_EXCEEDED}$"),
     "quadratic-blowup": Case(quadratic(), rf"^{HOSTILE}:3:6: {NODES_EXCEEDED}$"),
     "recursive-alias": Case(HEAD + "x: &a [*a]\n", rf"^{HOSTILE}:3:4: KC004 nested deeper than {MAX_DEPTH} levels$"),
-    "nested-100": Case(HEAD + "x: " + "[" * 100 + "]" * 100 + "\n",
-                       rf"^{HOSTILE}:3:\d+: KC004 nested deeper than {MAX_DEPTH} levels$"),
-    "nested-10000-flow-sequences": Case(HEAD + "x: " + "[" * 10_000 + "]" * 10_000 + "\n",
-                                        rf"^{HOSTILE}:3:\d+: {TOO_DEEP_FOR_THE_PARSER}$"),
+    "nested-100": Case(
+        HEAD + "x: " + "[" * 100 + "]" * 100 + "\n", rf"^{HOSTILE}:3:\d+: KC004 nested deeper than {MAX_DEPTH} levels$"
+    ),
+    "nested-10000-flow-sequences": Case(
+        HEAD + "x: " + "[" * 10_000 + "]" * 10_000 + "\n", rf"^{HOSTILE}:3:\d+: {TOO_DEEP_FOR_THE_PARSER}$"
+    ),
     "nested-10000-unclosed": Case(HEAD + "x: " + "[" * 10_000 + "\n", rf"^{HOSTILE}:3:\d+: {TOO_DEEP_FOR_THE_PARSER}$"),
-    "nested-10000-flow-mappings": Case(HEAD + "x: " + "{a: " * 10_000 + "}" * 10_000 + "\n",
-                                       rf"^{HOSTILE}:3:\d+: {TOO_DEEP_FOR_THE_PARSER}$"),
-    "nested-10000-block-sequences": Case(HEAD + "x:\n  " + "- " * 10_000 + "x\n",
-                                         rf"^{HOSTILE}:4:\d+: {TOO_DEEP_FOR_THE_PARSER}$"),
-    "python-object-apply": Case(HEAD + "ops: !!python/object/apply:os.system [touch MARKER]\n",
-                                rf"^{HOSTILE}:3:6: KC003 unsupported YAML tag '!!python/object/apply:os\.system'; "
-                                r"manifests are plain YAML$"),
-    "python-object-new": Case(HEAD + "ops: !!python/object/new:os.system [touch MARKER]\n",
-                              rf"^{HOSTILE}:3:6: KC003 unsupported YAML tag '!!python/object/new:os\.system'; "
-                              r"manifests are plain YAML$"),
+    "nested-10000-flow-mappings": Case(
+        HEAD + "x: " + "{a: " * 10_000 + "}" * 10_000 + "\n", rf"^{HOSTILE}:3:\d+: {TOO_DEEP_FOR_THE_PARSER}$"
+    ),
+    "nested-10000-block-sequences": Case(
+        HEAD + "x:\n  " + "- " * 10_000 + "x\n", rf"^{HOSTILE}:4:\d+: {TOO_DEEP_FOR_THE_PARSER}$"
+    ),
+    "python-object-apply": Case(
+        HEAD + "ops: !!python/object/apply:os.system [touch MARKER]\n",
+        rf"^{HOSTILE}:3:6: KC003 unsupported YAML tag '!!python/object/apply:os\.system'; "
+        r"manifests are plain YAML$",
+    ),
+    "python-object-new": Case(
+        HEAD + "ops: !!python/object/new:os.system [touch MARKER]\n",
+        rf"^{HOSTILE}:3:6: KC003 unsupported YAML tag '!!python/object/new:os\.system'; "
+        r"manifests are plain YAML$",
+    ),
     "python-exec-in-nested-value": Case(
         HEAD + "ops:\n  op:\n    description: !!python/object/apply:builtins.exec\n"
         "      - \"open('MARKER', 'w').close()\"\n",
-        rf"^{HOSTILE}:5:18: KC003 unsupported YAML tag '!!python/object/apply:builtins\.exec'; manifests are plain YAML$"),
-    "python-tag-on-a-key": Case(HEAD + "? !!python/object/apply:os.system [touch MARKER]\n: x\n",
-                                rf"^{HOSTILE}:3:3: KC003 unsupported YAML tag '!!python/object/apply:os\.system'; "
-                                r"manifests are plain YAML$"),
-    "python-name": Case(HEAD + "ops: !!python/name:os.system ''\n",
-                        rf"^{HOSTILE}:3:6: KC003 unsupported YAML tag '!!python/name:os\.system'; manifests are plain YAML$"),
-    "python-module": Case(HEAD + "ops: !!python/module:os ''\n",
-                          rf"^{HOSTILE}:3:6: KC003 unsupported YAML tag '!!python/module:os'; manifests are plain YAML$"),
-    "non-utf8-latin1": Case(HEAD.encode() + b"description: caf\xe9\n",
-                            rf"^{HOSTILE}:3:17: KC005 file is not UTF-8: byte 0xe9 cannot be decoded$"),
-    "utf16-le-bom": Case(HEAD.encode("utf-16"), rf"^{HOSTILE}:1:1: KC005 file is not UTF-8: byte 0xff cannot be decoded$"),
-    "utf16-be-bom": Case(b"\xfe\xff" + HEAD.encode("utf-16-be"),
-                         rf"^{HOSTILE}:1:1: KC005 file is not UTF-8: byte 0xfe cannot be decoded$"),
+        rf"^{HOSTILE}:5:18: KC003 unsupported YAML tag '!!python/object/apply:builtins\.exec'; manifests are plain YAML$",
+    ),
+    "python-tag-on-a-key": Case(
+        HEAD + "? !!python/object/apply:os.system [touch MARKER]\n: x\n",
+        rf"^{HOSTILE}:3:3: KC003 unsupported YAML tag '!!python/object/apply:os\.system'; "
+        r"manifests are plain YAML$",
+    ),
+    "python-name": Case(
+        HEAD + "ops: !!python/name:os.system ''\n",
+        rf"^{HOSTILE}:3:6: KC003 unsupported YAML tag '!!python/name:os\.system'; manifests are plain YAML$",
+    ),
+    "python-module": Case(
+        HEAD + "ops: !!python/module:os ''\n",
+        rf"^{HOSTILE}:3:6: KC003 unsupported YAML tag '!!python/module:os'; manifests are plain YAML$",
+    ),
+    "non-utf8-latin1": Case(
+        HEAD.encode() + b"description: caf\xe9\n",
+        rf"^{HOSTILE}:3:17: KC005 file is not UTF-8: byte 0xe9 cannot be decoded$",
+    ),
+    "utf16-le-bom": Case(
+        HEAD.encode("utf-16"), rf"^{HOSTILE}:1:1: KC005 file is not UTF-8: byte 0xff cannot be decoded$"
+    ),
+    "utf16-be-bom": Case(
+        b"\xfe\xff" + HEAD.encode("utf-16-be"),
+        rf"^{HOSTILE}:1:1: KC005 file is not UTF-8: byte 0xfe cannot be decoded$",
+    ),
     "utf32-bom": Case(HEAD.encode("utf-32"), rf"^{HOSTILE}:1:1: KC005 file is not UTF-8: byte 0xff cannot be decoded$"),
 }
 # The other refusals, timed in the same way, that cannot be a table row: the file over the size limit, NUL
@@ -152,8 +175,9 @@ def test_check_catalog_refuses_hostile_yaml(case: str, hostile_dir: Callable[[st
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_validate_command_refuses_hostile_yaml(case: str, hostile_dir: Callable[[str | bytes], Path],
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_command_refuses_hostile_yaml(
+    case: str, hostile_dir: Callable[[str | bytes], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     hostile_dir(CASES[case].content)
     cli_refuses(CASES[case].expected, capsys)
 
@@ -182,23 +206,27 @@ class _PurePythonLoader(Reader, Scanner, Parser, Composer, kcatalog._yaml._Plain
         kcatalog._yaml._PlainResolver.__init__(self)
 
 
-@pytest.mark.parametrize("case", ["nested-10000-flow-sequences", "nested-10000-flow-mappings",
-                                  "nested-10000-block-sequences"])
+@pytest.mark.parametrize(
+    "case", ["nested-10000-flow-sequences", "nested-10000-flow-mappings", "nested-10000-block-sequences"]
+)
 def test_deep_nesting_without_libyaml_is_refused_not_a_recursion_error(
-        case: str, hostile_dir: Callable[[str | bytes], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    case: str, hostile_dir: Callable[[str | bytes], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(kcatalog._yaml, "_Loader", _PurePythonLoader)
     hostile_dir(CASES[case].content)
     # PyYAML's Python scanner is quadratic in open flow levels; the composer's RecursionError stops it
     # about 500 levels in, so this costs a few seconds at most, whatever the file's depth.
-    refused_quickly(rf"^{HOSTILE}:1:1: KC004 nesting deeper than the parser can follow \(limit {MAX_DEPTH}\)$",
-                    within_s=10.0)
+    refused_quickly(
+        rf"^{HOSTILE}:1:1: KC004 nesting deeper than the parser can follow \(limit {MAX_DEPTH}\)$", within_s=10.0
+    )
 
 
 # -- size --------------------------------------------------------------------------------------------------------
 
 
-def test_a_file_over_the_size_limit_is_refused_unread(catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_file_over_the_size_limit_is_refused_unread(
+    catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     directory = catalogs.minimal("catalog", with_manifest=False)
     with open(directory / HOSTILE, "wb") as handle:
         handle.truncate(MAX_FILE_BYTES + 1)  # sparse: quick to write, and the size check must come before reading
@@ -222,8 +250,9 @@ def test_a_file_exactly_at_the_size_limit_is_read(catalogs: Catalogs, monkeypatc
 # -- encodings and control characters ----------------------------------------------------------------------------
 
 
-def test_a_utf8_byte_order_mark_is_accepted(catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_utf8_byte_order_mark_is_accepted(
+    catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     directory = catalogs.minimal("catalog")
     manifest = directory / "norm.yaml"
     manifest.write_bytes(b"\xef\xbb\xbf" + manifest.read_bytes())
@@ -248,14 +277,22 @@ def test_nul_bytes_are_refused(hostile_dir: Callable[[str | bytes], Path], capsy
     assert out.splitlines()[-1] == "Found 1 error in 1 file."
 
 
-@pytest.mark.parametrize(("content", "where", "char"), [
-    (NUL, "3:15", "U+0000"),
-    (HEAD.encode() + b"description: \x01\n", "3:14", "U+0001"),
-    (HEAD.encode() + "description: éé\x7f\n".encode(), "3:16", "U+007F"),
-], ids=["nul", "soh", "del-after-multibyte"])
+@pytest.mark.parametrize(
+    ("content", "where", "char"),
+    [
+        (NUL, "3:15", "U+0000"),
+        (HEAD.encode() + b"description: \x01\n", "3:14", "U+0001"),
+        (HEAD.encode() + "description: éé\x7f\n".encode(), "3:16", "U+007F"),
+    ],
+    ids=["nul", "soh", "del-after-multibyte"],
+)
 def test_a_control_character_gets_one_diagnostic_line_at_its_position(
-        content: bytes, where: str, char: str, hostile_dir: Callable[[str | bytes], Path],
-        capsys: pytest.CaptureFixture[str]) -> None:
+    content: bytes,
+    where: str,
+    char: str,
+    hostile_dir: Callable[[str | bytes], Path],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     hostile_dir(content)
     expected = rf"^{HOSTILE}:{where}: KC001 YAML syntax error: control character {re.escape(char)} is not allowed$"
     refused_quickly(expected)
@@ -266,8 +303,12 @@ def test_a_control_character_gets_one_diagnostic_line_at_its_position(
 
 
 def test_a_symlink_to_a_file_outside_the_catalog_is_refused_unread(
-        catalogs: Catalogs, tmp_path: Path, marker: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    catalogs: Catalogs,
+    tmp_path: Path,
+    marker: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     directory = catalogs.minimal("catalog")
     outside = tmp_path / "outside.yaml"
     outside.write_text(HEAD + f"ops: !!python/object/apply:os.system [touch {marker}]\n", encoding="utf-8")
@@ -278,8 +319,9 @@ def test_a_symlink_to_a_file_outside_the_catalog_is_refused_unread(
     cli_refuses(expected, capsys)
 
 
-def test_a_symlink_to_a_directory_outside_the_catalog_is_not_followed(catalogs: Catalogs, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_symlink_to_a_directory_outside_the_catalog_is_not_followed(
+    catalogs: Catalogs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     directory = catalogs.minimal("catalog")
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -291,7 +333,9 @@ def test_a_symlink_to_a_directory_outside_the_catalog_is_not_followed(catalogs: 
     assert catalog is not None and catalog.ops() == ["norm.rms_norm"]
 
 
-def test_a_symlink_to_a_file_inside_the_catalog_is_read_once(catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_symlink_to_a_file_inside_the_catalog_is_read_once(
+    catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch
+) -> None:
     directory = catalogs.minimal("catalog")
     (directory / "alias.yaml").symlink_to("norm.yaml")
     monkeypatch.chdir(directory)
@@ -300,8 +344,9 @@ def test_a_symlink_to_a_file_inside_the_catalog_is_read_once(catalogs: Catalogs,
     assert catalog is not None and catalog.ops() == ["norm.rms_norm"]
 
 
-def test_directory_symlink_loops_end(catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_directory_symlink_loops_end(
+    catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     directory = catalogs.minimal("catalog")
     (directory / "loop").symlink_to(".", target_is_directory=True)
     (directory / "sub").mkdir()
@@ -317,8 +362,9 @@ def test_directory_symlink_loops_end(catalogs: Catalogs, monkeypatch: pytest.Mon
     assert capsys.readouterr() == ("All checks passed!\n", "")
 
 
-def test_a_catalog_path_that_is_a_symlink_loop_is_a_diagnostic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_catalog_path_that_is_a_symlink_loop_is_a_diagnostic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "loop").symlink_to("loop")
     monkeypatch.chdir(tmp_path)
     catalog, diagnostics = check_catalog(["loop"])
@@ -329,7 +375,9 @@ def test_a_catalog_path_that_is_a_symlink_loop_is_a_diagnostic(tmp_path: Path, m
 
 
 @pytest.mark.parametrize("kind", ["loop", "dangling"])
-def test_an_unreadable_manifest_symlink_is_reported(kind: str, catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreadable_manifest_symlink_is_reported(
+    kind: str, catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch
+) -> None:
     directory = catalogs.minimal("catalog")
     if kind == "loop":
         (directory / "a.yaml").symlink_to("b.yaml")

@@ -37,8 +37,10 @@ ops:
 """  # the signature value starts at 6:16, the target value at 11:17
 
 
-def minimal_op(signature: str = '"(x: Tensor, weight: Tensor) -> Tensor"',
-               target: str = "kcatalog.kernels.torch.layernorm:rms_norm") -> str:
+def minimal_op(
+    signature: str = '"(x: Tensor, weight: Tensor) -> Tensor"',
+    target: str = "kcatalog.kernels.torch.layernorm:rms_norm",
+) -> str:
     return MINIMAL_OP.replace("SIGNATURE", signature).replace("TARGET", target)
 
 
@@ -80,39 +82,52 @@ def test_explicit_standard_tags_with_valid_values_are_read(catalog_with: Callabl
     assert catalog.settings.priority == ("triton", "torch")  # the clean settings file was read too
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("n: !!int abc\n", r"3:4: KC003 'abc' is not a valid !!int value"),
-    ("n: !!float abc\n", r"3:4: KC003 'abc' is not a valid !!float value"),
-    ("n: !!bool maybe\n", r"3:4: KC003 'maybe' is not a valid !!bool value"),
-    ("n: !!int\n", r"3:4: KC003 '' is not a valid !!int value"),
-    ("? !!int abc\n: 1\n", r"3:3: KC003 'abc' is not a valid !!int value"),
-], ids=["int", "float", "bool", "empty-int", "int-key"])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("n: !!int abc\n", r"3:4: KC003 'abc' is not a valid !!int value"),
+        ("n: !!float abc\n", r"3:4: KC003 'abc' is not a valid !!float value"),
+        ("n: !!bool maybe\n", r"3:4: KC003 'maybe' is not a valid !!bool value"),
+        ("n: !!int\n", r"3:4: KC003 '' is not a valid !!int value"),
+        ("? !!int abc\n: 1\n", r"3:3: KC003 'abc' is not a valid !!int value"),
+    ],
+    ids=["int", "float", "bool", "empty-int", "int-key"],
+)
 def test_an_explicit_tag_that_does_not_fit_its_value_is_a_diagnostic(
-        text: str, expected: str, catalog_with: Callable[[str, str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+    text: str, expected: str, catalog_with: Callable[[str, str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     catalog_with(HOSTILE, HEAD + text)
     refused(rf"^{HOSTILE}:{expected}$", capsys)
 
 
-@pytest.mark.parametrize(("text", "where", "length"), [
-    ("n: " + "1" * 5000 + "\n", "3:4", 5000),
-    ("kcatalog: " + "1" * 5000 + "\ngroup: hostile\n", "1:11", 5000),
-    ("n: 1" + ":59" * 200 + ".5\n", "3:4", 603),  # float('1:59:...') overflows: 'int too large to convert to float'
-    ("n: 1" + ":59" * 30_000 + "\n", "3:4", 90_001),  # ~0.5 s today, quadratic: a 4 MiB one takes hours
-], ids=["int-5000-digits", "format-version-5000-digits", "base-60-float-overflow", "base-60-int-quadratic"])
-def test_an_overlong_numeral_is_refused_quickly(text: str, where: str, length: int,
-                                                catalog_with: Callable[[str, str], Path],
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("text", "where", "length"),
+    [
+        ("n: " + "1" * 5000 + "\n", "3:4", 5000),
+        ("kcatalog: " + "1" * 5000 + "\ngroup: hostile\n", "1:11", 5000),
+        ("n: 1" + ":59" * 200 + ".5\n", "3:4", 603),  # float('1:59:...') overflows: 'int too large to convert to float'
+        ("n: 1" + ":59" * 30_000 + "\n", "3:4", 90_001),  # ~0.5 s today, quadratic: a 4 MiB one takes hours
+    ],
+    ids=["int-5000-digits", "format-version-5000-digits", "base-60-float-overflow", "base-60-int-quadratic"],
+)
+def test_an_overlong_numeral_is_refused_quickly(
+    text: str, where: str, length: int, catalog_with: Callable[[str, str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     catalog_with(HOSTILE, text if text.startswith("kcatalog") else HEAD + text)
-    refused(rf"^{HOSTILE}:{where}: KC004 !!(int|float) scalar of {length} characters, over the 100-character limit$",
-            capsys, within_s=0.25)
+    refused(
+        rf"^{HOSTILE}:{where}: KC004 !!(int|float) scalar of {length} characters, over the 100-character limit$",
+        capsys,
+        within_s=0.25,
+    )
 
 
 # -- aliases ------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("text", ["&k description: x\n*k : y\n", "&k 7: x\n*k : y\n"], ids=["str-key", "int-key"])
-def test_a_key_repeated_through_an_alias_is_a_duplicate_key(text: str, catalog_with: Callable[[str, str], Path],
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_key_repeated_through_an_alias_is_a_duplicate_key(
+    text: str, catalog_with: Callable[[str, str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     catalog_with(HOSTILE, HEAD + text)
     refused(rf"^{HOSTILE}:3:1: KC002 duplicate key '(description|7)' \(first defined at line 3, column 1\)$", capsys)
 
@@ -135,43 +150,56 @@ def test_aliases_of_a_long_string_are_bounded(catalog_with: Callable[[str, str],
     assert sum(len(str(d)) for d in diagnostics) < 1_000_000
     assert peak < 50 * 2**20, f"peak {peak / 2**20:.0f} MiB"
     assert [d.code for d in diagnostics] == ["KC004"]
-    assert re.match(r"^norm\.yaml:\d+:\d+: KC004 more than \d+ characters of text after alias expansion$",
-                    str(diagnostics[0]))
+    assert re.match(
+        r"^norm\.yaml:\d+:\d+: KC004 more than \d+ characters of text after alias expansion$", str(diagnostics[0])
+    )
 
 
 # -- signatures and target modules too complex to parse ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("default", ["1" + "+1" * 10_000, "-" * 10_000 + "1"], ids=["recursion", "parser-stack"])
-def test_a_signature_too_complex_to_parse_is_a_diagnostic(default: str, catalog_with: Callable[[str, str], Path],
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_signature_too_complex_to_parse_is_a_diagnostic(
+    default: str, catalog_with: Callable[[str, str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     catalog_with("norm.yaml", minimal_op(signature=f'"(x: Tensor, w: int = {default}) -> Tensor"'))
-    refused(r"^norm\.yaml:6:16: KC103 'signature': signature '\(x: Tensor, w: int = [-+1]+\.\.\.' is too deeply "
-            r"nested to parse$", capsys)
+    refused(
+        r"^norm\.yaml:6:16: KC103 'signature': signature '\(x: Tensor, w: int = [-+1]+\.\.\.' is too deeply "
+        r"nested to parse$",
+        capsys,
+    )
 
 
 NESTED = "1" + "+1" * 10_000
 
 
-@pytest.mark.parametrize("args", [
-    f'x: {{shape: ["{NESTED}"]}}',
-    f'x: {{shape: [T], range: ["{NESTED}", 2]}}',
-    f'x: "${NESTED}"',
-], ids=["shape", "range", "dollar-argument"])
-def test_a_size_expression_too_complex_to_parse_is_a_diagnostic(args: str, catalog_with: Callable[[str, str], Path],
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        f'x: {{shape: ["{NESTED}"]}}',
+        f'x: {{shape: [T], range: ["{NESTED}", 2]}}',
+        f'x: "${NESTED}"',
+    ],
+    ids=["shape", "range", "dollar-argument"],
+)
+def test_a_size_expression_too_complex_to_parse_is_a_diagnostic(
+    args: str, catalog_with: Callable[[str, str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     samples = f"    samples:\n      sizes: {{T: [1]}}\n      args:\n        {args}\n        weight: {{shape: [T]}}\n"
     catalog_with("norm.yaml", minimal_op().replace("    backends:", samples + "    backends:"))
     refused(r"^norm\.yaml:\d+:\d+: KC210 samples of op 'norm\.rms_norm', argument 'x': .*too deeply nested.*$", capsys)
 
 
-def test_a_target_module_too_complex_to_parse_is_a_diagnostic(catalog_with: Callable[[str, str], Path],
-                                                             modules: Modules,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_target_module_too_complex_to_parse_is_a_diagnostic(
+    catalog_with: Callable[[str, str], Path], modules: Modules, capsys: pytest.CaptureFixture[str]
+) -> None:
     modules.module("kc_hard_nested", "x = 1" + " + 1" * 10_000 + "\n\n\ndef kernel(x):\n    return x\n")
     catalog_with("norm.yaml", minimal_op(target="kc_hard_nested:kernel"))
-    refused(r"^norm\.yaml:11:17: KC306 module 'kc_hard_nested' cannot be imported: kc_hard_nested\.py is too deeply "
-            r"nested to parse$", capsys)
+    refused(
+        r"^norm\.yaml:11:17: KC306 module 'kc_hard_nested' cannot be imported: kc_hard_nested\.py is too deeply "
+        r"nested to parse$",
+        capsys,
+    )
 
 
 # -- resources ----------------------------------------------------------------------------------------------------

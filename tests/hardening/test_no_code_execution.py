@@ -43,17 +43,22 @@ CATALOG = {
     "g.yaml": {
         "kcatalog": 1,
         "group": "g",
-        "ops": {"op": {
-            "description": "an op whose every kernel module leaves a marker when imported",
-            "signature": "(x: Tensor) -> Tensor",
-            "reference": "portable",
-            "dtypes": ["float32"],
-            "backends": {
-                "fused": {"target": "kc_trap.hopper:kernel", "requires": ["pytest"],
-                          "capabilities": [{"device": "cuda", "min_arch": "9.0"}]},
-                "portable": {"target": "kc_trap.kern:kernel"},
-            },
-        }},
+        "ops": {
+            "op": {
+                "description": "an op whose every kernel module leaves a marker when imported",
+                "signature": "(x: Tensor) -> Tensor",
+                "reference": "portable",
+                "dtypes": ["float32"],
+                "backends": {
+                    "fused": {
+                        "target": "kc_trap.hopper:kernel",
+                        "requires": ["pytest"],
+                        "capabilities": [{"device": "cuda", "min_arch": "9.0"}],
+                    },
+                    "portable": {"target": "kc_trap.kern:kernel"},
+                },
+            }
+        },
     },
 }
 
@@ -123,8 +128,14 @@ def test_only_the_first_call_imports_the_kernel(first_call: str, trap_catalog: P
     env = {name: value for name, value in os.environ.items() if not name.startswith("KCATALOG_")}
     env |= {"PYTHONPATH": str(tmp_path / "site"), "KC_TRAP_MARKERS": str(tmp_path / "markers")}
     report = tmp_path / "report.json"
-    child = subprocess.run([sys.executable, "-c", CHILD, str(trap_catalog), first_call, str(report)],
-                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(trap_catalog), first_call, str(report)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
     assert child.returncode == 0, child.stderr
     assert json.loads(report.read_text()) == [
         {"step": "validate", "result": 0, **NOTHING_RAN},
@@ -150,13 +161,18 @@ def kernel(*args, **kwargs):
 """
 
 
-@pytest.mark.parametrize("default", [
-    "__import__('os').system('touch MARKER')",
-    "open('MARKER', 'w')",
-    "(lambda: open('MARKER', 'w'))()",
-    "[open('MARKER', 'w') for _ in '1'][0]",
-])
-def test_signature_defaults_are_never_evaluated(default: str, catalogs: Catalogs, modules: Modules, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "default",
+    [
+        "__import__('os').system('touch MARKER')",
+        "open('MARKER', 'w')",
+        "(lambda: open('MARKER', 'w'))()",
+        "[open('MARKER', 'w') for _ in '1'][0]",
+    ],
+)
+def test_signature_defaults_are_never_evaluated(
+    default: str, catalogs: Catalogs, modules: Modules, tmp_path: Path
+) -> None:
     torch = pytest.importorskip("torch")
     marker = tmp_path / "MARKER-created-by-a-signature-default"
     modules.module("kc_hard_echo", ECHO)
@@ -170,13 +186,28 @@ def test_signature_defaults_are_never_evaluated(default: str, catalogs: Catalogs
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("name", [
-    "tensor", "args", "kwargs", "handle", "self", "dtype", "device", "table", "key", "lock", "fn",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tensor",
+        "args",
+        "kwargs",
+        "handle",
+        "self",
+        "dtype",
+        "device",
+        "table",
+        "key",
+        "lock",
+        "fn",
+    ],
+)
 def test_handles_pass_every_argument_whatever_its_name(name: str, catalogs: Catalogs, modules: Modules) -> None:
     torch = pytest.importorskip("torch")
     modules.module("kc_hard_echo", ECHO)
-    op = catalogs.op({"only": "kc_hard_echo:kernel"}, signature=f"(x: Tensor, {name}: int = 0, *, k: int = 1) -> Tensor")
+    op = catalogs.op(
+        {"only": "kc_hard_echo:kernel"}, signature=f"(x: Tensor, {name}: int = 0, *, k: int = 1) -> Tensor"
+    )
     catalog = kcatalog.load_catalog([catalogs.write("catalog", {"op": op}, backends=["only"])])
     handle = catalog.op("g.op")
     x = torch.zeros(1)

@@ -114,8 +114,30 @@ def test_triton_strided_rows_and_3d(dtype: torch.dtype) -> None:
 
 def test_triton_extreme_values() -> None:
     """Huge and tiny gates: the exp-based sigmoid forms never overflow to NaN and keep the limits."""
-    gate = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1.0, -1.0, 8.0, -8.0, 20.0, -20.0, 88.0, -88.0, 100.0, -100.0,
-                         1e4, -1e4, 1e30, -1e30, 3e38, -3e38])
+    gate = torch.tensor(
+        [
+            0.0,
+            -0.0,
+            1e-30,
+            -1e-30,
+            1.0,
+            -1.0,
+            8.0,
+            -8.0,
+            20.0,
+            -20.0,
+            88.0,
+            -88.0,
+            100.0,
+            -100.0,
+            1e4,
+            -1e4,
+            1e30,
+            -1e30,
+            3e38,
+            -3e38,
+        ]
+    )
     x = torch.cat([gate, torch.full_like(gate, 0.75)])[None, :]
     for op, kwargs in OPS:
         tri, reference = fns(op)

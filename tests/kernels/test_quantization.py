@@ -114,9 +114,36 @@ def test_triton_rounding_exact(spy: KernelSpy, odd: bool, dtype: torch.dtype) ->
     """A row whose absmax is 448 (scale exactly 1), so x / scale = x: ties to even, the carry of
     1.9375 -> 2 into an odd exponent, e4m3 subnormals and their ties, the top of the range - every
     case the interpreter's raw cast gets wrong - must come out as torch's own RNE cast."""
-    special = [448.0, -448.0, 1.0625, 1.1875, -1.1875, 1.9375, -1.9375, 3.875, 0.46875, 0.0029296875,
-               2.0**-10, 3 * 2.0**-11, -3 * 2.0**-11, 2.0**-12, 0.001, 432.0, -424.0, 15.5, 17.0, 19.0,
-               232.0, 240.0, 0.0, 1e-7, 0.015625 - 2.0**-12, 0.0166015625, 7.25, 300.0]
+    special = [
+        448.0,
+        -448.0,
+        1.0625,
+        1.1875,
+        -1.1875,
+        1.9375,
+        -1.9375,
+        3.875,
+        0.46875,
+        0.0029296875,
+        2.0**-10,
+        3 * 2.0**-11,
+        -3 * 2.0**-11,
+        2.0**-12,
+        0.001,
+        432.0,
+        -424.0,
+        15.5,
+        17.0,
+        19.0,
+        232.0,
+        240.0,
+        0.0,
+        1e-7,
+        0.015625 - 2.0**-12,
+        0.0166015625,
+        7.25,
+        300.0,
+    ]
     if odd:
         special.append(-0.75)
     x = torch.tensor([special, [v / 4 for v in special]]).to(dtype)  # row 2: scale 0.25, same codes

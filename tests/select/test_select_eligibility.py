@@ -17,20 +17,48 @@ MISSING_DIST = "kcatalog-test-no-such-distribution"
 
 # (backend restriction, platform, dtype, the reason it gives)
 INELIGIBLE = {
-    "wrong-device": ({"capabilities": [{"device": "cuda", "min_arch": "8.0"}]}, "cpu", None,
-                     "runs on cuda >= 8.0, not cpu"),
-    "arch-below-min": ({"capabilities": [{"device": "cuda", "min_arch": "9.0"}]}, "cuda:8.6", None,
-                       "needs cuda >= 9.0; this is cuda:8.6"),
-    "arch-above-max": ({"capabilities": [{"device": "cuda", "max_arch": "8.9"}]}, "cuda:9.0", None,
-                       "needs cuda <= 8.9; this is cuda:9.0"),
-    "arch-outside-window": ({"capabilities": [{"device": "cuda", "min_arch": "8.0", "max_arch": "8.9"}]}, "cuda:10.0",
-                            None, "needs cuda 8.0..8.9; this is cuda:10.0"),
-    "cuda-without-arch": ({"capabilities": [{"device": "cuda", "min_arch": "8.0"}]}, "cuda", None,
-                          "needs cuda >= 8.0; cuda has no arch given"),
-    "hip-arch-not-listed": ({"capabilities": [{"device": "hip", "archs": ["gfx942", "gfx950"]}]}, "hip:gfx90a", None,
-                            "needs hip arch in gfx942, gfx950; this is hip:gfx90a"),
-    "no-capability-matches": ({"capabilities": [{"device": "cuda", "min_arch": "8.0"}, {"device": "hip"}]}, "cpu",
-                              None, "runs on cuda >= 8.0, not cpu; runs on hip, not cpu"),
+    "wrong-device": (
+        {"capabilities": [{"device": "cuda", "min_arch": "8.0"}]},
+        "cpu",
+        None,
+        "runs on cuda >= 8.0, not cpu",
+    ),
+    "arch-below-min": (
+        {"capabilities": [{"device": "cuda", "min_arch": "9.0"}]},
+        "cuda:8.6",
+        None,
+        "needs cuda >= 9.0; this is cuda:8.6",
+    ),
+    "arch-above-max": (
+        {"capabilities": [{"device": "cuda", "max_arch": "8.9"}]},
+        "cuda:9.0",
+        None,
+        "needs cuda <= 8.9; this is cuda:9.0",
+    ),
+    "arch-outside-window": (
+        {"capabilities": [{"device": "cuda", "min_arch": "8.0", "max_arch": "8.9"}]},
+        "cuda:10.0",
+        None,
+        "needs cuda 8.0..8.9; this is cuda:10.0",
+    ),
+    "cuda-without-arch": (
+        {"capabilities": [{"device": "cuda", "min_arch": "8.0"}]},
+        "cuda",
+        None,
+        "needs cuda >= 8.0; cuda has no arch given",
+    ),
+    "hip-arch-not-listed": (
+        {"capabilities": [{"device": "hip", "archs": ["gfx942", "gfx950"]}]},
+        "hip:gfx90a",
+        None,
+        "needs hip arch in gfx942, gfx950; this is hip:gfx90a",
+    ),
+    "no-capability-matches": (
+        {"capabilities": [{"device": "cuda", "min_arch": "8.0"}, {"device": "hip"}]},
+        "cpu",
+        None,
+        "runs on cuda >= 8.0, not cpu; runs on hip, not cpu",
+    ),
     "distribution-not-installed": ({"requires": [MISSING_DIST]}, "cpu", None, f"needs {MISSING_DIST}, not installed"),
     "dtype-unsupported": ({"dtypes": ["float32"]}, "cpu", "float16", "does not support float16 (supports float32)"),
 }
@@ -40,8 +68,11 @@ ELIGIBLE = {
     "arch-compared-as-numbers": ({"capabilities": [{"device": "cuda", "min_arch": "9.0"}]}, "cuda:10.0", None),
     "max-arch-inclusive": ({"capabilities": [{"device": "cuda", "max_arch": "8.9"}]}, "cuda:8.9", None),
     "hip-arch-listed": ({"capabilities": [{"device": "hip", "archs": ["gfx942", "gfx950"]}]}, "hip:gfx942", None),
-    "any-capability-matches": ({"capabilities": [{"device": "cuda", "min_arch": "8.0"}, {"device": "hip"}]},
-                               "hip:gfx942", None),
+    "any-capability-matches": (
+        {"capabilities": [{"device": "cuda", "min_arch": "8.0"}, {"device": "hip"}]},
+        "hip:gfx942",
+        None,
+    ),
     "no-capabilities-runs-anywhere": ({}, "npu", None),
     "distribution-installed": ({"requires": ["PyYAML", "pydantic"]}, "cpu", None),
     "dtype-supported": ({"dtypes": ["float32"]}, "cpu", "float32"),
@@ -60,8 +91,9 @@ def _catalog(ws: Workspace, restriction: dict[str, Any], *, fallback: bool) -> A
 
 
 @pytest.mark.parametrize(("restriction", "platform", "dtype", "reason"), INELIGIBLE.values(), ids=INELIGIBLE.keys())
-def test_ineligible_spec_gives_its_reason(ws: Workspace, restriction: dict[str, Any], platform: str,
-                                          dtype: str | None, reason: str) -> None:
+def test_ineligible_spec_gives_its_reason(
+    ws: Workspace, restriction: dict[str, Any], platform: str, dtype: str | None, reason: str
+) -> None:
     catalog = _catalog(ws, restriction, fallback=True)
     assert ineligibility(catalog.get_backend("g.op", "x"), Platform.parse(platform), dtype) == reason
     selection = catalog.select("g.op", platform, dtype)
@@ -78,8 +110,9 @@ def test_eligible_spec_gives_none(ws: Workspace, restriction: dict[str, Any], pl
 
 
 @pytest.mark.parametrize(("restriction", "platform", "dtype", "reason"), INELIGIBLE.values(), ids=INELIGIBLE.keys())
-def test_explicit_backend_that_cannot_run_raises_with_its_reason(ws: Workspace, restriction: dict[str, Any],
-                                                                  platform: str, dtype: str | None, reason: str) -> None:
+def test_explicit_backend_that_cannot_run_raises_with_its_reason(
+    ws: Workspace, restriction: dict[str, Any], platform: str, dtype: str | None, reason: str
+) -> None:
     catalog = _catalog(ws, restriction, fallback=True)
     message = rf"^no backend of op 'g\.op' can run on {re.escape(platform)}: x: {re.escape(reason)}$"
     with pytest.raises(NoEligibleBackendError, match=message) as info:
@@ -90,8 +123,9 @@ def test_explicit_backend_that_cannot_run_raises_with_its_reason(ws: Workspace, 
 
 
 @pytest.mark.parametrize(("restriction", "platform", "dtype", "reason"), INELIGIBLE.values(), ids=INELIGIBLE.keys())
-def test_single_backend_that_cannot_run_raises_with_its_reason(ws: Workspace, restriction: dict[str, Any],
-                                                               platform: str, dtype: str | None, reason: str) -> None:
+def test_single_backend_that_cannot_run_raises_with_its_reason(
+    ws: Workspace, restriction: dict[str, Any], platform: str, dtype: str | None, reason: str
+) -> None:
     catalog = _catalog(ws, restriction, fallback=False)
     selection = catalog.select("g.op", platform, dtype)
     assert selection.chosen is None  # no silent pick of the only backend
@@ -108,7 +142,9 @@ def test_kernel_on_this_machine_checks_eligibility(ws: Workspace, case: str) -> 
     restriction, platform, _, reason = INELIGIBLE[case]
     catalog = _catalog(ws, restriction, fallback=False)
     catalog._platform = Platform.parse(platform)  # as detected; the cases are cpu ones
-    with pytest.raises(NoEligibleBackendError, match=rf"^no backend of op 'g\.op' can run on cpu: x: {re.escape(reason)}$"):
+    with pytest.raises(
+        NoEligibleBackendError, match=rf"^no backend of op 'g\.op' can run on cpu: x: {re.escape(reason)}$"
+    ):
         catalog.kernel("g.op")
     with pytest.raises(NoEligibleBackendError, match=rf": x: {re.escape(reason)}$"):
         catalog.kernel("g.op", backend="x")
@@ -116,14 +152,23 @@ def test_kernel_on_this_machine_checks_eligibility(ws: Workspace, case: str) -> 
 
 def test_the_error_for_nothing_eligible_lists_every_backend(ws: Workspace) -> None:
     ws.named_functions("kc_sel_elig", ["x", "y"])
-    ws.write({"op": ws.op({
-        "x": {"target": "kc_sel_elig:x", "capabilities": [{"device": "cuda"}]},
-        "y": {"target": "kc_sel_elig:y", "requires": [MISSING_DIST]},
-    })}, backends=["x", "y"])
+    ws.write(
+        {
+            "op": ws.op(
+                {
+                    "x": {"target": "kc_sel_elig:x", "capabilities": [{"device": "cuda"}]},
+                    "y": {"target": "kc_sel_elig:y", "requires": [MISSING_DIST]},
+                }
+            )
+        },
+        backends=["x", "y"],
+    )
     with pytest.raises(NoEligibleBackendError) as info:
         ws.load().select("g.op", "hip:gfx942").require()
-    assert str(info.value) == (f"no backend of op 'g.op' can run on hip:gfx942: x: runs on cuda, not hip; "
-                               f"y: needs {MISSING_DIST}, not installed")
+    assert str(info.value) == (
+        f"no backend of op 'g.op' can run on hip:gfx942: x: runs on cuda, not hip; "
+        f"y: needs {MISSING_DIST}, not installed"
+    )
     assert [backend for backend, _ in info.value.rejected] == ["x", "y"]
 
 
@@ -131,10 +176,17 @@ def test_arch_window_on_a_device_without_numeric_archs_is_refused_at_load(ws: Wo
     # min_arch/max_arch are CUDA compute capabilities; on hip they would be compared with 'gfx942'.
     # It must be a load-time diagnostic, not a ValueError from int('gfx942') at selection time.
     ws.named_functions("kc_sel_elig", ["x", "ref"])
-    ws.write({"op": ws.op({
-        "x": {"target": "kc_sel_elig:x", "capabilities": [{"device": "hip", "min_arch": "9.0"}]},
-        "ref": "kc_sel_elig:ref",
-    })}, backends=["x", "ref"])
+    ws.write(
+        {
+            "op": ws.op(
+                {
+                    "x": {"target": "kc_sel_elig:x", "capabilities": [{"device": "hip", "min_arch": "9.0"}]},
+                    "ref": "kc_sel_elig:ref",
+                }
+            )
+        },
+        backends=["x", "ref"],
+    )
     with pytest.raises(CatalogError) as info:
         ws.load()
     errors = [d for d in info.value.diagnostics if d.is_error]

@@ -79,8 +79,9 @@ def test_shipped_rms_norm_below_the_triton_arch_window(capsys: pytest.CaptureFix
         ("cpu", "aten", ["aten", "torch", "torch_compile", "triton"]),
     ],
 )
-def test_shipped_rms_norm_json(capsys: pytest.CaptureFixture[str], platform: str, chosen: str,
-                               order: list[str]) -> None:
+def test_shipped_rms_norm_json(
+    capsys: pytest.CaptureFixture[str], platform: str, chosen: str, order: list[str]
+) -> None:
     code, [entry] = _explain_json(capsys, "layernorm.rms_norm", "--platform", platform)
     assert code == 0
     assert entry["op"] == "layernorm.rms_norm"
@@ -110,7 +111,10 @@ def test_shipped_all_on_hip(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(e["platform"] == "hip:gfx942" and e["chosen"] for e in entries)
     code, out, _ = _explain(capsys, "--all", "--platform", "hip:gfx942")
     assert code == 0
-    assert "layernorm.rms_norm on hip:gfx942: triton (kcatalog.kernels.triton.layernorm:rms_norm), by catalog default priority\n" in out
+    assert (
+        "layernorm.rms_norm on hip:gfx942: triton (kcatalog.kernels.triton.layernorm:rms_norm), by catalog default priority\n"
+        in out
+    )
 
 
 def test_default_platform_is_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,18 +130,28 @@ def test_default_platform_is_this_machine(capsys: pytest.CaptureFixture[str]) ->
 def nothing_on_cpu(ws: Workspace) -> Workspace:
     """g.op: 'cu' (cuda >= 8.0), 'rocm' (hip gfx942), 'f32' (float32 only); nothing runs on cpu but f32."""
     ws.named_functions("kc_sel_explain", ["cu", "rocm", "f32"])
-    ws.write({"op": ws.op({
-        "cu": {"target": "kc_sel_explain:cu", "capabilities": [{"device": "cuda", "min_arch": "8.0"}]},
-        "rocm": {"target": "kc_sel_explain:rocm", "capabilities": [{"device": "hip", "archs": ["gfx942"]}]},
-        "f32": {"target": "kc_sel_explain:f32", "dtypes": ["float32"], "capabilities": [{"device": "cpu"}]},
-    }, dtypes=["float32", "float16"])}, backends=["cu", "rocm", "f32"])
+    ws.write(
+        {
+            "op": ws.op(
+                {
+                    "cu": {"target": "kc_sel_explain:cu", "capabilities": [{"device": "cuda", "min_arch": "8.0"}]},
+                    "rocm": {"target": "kc_sel_explain:rocm", "capabilities": [{"device": "hip", "archs": ["gfx942"]}]},
+                    "f32": {"target": "kc_sel_explain:f32", "dtypes": ["float32"], "capabilities": [{"device": "cpu"}]},
+                },
+                dtypes=["float32", "float16"],
+            )
+        },
+        backends=["cu", "rocm", "f32"],
+    )
     return ws
 
 
-def test_nothing_eligible_exits_1_with_every_reason(nothing_on_cpu: Workspace,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _explain(capsys, "g.op", "--platform", "cpu", "--dtype", "float16",
-                              "--catalog", str(nothing_on_cpu.catalog_dir))
+def test_nothing_eligible_exits_1_with_every_reason(
+    nothing_on_cpu: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _explain(
+        capsys, "g.op", "--platform", "cpu", "--dtype", "float16", "--catalog", str(nothing_on_cpu.catalog_dir)
+    )
     assert (code, err) == (1, "")
     assert out == (
         "g.op on cpu: nothing eligible\n"
@@ -148,38 +162,45 @@ def test_nothing_eligible_exits_1_with_every_reason(nothing_on_cpu: Workspace,
 
 
 def test_nothing_eligible_json(nothing_on_cpu: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
-    code, entries = _explain_json(capsys, "g.op", "--platform", "hip:gfx90a", "--catalog",
-                                  str(nothing_on_cpu.catalog_dir))
+    code, entries = _explain_json(
+        capsys, "g.op", "--platform", "hip:gfx90a", "--catalog", str(nothing_on_cpu.catalog_dir)
+    )
     assert code == 1
-    assert entries == [{
-        "op": "g.op",
-        "platform": "hip:gfx90a",
-        "chosen": None,
-        "target": None,
-        "decided_by": "catalog default priority",
-        "notes": [],
-        "order": ["cu", "rocm", "f32"],
-        "rejected": [
-            {"backend": "cu", "reason": "runs on cuda >= 8.0, not hip"},
-            {"backend": "rocm", "reason": "needs hip arch in gfx942; this is hip:gfx90a"},
-            {"backend": "f32", "reason": "runs on cpu, not hip"},
-        ],
-    }]
+    assert entries == [
+        {
+            "op": "g.op",
+            "platform": "hip:gfx90a",
+            "chosen": None,
+            "target": None,
+            "decided_by": "catalog default priority",
+            "notes": [],
+            "order": ["cu", "rocm", "f32"],
+            "rejected": [
+                {"backend": "cu", "reason": "runs on cuda >= 8.0, not hip"},
+                {"backend": "rocm", "reason": "needs hip arch in gfx942; this is hip:gfx90a"},
+                {"backend": "f32", "reason": "runs on cpu, not hip"},
+            ],
+        }
+    ]
 
 
 def test_explain_all_fails_when_one_op_has_nothing(ws: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
     ws.named_functions("kc_sel_explain", ["cu", "ref"])
-    ws.write({
-        "fine": ws.op({"ref": "kc_sel_explain:ref"}),
-        "gpu_only": ws.op({"cu": {"target": "kc_sel_explain:cu", "capabilities": [{"device": "cuda"}]}}),
-    }, backends=["cu", "ref"])
+    ws.write(
+        {
+            "fine": ws.op({"ref": "kc_sel_explain:ref"}),
+            "gpu_only": ws.op({"cu": {"target": "kc_sel_explain:cu", "capabilities": [{"device": "cuda"}]}}),
+        },
+        backends=["cu", "ref"],
+    )
     code, entries = _explain_json(capsys, "--all", "--platform", "cpu", "--catalog", str(ws.catalog_dir))
     assert code == 1
     assert {e["op"]: e["chosen"] for e in entries} == {"g.fine": "ref", "g.gpu_only": None}
 
 
-def test_explain_a_platform_on_a_throwaway_catalog(nothing_on_cpu: Workspace,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_a_platform_on_a_throwaway_catalog(
+    nothing_on_cpu: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = _explain(capsys, "g.op", "--platform", "cuda:9.0", "--catalog", str(nothing_on_cpu.catalog_dir))
     assert code == 0
     assert out == (
@@ -192,8 +213,10 @@ def test_explain_a_platform_on_a_throwaway_catalog(nothing_on_cpu: Workspace,
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["layernorm.rms_norm", "--platform", "tpu"],
-         "error: unknown device 'tpu' in platform 'tpu'; expected one of cuda, hip, cpu, npu, xpu, mps\n"),
+        (
+            ["layernorm.rms_norm", "--platform", "tpu"],
+            "error: unknown device 'tpu' in platform 'tpu'; expected one of cuda, hip, cpu, npu, xpu, mps\n",
+        ),
         (["--platform", "cpu"], "error: give one op, or --all\n"),
         (["layernorm.rms_norm", "--all"], "error: give one op, or --all\n"),
     ],
@@ -204,8 +227,9 @@ def test_explain_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], args: l
     assert (code, out, err) == (2, "", message)
 
 
-def test_explain_unknown_op_names_the_available_ones(nothing_on_cpu: Workspace,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_unknown_op_names_the_available_ones(
+    nothing_on_cpu: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = _explain(capsys, "g.oq", "--platform", "cpu", "--catalog", str(nothing_on_cpu.catalog_dir))
     assert code != 0 and out == ""
     assert err == "error: no op 'g.oq' (did you mean 'g.op'?). Available: g.op\n"

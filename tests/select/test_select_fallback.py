@@ -12,13 +12,13 @@ from kcatalog import CatalogError, KernelImportError, NoEligibleBackendError, Re
 if TYPE_CHECKING:
     from conftest import Workspace
 
-BROKEN = '''
+BROKEN = """
 def kernel(*args, **kwargs):
     return "broken"
 
 
 raise RuntimeError("boom: libkernel.so not found")
-'''
+"""
 FAILURE = "RuntimeError: boom: libkernel.so not found"
 
 
@@ -27,8 +27,9 @@ def catalog_dir(ws: Workspace) -> Workspace:
     """g.op: 'broken' (ranked first, its module raises on import), then 'good'."""
     ws.module("kc_sel_broken", BROKEN)
     ws.named_functions("kc_sel_good", ["kernel"])
-    ws.write({"op": ws.op({"broken": "kc_sel_broken:kernel", "good": "kc_sel_good:kernel"})},
-             backends=["broken", "good"])
+    ws.write(
+        {"op": ws.op({"broken": "kc_sel_broken:kernel", "good": "kc_sel_good:kernel"})}, backends=["broken", "good"]
+    )
     return ws
 
 
@@ -36,8 +37,9 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "kcatalog" and r.levelno == logging.WARNING]
 
 
-def test_import_failure_falls_back_to_the_next_eligible_backend(catalog_dir: Workspace,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_import_failure_falls_back_to_the_next_eligible_backend(
+    catalog_dir: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
     catalog = catalog_dir.load()
     caplog.set_level(logging.WARNING, logger="kcatalog")
     assert catalog.select("g.op", "cpu").chosen.backend == "broken"  # type: ignore[union-attr]  # nothing known yet
@@ -70,8 +72,9 @@ def test_import_failure_raises_when_strict(catalog_dir: Workspace, caplog: pytes
         catalog.kernel("g.op")
 
 
-def test_explicitly_named_backend_that_fails_to_import_raises(catalog_dir: Workspace,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_explicitly_named_backend_that_fails_to_import_raises(
+    catalog_dir: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
     catalog = catalog_dir.load()
     with pytest.raises(KernelImportError, match=r"^cannot load backend 'broken' of op 'g\.op'") as info:
         catalog.kernel("g.op", backend="broken")
@@ -83,8 +86,10 @@ def test_explicitly_named_backend_that_fails_to_import_raises(catalog_dir: Works
 def test_explicitly_named_backend_known_to_have_failed_raises_with_the_failure(catalog_dir: Workspace) -> None:
     catalog = catalog_dir.load()
     catalog.kernel("g.op")  # falls back, remembering the failure
-    with pytest.raises(NoEligibleBackendError,
-                       match=rf"^no backend of op 'g\.op' can run on cpu: broken: import failed on first use: {FAILURE}$"):
+    with pytest.raises(
+        NoEligibleBackendError,
+        match=rf"^no backend of op 'g\.op' can run on cpu: broken: import failed on first use: {FAILURE}$",
+    ):
         catalog.select("g.op", "cpu", backend="broken")
 
 

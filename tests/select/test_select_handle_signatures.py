@@ -15,13 +15,17 @@ if TYPE_CHECKING:
 ECHO = "def echo(*args, **kwargs):\n    return args, kwargs\n"
 
 
-@pytest.mark.parametrize(("signature", "expected"), [
-    ("(x: Tensor, w: Tensor, eps: float = 1e-6) -> Tensor", "(x, w, eps=1e-06)"),
-    ("(x: Tensor, /, w: Tensor) -> Tensor", "(x, w)"),
-    ("(x: Tensor, *, approximate: str = 'none') -> Tensor", "(x, *, approximate='none')"),
-    ("(x: Tensor, *rest) -> Tensor", "(*args, **kwargs)"),
-    ("(x: Tensor, eps: float = EPS) -> Tensor", "(*args, **kwargs)"),
-], ids=["defaults", "positional-only", "keyword-only", "variadic", "non-literal-default"])
+@pytest.mark.parametrize(
+    ("signature", "expected"),
+    [
+        ("(x: Tensor, w: Tensor, eps: float = 1e-6) -> Tensor", "(x, w, eps=1e-06)"),
+        ("(x: Tensor, /, w: Tensor) -> Tensor", "(x, w)"),
+        ("(x: Tensor, *, approximate: str = 'none') -> Tensor", "(x, *, approximate='none')"),
+        ("(x: Tensor, *rest) -> Tensor", "(*args, **kwargs)"),
+        ("(x: Tensor, eps: float = EPS) -> Tensor", "(*args, **kwargs)"),
+    ],
+    ids=["defaults", "positional-only", "keyword-only", "variadic", "non-literal-default"],
+)
 def test_handle_signature(ws: Workspace, signature: str, expected: str) -> None:
     ws.module("kc_sig_echo", ECHO)
     ws.write({"op": ws.op({"ref": "kc_sig_echo:echo"}, signature=signature)}, backends=["ref"])
@@ -31,8 +35,9 @@ def test_handle_signature(ws: Workspace, signature: str, expected: str) -> None:
 
 def test_declared_defaults_are_passed_and_overridable(ws: Workspace) -> None:
     ws.module("kc_sig_echo", ECHO)
-    ws.write({"op": ws.op({"ref": "kc_sig_echo:echo"}, signature="(x: Tensor, *, k: int = 3) -> Tensor")},
-             backends=["ref"])
+    ws.write(
+        {"op": ws.op({"ref": "kc_sig_echo:echo"}, signature="(x: Tensor, *, k: int = 3) -> Tensor")}, backends=["ref"]
+    )
     handle = ws.load().op("g.op")
     x = torch.ones(2)
     assert handle(x) == ((x,), {"k": 3})
@@ -41,8 +46,10 @@ def test_declared_defaults_are_passed_and_overridable(ws: Workspace) -> None:
 
 def test_variadic_handles_forward_what_was_given(ws: Workspace) -> None:
     ws.module("kc_sig_echo", ECHO)
-    ws.write({"op": ws.op({"ref": "kc_sig_echo:echo"}, signature="(x: Tensor, *rest, **options) -> Tensor")},
-             backends=["ref"])
+    ws.write(
+        {"op": ws.op({"ref": "kc_sig_echo:echo"}, signature="(x: Tensor, *rest, **options) -> Tensor")},
+        backends=["ref"],
+    )
     handle = ws.load().op("g.op")
     x = torch.ones(2)
     assert handle(x, 1, 2, flag=True) == ((x, 1, 2), {"flag": True})

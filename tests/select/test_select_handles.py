@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 THREADS = 32
 
 # Counts its own imports in a module that outlives it, and sleeps in its body to widen any race.
-COUNTED = '''
+COUNTED = """
 import time
 
 import kc_sel_import_log
@@ -33,18 +33,27 @@ time.sleep(0.05)
 
 def kernel(*args, **kwargs):
     return kernel
-'''
+"""
 
 
 @pytest.fixture
 def by_dtype(ws: Workspace) -> Workspace:
     """g.op over float32/float16: 'f32' only float32, 'f16' only float16, 'anyd' both; ranked in that order."""
     ws.named_functions("kc_sel_dtype", ["f32", "f16", "anyd"])
-    ws.write({"op": ws.op({
-        "f32": {"target": "kc_sel_dtype:f32", "dtypes": ["float32"]},
-        "f16": {"target": "kc_sel_dtype:f16", "dtypes": ["float16"]},
-        "anyd": "kc_sel_dtype:anyd",
-    }, dtypes=["float32", "float16"], signature="(x: Tensor, w: Tensor) -> Tensor")}, backends=["f32", "f16", "anyd"])
+    ws.write(
+        {
+            "op": ws.op(
+                {
+                    "f32": {"target": "kc_sel_dtype:f32", "dtypes": ["float32"]},
+                    "f16": {"target": "kc_sel_dtype:f16", "dtypes": ["float16"]},
+                    "anyd": "kc_sel_dtype:anyd",
+                },
+                dtypes=["float32", "float16"],
+                signature="(x: Tensor, w: Tensor) -> Tensor",
+            )
+        },
+        backends=["f32", "f16", "anyd"],
+    )
     return ws
 
 
@@ -72,8 +81,11 @@ def test_handle_dispatches_on_dtype(by_dtype: Workspace) -> None:
 
 def test_handle_checks_eligibility_of_the_dtype(by_dtype: Workspace) -> None:
     rms = by_dtype.load().op("g.op")
-    with pytest.raises(NoEligibleBackendError, match=r"^no backend of op 'g\.op' can run on cpu: f32: does not support "
-                                                     r"bfloat16 \(supports float32\); f16: .*; anyd: does not support bfloat16"):
+    with pytest.raises(
+        NoEligibleBackendError,
+        match=r"^no backend of op 'g\.op' can run on cpu: f32: does not support "
+        r"bfloat16 \(supports float32\); f16: .*; anyd: does not support bfloat16",
+    ):
         rms(torch.ones(4, dtype=torch.bfloat16), None)
 
 
@@ -84,10 +96,20 @@ def test_handle_checks_eligibility_of_the_dtype(by_dtype: Workspace) -> None:
 )
 def test_handle_dispatches_on_the_declared_dispatch_arg(ws: Workspace, signature: str) -> None:
     ws.named_functions("kc_sel_dtype", ["f32", "f16"])
-    ws.write({"op": ws.op({
-        "f32": {"target": "kc_sel_dtype:f32", "dtypes": ["float32"]},
-        "f16": {"target": "kc_sel_dtype:f16", "dtypes": ["float16"]},
-    }, dtypes=["float32", "float16"], signature=signature, dispatch_arg="x")}, backends=["f32", "f16"])
+    ws.write(
+        {
+            "op": ws.op(
+                {
+                    "f32": {"target": "kc_sel_dtype:f32", "dtypes": ["float32"]},
+                    "f16": {"target": "kc_sel_dtype:f16", "dtypes": ["float16"]},
+                },
+                dtypes=["float32", "float16"],
+                signature=signature,
+                dispatch_arg="x",
+            )
+        },
+        backends=["f32", "f16"],
+    )
     handle = ws.load().op("g.op")
     w16, x32 = torch.ones(2, dtype=torch.float16), torch.ones(2, dtype=torch.float32)
     assert handle(w16, x=x32) == "f32"
@@ -97,13 +119,17 @@ def test_handle_dispatches_on_the_declared_dispatch_arg(ws: Workspace, signature
 
 def test_dispatch_arg_missing_from_the_signature_is_a_load_time_error(ws: Workspace) -> None:
     ws.named_functions("kc_sel_dtype", ["f32"])
-    ws.write({"op": ws.op({"f32": "kc_sel_dtype:f32"}, signature="(x: Tensor, w: Tensor) -> Tensor",
-                          dispatch_arg="weight")}, backends=["f32"])
+    ws.write(
+        {"op": ws.op({"f32": "kc_sel_dtype:f32"}, signature="(x: Tensor, w: Tensor) -> Tensor", dispatch_arg="weight")},
+        backends=["f32"],
+    )
     with pytest.raises(CatalogError) as info:
         ws.load()
     [error] = [d for d in info.value.diagnostics if d.is_error]
-    assert (error.code, error.message) == ("KC208", "dispatch_arg names 'weight', not a parameter of op 'g.op'; "
-                                                    "parameters: x, w")
+    assert (error.code, error.message) == (
+        "KC208",
+        "dispatch_arg names 'weight', not a parameter of op 'g.op'; parameters: x, w",
+    )
     assert error.location is not None and error.location.path.endswith("g.yaml")
 
 
@@ -200,8 +226,9 @@ def test_first_handle_call_from_many_threads_imports_once(counted: tuple[Catalog
     assert results[0] is catalog.get_backend("g.op", "only").load()
 
 
-def test_first_handle_call_from_many_threads_resolves_once(counted: tuple[Catalog, list[str]],
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_first_handle_call_from_many_threads_resolves_once(
+    counted: tuple[Catalog, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     catalog, _ = counted
     calls = _spy_on_resolve(catalog, monkeypatch)
     handle = catalog.op("g.op")

@@ -21,15 +21,19 @@ if TYPE_CHECKING:
 BACKENDS = ["a", "b", "c", "d", "e", "f"]
 KNOWN = ", ".join(BACKENDS)
 
+
 # Known bug, strict so the test fails once fixed and the mark must go (fix in the select report).
 @pytest.fixture
 def catalog_dir(ws: Workspace) -> Workspace:
     """g.op has every backend (a first by priority); g.other only a and b; all run anywhere."""
     ws.named_functions("kc_sel_ovr", BACKENDS)
-    ws.write({
-        "op": ws.op({name: f"kc_sel_ovr:{name}" for name in BACKENDS}),
-        "other": ws.op({name: f"kc_sel_ovr:{name}" for name in ("a", "b")}),
-    }, backends=BACKENDS)
+    ws.write(
+        {
+            "op": ws.op({name: f"kc_sel_ovr:{name}" for name in BACKENDS}),
+            "other": ws.op({name: f"kc_sel_ovr:{name}" for name in ("a", "b")}),
+        },
+        backends=BACKENDS,
+    )
     return ws
 
 
@@ -103,7 +107,9 @@ def test_backend_in_the_call_beats_use(catalog_dir: Workspace, monkeypatch: pyte
 
 def test_backend_in_the_call_must_exist(catalog_dir: Workspace) -> None:
     catalog = catalog_dir.load()
-    with pytest.raises(UnknownBackendError, match=r"^no 'c' backend for op 'g\.other' \(declared at .*\); available: a, b$"):
+    with pytest.raises(
+        UnknownBackendError, match=r"^no 'c' backend for op 'g\.other' \(declared at .*\); available: a, b$"
+    ):
         catalog.select("g.other", "cpu", backend="c")
     with pytest.raises(UnknownBackendError):
         catalog.kernel("g.other", backend="c")
@@ -114,14 +120,21 @@ def test_backend_in_the_call_must_exist(catalog_dir: Workspace) -> None:
 
 @pytest.mark.parametrize(
     ("overrides", "other"),
-    [({"g.*": "b", "g.op": "c"}, "g.*"), ({"g.op": "c", "g.*": "b"}, "g.*"), ({"*": "b", "g.o*": "b", "g.op": "c"}, "g.o*")],
+    [
+        ({"g.*": "b", "g.op": "c"}, "g.*"),
+        ({"g.op": "c", "g.*": "b"}, "g.*"),
+        ({"*": "b", "g.o*": "b", "g.op": "c"}, "g.o*"),
+    ],
     ids=["glob-first", "exact-first", "star-glob-exact"],
 )
 @pytest.mark.parametrize("layer", ["overrides=", "KCATALOG_OVERRIDES", "use()"])
-def test_exact_id_beats_glob_within_a_layer(catalog_dir: Workspace, monkeypatch: pytest.MonkeyPatch,
-                                            layer: str, overrides: dict[str, str], other: str) -> None:
+def test_exact_id_beats_glob_within_a_layer(
+    catalog_dir: Workspace, monkeypatch: pytest.MonkeyPatch, layer: str, overrides: dict[str, str], other: str
+) -> None:
     if layer == "KCATALOG_OVERRIDES":
-        monkeypatch.setenv("KCATALOG_OVERRIDES", ",".join(f"{pattern}={backend}" for pattern, backend in overrides.items()))
+        monkeypatch.setenv(
+            "KCATALOG_OVERRIDES", ",".join(f"{pattern}={backend}" for pattern, backend in overrides.items())
+        )
     catalog = catalog_dir.load(overrides=overrides if layer == "overrides=" else None)
     with catalog.use(overrides) if layer == "use()" else contextlib.nullcontext():
         assert _chosen(catalog) == ("c", f"override {layer} g.op=c")
@@ -133,8 +146,9 @@ def test_longer_glob_beats_shorter_within_a_layer(catalog_dir: Workspace) -> Non
     assert _chosen(catalog) == ("c", "override overrides= g.o*=c")
 
 
-def test_a_stronger_layer_glob_beats_a_weaker_layer_exact_id(catalog_dir: Workspace,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stronger_layer_glob_beats_a_weaker_layer_exact_id(
+    catalog_dir: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KCATALOG_OVERRIDES", "g.*=d")
     catalog = catalog_dir.load(overrides={"g.op": "b"})
     assert _chosen(catalog) == ("d", "override KCATALOG_OVERRIDES g.*=d")
@@ -221,16 +235,32 @@ def test_use_is_not_seen_by_another_task(catalog_dir: Workspace) -> None:
     ("env", "overrides", "code", "message"),
     [
         ({}, {"g.op": "nope"}, "KC601", f"overrides=: unknown backend 'nope'; known: {KNOWN}"),
-        ({"KCATALOG_OVERRIDES": "g.op=nope"}, None, "KC601", f"KCATALOG_OVERRIDES: unknown backend 'nope'; known: {KNOWN}"),
+        (
+            {"KCATALOG_OVERRIDES": "g.op=nope"},
+            None,
+            "KC601",
+            f"KCATALOG_OVERRIDES: unknown backend 'nope'; known: {KNOWN}",
+        ),
         ({"KCATALOG_BACKEND": "nope"}, None, "KC601", f"KCATALOG_BACKEND: unknown backend 'nope'; known: {KNOWN}"),
         ({}, "g.op", "KC603", "overrides=: 'g.op' is not 'op-or-glob=backend'"),
         ({"KCATALOG_OVERRIDES": "g.op:a"}, None, "KC603", "KCATALOG_OVERRIDES: 'g.op:a' is not 'op-or-glob=backend'"),
     ],
-    ids=["backend-in-overrides", "backend-in-KCATALOG_OVERRIDES", "backend-in-KCATALOG_BACKEND",
-         "malformed-overrides", "malformed-KCATALOG_OVERRIDES"],
+    ids=[
+        "backend-in-overrides",
+        "backend-in-KCATALOG_OVERRIDES",
+        "backend-in-KCATALOG_BACKEND",
+        "malformed-overrides",
+        "malformed-KCATALOG_OVERRIDES",
+    ],
 )
-def test_bad_override_is_a_load_time_error(catalog_dir: Workspace, monkeypatch: pytest.MonkeyPatch,
-                                           env: dict[str, str], overrides: Any, code: str, message: str) -> None:
+def test_bad_override_is_a_load_time_error(
+    catalog_dir: Workspace,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    overrides: Any,
+    code: str,
+    message: str,
+) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(CatalogError) as info:
@@ -241,12 +271,20 @@ def test_bad_override_is_a_load_time_error(catalog_dir: Workspace, monkeypatch: 
 
 @pytest.mark.parametrize(
     ("env", "overrides", "source", "pattern"),
-    [({}, {"zz.*": "a"}, "overrides=", "zz.*"), ({"KCATALOG_OVERRIDES": "zz.op=a"}, None, "KCATALOG_OVERRIDES", "zz.op")],
+    [
+        ({}, {"zz.*": "a"}, "overrides=", "zz.*"),
+        ({"KCATALOG_OVERRIDES": "zz.op=a"}, None, "KCATALOG_OVERRIDES", "zz.op"),
+    ],
     ids=["overrides", "KCATALOG_OVERRIDES"],
 )
 def test_override_pattern_matching_no_op_is_a_load_time_error_naming_the_ops(
-        catalog_dir: Workspace, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], overrides: Any,
-        source: str, pattern: str) -> None:
+    catalog_dir: Workspace,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    overrides: Any,
+    source: str,
+    pattern: str,
+) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(CatalogError) as info:
@@ -284,8 +322,9 @@ def test_bad_use_raises_on_entry_and_changes_nothing(catalog_dir: Workspace, ove
 # -- an override that cannot be honoured -------------------------------------------------------------
 
 
-def test_forced_backend_an_op_lacks_falls_back_with_one_warning(catalog_dir: Workspace, monkeypatch: pytest.MonkeyPatch,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_forced_backend_an_op_lacks_falls_back_with_one_warning(
+    catalog_dir: Workspace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv("KCATALOG_BACKEND", "c")
     catalog = catalog_dir.load()
     caplog.set_level(logging.WARNING, logger="kcatalog")
@@ -298,7 +337,8 @@ def test_forced_backend_an_op_lacks_falls_back_with_one_warning(catalog_dir: Wor
 
 
 def test_forced_backend_an_op_lacks_leaves_the_weaker_overrides_in_force(
-        catalog_dir: Workspace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    catalog_dir: Workspace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     # "Falls back to normal selection": what would have been chosen without KCATALOG_BACKEND, overrides= included.
     monkeypatch.setenv("KCATALOG_BACKEND", "c")
     catalog = catalog_dir.load(overrides={"g.other": "b"})
@@ -323,13 +363,16 @@ def test_forced_backend_an_op_lacks_raises_when_strict(catalog_dir: Workspace, m
 def with_cuda_only(ws: Workspace) -> Workspace:
     """g.op: 'cu' (cuda only) and 'a'."""
     ws.named_functions("kc_sel_ovr", ["a", "cu"])
-    ws.write({"op": ws.op({"a": "kc_sel_ovr:a", "cu": {"target": "kc_sel_ovr:cu", "capabilities": [{"device": "cuda"}]}})},
-             backends=["a", "cu"])
+    ws.write(
+        {"op": ws.op({"a": "kc_sel_ovr:a", "cu": {"target": "kc_sel_ovr:cu", "capabilities": [{"device": "cuda"}]}})},
+        backends=["a", "cu"],
+    )
     return ws
 
 
 def test_override_to_a_backend_that_cannot_run_falls_back_with_one_warning(
-        with_cuda_only: Workspace, caplog: pytest.LogCaptureFixture) -> None:
+    with_cuda_only: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
     catalog = with_cuda_only.load(overrides={"g.op": "cu"})
     caplog.set_level(logging.WARNING, logger="kcatalog")
     for _ in range(3):
@@ -342,5 +385,7 @@ def test_override_to_a_backend_that_cannot_run_falls_back_with_one_warning(
 
 def test_override_to_a_backend_that_cannot_run_raises_when_strict(with_cuda_only: Workspace) -> None:
     catalog = with_cuda_only.load(overrides={"g.op": "cu"}, strict=True)
-    with pytest.raises(NoEligibleBackendError, match=r"^no backend of op 'g\.op' can run on cpu: cu: runs on cuda, not cpu$"):
+    with pytest.raises(
+        NoEligibleBackendError, match=r"^no backend of op 'g\.op' can run on cpu: cu: runs on cuda, not cpu$"
+    ):
         catalog.select("g.op", "cpu")

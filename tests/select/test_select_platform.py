@@ -47,7 +47,9 @@ def test_parse_of_an_unknown_device_names_the_valid_ones(text: str) -> None:
 @pytest.mark.parametrize("text", ["cuda:sm90", "cuda:9.x", "cuda:gfx942"])
 def test_parse_of_a_malformed_cuda_arch(text: str) -> None:
     arch = text.partition(":")[2]
-    with pytest.raises(ValueError, match=rf"^cuda arch '{arch}' in platform '{text}' is not 'major\.minor', e\.g\. cuda:9\.0$"):
+    with pytest.raises(
+        ValueError, match=rf"^cuda arch '{arch}' in platform '{text}' is not 'major\.minor', e\.g\. cuda:9\.0$"
+    ):
         Platform.parse(text)
 
 

@@ -18,13 +18,21 @@ def catalog_dir(ws: Workspace) -> Workspace:
     """Priority [a, b]. g.one: a and b run anywhere. g.two: a runs on cuda >= 8.0 only. One module per spec."""
     for name in MODULES:
         ws.named_functions(name, ["kernel"])
-    ws.write({
-        "one": ws.op({"a": "kc_sel_prep_one_a:kernel", "b": "kc_sel_prep_one_b:kernel"}),
-        "two": ws.op({
-            "a": {"target": "kc_sel_prep_two_a:kernel", "capabilities": [{"device": "cuda", "min_arch": "8.0"}]},
-            "b": "kc_sel_prep_two_b:kernel",
-        }),
-    }, backends=["a", "b"])
+    ws.write(
+        {
+            "one": ws.op({"a": "kc_sel_prep_one_a:kernel", "b": "kc_sel_prep_one_b:kernel"}),
+            "two": ws.op(
+                {
+                    "a": {
+                        "target": "kc_sel_prep_two_a:kernel",
+                        "capabilities": [{"device": "cuda", "min_arch": "8.0"}],
+                    },
+                    "b": "kc_sel_prep_two_b:kernel",
+                }
+            ),
+        },
+        backends=["a", "b"],
+    )
     return ws
 
 
@@ -34,8 +42,11 @@ def _imported() -> set[str]:
 
 @pytest.mark.parametrize(
     ("platform", "chosen"),
-    [("cpu", {"g.one": "a", "g.two": "b"}), ("cuda:9.0", {"g.one": "a", "g.two": "a"}),
-     ("cuda:7.5", {"g.one": "a", "g.two": "b"})],
+    [
+        ("cpu", {"g.one": "a", "g.two": "b"}),
+        ("cuda:9.0", {"g.one": "a", "g.two": "a"}),
+        ("cuda:7.5", {"g.one": "a", "g.two": "b"}),
+    ],
 )
 def test_prepare_imports_each_ops_chosen_backend(catalog_dir: Workspace, platform: str, chosen: dict[str, str]) -> None:
     catalog = catalog_dir.load()

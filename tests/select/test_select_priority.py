@@ -26,8 +26,9 @@ OP = "priority of op 'g.op'"
 DEFAULT = "catalog default priority"
 
 
-def _catalog(ws: Workspace, *, op_platform: bool, catalog_platform: bool, op: bool,
-             extra_backends: dict[str, Any] | None = None) -> Catalog:
+def _catalog(
+    ws: Workspace, *, op_platform: bool, catalog_platform: bool, op: bool, extra_backends: dict[str, Any] | None = None
+) -> Catalog:
     """Default [a, b, c, d]; the op prefers b; the catalog prefers c on cpu; the op prefers d on cpu."""
     ws.named_functions("kc_sel_prio", [*BACKENDS, "cu"])
     backends: dict[str, Any] = {name: f"kc_sel_prio:{name}" for name in BACKENDS}
@@ -37,8 +38,12 @@ def _catalog(ws: Workspace, *, op_platform: bool, catalog_platform: bool, op: bo
         extra["priority"] = ["b"]
     if op_platform:
         extra["platform_priority"] = {"cpu": ["d"]}
-    ws.write({"op": ws.op(backends, **extra)}, backends=[*BACKENDS, "cu"], priority=BACKENDS,
-             platform_priority={"cpu": ["c"]} if catalog_platform else None)
+    ws.write(
+        {"op": ws.op(backends, **extra)},
+        backends=[*BACKENDS, "cu"],
+        priority=BACKENDS,
+        platform_priority={"cpu": ["c"]} if catalog_platform else None,
+    )
     return ws.load()
 
 
@@ -77,8 +82,11 @@ def test_the_deciding_list_skips_a_backend_that_cannot_run_here(ws: Workspace) -
     ws.named_functions("kc_sel_prio", [*BACKENDS, "cu"])
     backends: dict[str, Any] = {name: f"kc_sel_prio:{name}" for name in BACKENDS}
     backends["cu"] = {"target": "kc_sel_prio:cu", "capabilities": [{"device": "cuda"}]}
-    ws.write({"op": ws.op(backends, priority=["b"], platform_priority={"cpu": ["cu", "d"]})},
-             backends=[*BACKENDS, "cu"], priority=BACKENDS)
+    ws.write(
+        {"op": ws.op(backends, priority=["b"], platform_priority={"cpu": ["cu", "d"]})},
+        backends=[*BACKENDS, "cu"],
+        priority=BACKENDS,
+    )
     selection = ws.load().select("g.op", "cpu")
     assert (selection.chosen.backend, selection.decided_by) == ("d", OP_PLATFORM)  # type: ignore[union-attr]
     assert selection.rejected[0] == Rejected("cu", "runs on cuda, not cpu")
@@ -86,8 +94,12 @@ def test_the_deciding_list_skips_a_backend_that_cannot_run_here(ws: Workspace) -
 
 def test_catalog_lists_may_name_backends_an_op_lacks(ws: Workspace) -> None:
     ws.named_functions("kc_sel_prio", ["a", "b"])
-    ws.write({"op": ws.op({"a": "kc_sel_prio:a", "b": "kc_sel_prio:b"})},
-             backends=["z", "a", "b"], priority=["z", "b", "a"], platform_priority={"cpu": ["z", "a"]})
+    ws.write(
+        {"op": ws.op({"a": "kc_sel_prio:a", "b": "kc_sel_prio:b"})},
+        backends=["z", "a", "b"],
+        priority=["z", "b", "a"],
+        platform_priority={"cpu": ["z", "a"]},
+    )
     catalog = ws.load()
     assert catalog.select("g.op", "cpu").order == ("a", "b")
     assert catalog.select("g.op", "cuda:9.0").order == ("b", "a")
@@ -98,19 +110,26 @@ def base_catalog(ws: Workspace) -> Catalog:
     return _catalog(ws, op_platform=False, catalog_platform=False, op=False)
 
 
-_order = st.one_of(st.none(), st.permutations(BACKENDS).flatmap(lambda p: st.integers(0, 4).map(lambda n: tuple(p[:n]))))
+_order = st.one_of(
+    st.none(), st.permutations(BACKENDS).flatmap(lambda p: st.integers(0, 4).map(lambda n: tuple(p[:n])))
+)
 
 
 # The catalog fixture is only read: sharing it between examples is safe.
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(op_platform=_order, catalog_platform=_order, op=_order, default=_order,
-       device=st.sampled_from(["cpu", "cuda"]))
-def test_priority_order_property(base_catalog: Catalog, op_platform: tuple[str, ...] | None,
-                                 catalog_platform: tuple[str, ...] | None, op: tuple[str, ...] | None,
-                                 default: tuple[str, ...] | None, device: str) -> None:
+@given(op_platform=_order, catalog_platform=_order, op=_order, default=_order, device=st.sampled_from(["cpu", "cuda"]))
+def test_priority_order_property(
+    base_catalog: Catalog,
+    op_platform: tuple[str, ...] | None,
+    catalog_platform: tuple[str, ...] | None,
+    op: tuple[str, ...] | None,
+    default: tuple[str, ...] | None,
+    device: str,
+) -> None:
     """Whatever lists are declared, the first non-empty one, most specific first, decides, and only on its device."""
     info = dataclasses.replace(
-        base_catalog.info("g.op"), priority=op,
+        base_catalog.info("g.op"),
+        priority=op,
         platform_priority=MappingProxyType({"cpu": op_platform} if op_platform is not None else {}),
     )
     settings_ = CatalogPriority(default or (), {"cpu": catalog_platform} if catalog_platform is not None else {})

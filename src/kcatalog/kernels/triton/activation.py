@@ -151,8 +151,16 @@ def _act_and_mul(x: torch.Tensor, act: int) -> torch.Tensor:
     block_m, block_n, num_warps = _launch_config(n_rows, d)
     grid = (triton.cdiv(n_rows, block_m) * triton.cdiv(d, block_n),)
     _act_and_mul_kernel[grid](
-        x2, out2, n_rows, d, x2.stride(0), out2.stride(0),
-        ACT=act, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps,
+        x2,
+        out2,
+        n_rows,
+        d,
+        x2.stride(0),
+        out2.stride(0),
+        ACT=act,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=num_warps,
     )
     return out
 

@@ -85,11 +85,23 @@ def _rotary_kernel(
     # No loops and no branches: the q and k loads are independent of the position, so they are
     # in flight together with the pos -> cos/sin chain instead of after it.
     q1, q2, q_ptrs, q_mask = _load_heads(
-        q_ptr + t.to(tl.int64) * stride_qt, s * BLOCK_HQ + tl.arange(0, BLOCK_HQ), n_q_heads, stride_qh,
-        IS_NEOX, HALF, BLOCK_D)
+        q_ptr + t.to(tl.int64) * stride_qt,
+        s * BLOCK_HQ + tl.arange(0, BLOCK_HQ),
+        n_q_heads,
+        stride_qh,
+        IS_NEOX,
+        HALF,
+        BLOCK_D,
+    )
     k1, k2, k_ptrs, k_mask = _load_heads(
-        k_ptr + t.to(tl.int64) * stride_kt, s * BLOCK_HK + tl.arange(0, BLOCK_HK), n_k_heads, stride_kh,
-        IS_NEOX, HALF, BLOCK_D)
+        k_ptr + t.to(tl.int64) * stride_kt,
+        s * BLOCK_HK + tl.arange(0, BLOCK_HK),
+        n_k_heads,
+        stride_kh,
+        IS_NEOX,
+        HALF,
+        BLOCK_D,
+    )
     d = tl.arange(0, BLOCK_D)
     cs = cache_ptr + pos * stride_cache
     cos = tl.load(cs + d, mask=d < HALF, other=0.0).to(tl.float32)[None, :]  # once per program,
@@ -172,8 +184,21 @@ def rotary_embedding(
     half = rot_dim // 2
     bhq, bhk, split, num_warps = _launch_config(num_tokens, n_q, n_k, half)
     _rotary_kernel[(num_tokens, split)](
-        positions, query, key, cos_sin_cache,
-        n_q, n_k, stride_qt, stride_qh, stride_kt, stride_kh, cos_sin_cache.stride(0),
-        IS_NEOX=bool(is_neox), HALF=half, BLOCK_D=triton.next_power_of_2(half),
-        BLOCK_HQ=bhq, BLOCK_HK=bhk, num_warps=num_warps,
+        positions,
+        query,
+        key,
+        cos_sin_cache,
+        n_q,
+        n_k,
+        stride_qt,
+        stride_qh,
+        stride_kt,
+        stride_kh,
+        cos_sin_cache.stride(0),
+        IS_NEOX=bool(is_neox),
+        HALF=half,
+        BLOCK_D=triton.next_power_of_2(half),
+        BLOCK_HQ=bhq,
+        BLOCK_HK=bhk,
+        num_warps=num_warps,
     )

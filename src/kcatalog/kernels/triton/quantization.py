@@ -232,8 +232,20 @@ def per_token_quant_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n_units = n_cols
     block_m, block_n, two_pass, num_warps = _launch_config(n_rows, n_units, packed)
     _per_token_quant_fp8_kernel[(triton.cdiv(n_rows, block_m),)](
-        x2, q2, scale, n_rows, n_units, stride_x, stride_q, MIN_SCALE,
-        BLOCK_M=block_m, BLOCK_N=block_n, PACKED=packed, IS_BF16=x.dtype == torch.bfloat16, TWO_PASS=two_pass,
-        SNAP=x.device.type == "cpu", num_warps=num_warps,
+        x2,
+        q2,
+        scale,
+        n_rows,
+        n_units,
+        stride_x,
+        stride_q,
+        MIN_SCALE,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        PACKED=packed,
+        IS_BF16=x.dtype == torch.bfloat16,
+        TWO_PASS=two_pass,
+        SNAP=x.device.type == "cpu",
+        num_warps=num_warps,
     )
     return q, scale
