@@ -1,8 +1,11 @@
-"""kcatalog: a declarative, validated catalog of kernels, loaded from YAML and imported lazily."""
+"""kcatalog: a declarative, validated catalog of kernels, loaded from YAML and imported lazily.
 
-from ._catalog import Catalog, KernelSpec, OpInfo
-from ._load import check_catalog, load_catalog
-from ._platform import Platform
+The public API is what this module exports, plus `kcatalog.codes` (the diagnostic codes), `kcatalog.errors`,
+`kcatalog.model` (the typed model), `kcatalog.validate.schema` (the file format's models) and
+`kcatalog.testing`. The stage packages (read, validate, link, check, cache, registry, select, tools) are
+internal.
+"""
+
 from .errors import (
     CatalogError,
     Diagnostic,
@@ -13,24 +16,34 @@ from .errors import (
     UnknownBackendError,
     UnknownOpError,
 )
+from .load import CheckResult, LoadOptions, check_catalog, load_catalog
+from .model import CacheOutcome, CacheStatus, Capability, CatalogSettings, KernelSpec, OpInfo, Rejected
+from .platform import Platform
+from .registry.catalog import Catalog
 
 
 def __getattr__(name: str) -> object:
-    # Selection's types load with the first selection, not with the catalog: a warm load stays lean.
-    if name in ("Rejected", "Selection"):
-        from . import _select
+    # Selection's module loads with the first selection, not with the catalog: a warm load stays lean.
+    if name == "Selection":
+        from .select.selection import Selection
 
-        return getattr(_select, name)
+        return Selection
     raise AttributeError(f"module 'kcatalog' has no attribute '{name}'")
 
 
 __all__ = [
+    "CacheOutcome",
+    "CacheStatus",
+    "Capability",
     "Catalog",
     "CatalogError",
+    "CatalogSettings",
+    "CheckResult",
     "Diagnostic",
     "KernelImportError",
     "KernelSpec",
     "Location",
+    "LoadOptions",
     "NoEligibleBackendError",
     "OpInfo",
     "Platform",

@@ -1,5 +1,5 @@
 """`python -m kcatalog`: the same as the `kcatalog` command."""
 
-from .cli import main
+from .tools.cli import main
 
 raise SystemExit(main())

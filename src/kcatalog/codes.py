@@ -1,46 +1,93 @@
-"""The stable diagnostic codes, grouped by the stage that finds them."""
+"""The stable diagnostic codes as named constants, grouped by the stage that finds them, with their meanings."""
 
 from __future__ import annotations
 
-# KC0xx: reading YAML.  KC1xx: schema.  KC2xx: linking files together.
-# KC3xx: import targets.  KC4xx: catalog policy.  KC5xx: an application's `require=`.
-# KC6xx: backend overrides (`overrides=`, KCATALOG_OVERRIDES, KCATALOG_BACKEND).
-CODES: dict[str, str] = {
-    "KC001": "YAML syntax error",
-    "KC002": "duplicate mapping key",
-    "KC003": "unsupported YAML: tags other than plain YAML, merge keys, multiple documents",
-    "KC004": "file refused: too large, nested too deep, or too many aliased nodes",
-    "KC005": "file cannot be read or decoded as UTF-8",
-    "KC006": "path not found, or no catalog files in it",
-    "KC101": "unknown field",
-    "KC102": "missing required field",
-    "KC103": "invalid value or wrong type",
-    "KC104": "unsupported format version",
-    "KC201": "op declared more than once",
-    "KC202": "backend declared more than once for one op",
-    "KC203": "unknown backend name",
-    "KC204": "reference backend is not a backend of the op",
-    "KC205": "extension of an op that no manifest declares",
-    "KC206": "catalog settings file (kcatalog.yaml) missing or duplicated",
-    "KC207": "backend dtypes or tolerances name a dtype the op does not declare",
-    "KC208": "argument named by mutates or dispatch_arg is not in the signature",
-    "KC209": "samples: arguments do not match the signature",
-    "KC210": "samples: unknown size name or malformed size expression",
-    "KC211": "samples: compare names no output of the op",
-    "KC301": "target module not found",
-    "KC302": "target attribute not defined by its module",
-    "KC303": "target unavailable here: its top-level package is not installed",
-    "KC304": "target not verifiable statically",
-    "KC305": "target outside the allowed modules",
-    "KC306": "target module has a syntax error",
-    "KC307": "target failed to import (validate --import)",
-    "KC308": "target is not callable (validate --import)",
-    "KC309": "target's parameters differ from the op's signature (validate --import)",
-    "KC401": "op lacks a backend the policy requires",
-    "KC402": "op has no backend eligible on a platform the policy requires",
-    "KC501": "required op not in the catalog",
-    "KC502": "required backend missing for an op",
-    "KC601": "override names an unknown backend",
-    "KC602": "override pattern matches no op",
-    "KC603": "override text malformed",
+from typing import Final
+
+# KC0xx read: finding files and parsing YAML.
+YAML_SYNTAX: Final = "KC001"
+DUPLICATE_KEY: Final = "KC002"
+UNSUPPORTED_YAML: Final = "KC003"
+FILE_REFUSED: Final = "KC004"
+FILE_UNREADABLE: Final = "KC005"
+PATH_NOT_FOUND: Final = "KC006"
+# KC1xx validate: the schema.
+UNKNOWN_FIELD: Final = "KC101"
+MISSING_FIELD: Final = "KC102"
+INVALID_VALUE: Final = "KC103"
+UNSUPPORTED_VERSION: Final = "KC104"
+# KC2xx link: files together.
+DUPLICATE_OP: Final = "KC201"
+DUPLICATE_BACKEND: Final = "KC202"
+UNKNOWN_BACKEND: Final = "KC203"
+REFERENCE_NOT_A_BACKEND: Final = "KC204"
+EXTENDS_UNKNOWN_OP: Final = "KC205"
+SETTINGS_FILE: Final = "KC206"
+DTYPE_NOT_OF_OP: Final = "KC207"
+ARGUMENT_NOT_IN_SIGNATURE: Final = "KC208"
+SAMPLE_ARGUMENTS: Final = "KC209"
+SAMPLE_SIZE: Final = "KC210"
+SAMPLE_COMPARE: Final = "KC211"
+# KC3xx check: import targets.
+TARGET_MODULE_NOT_FOUND: Final = "KC301"
+TARGET_ATTRIBUTE_MISSING: Final = "KC302"
+TARGET_UNAVAILABLE: Final = "KC303"
+TARGET_UNVERIFIABLE: Final = "KC304"
+TARGET_NOT_ALLOWED: Final = "KC305"
+TARGET_SYNTAX_ERROR: Final = "KC306"
+TARGET_IMPORT_FAILED: Final = "KC307"
+TARGET_NOT_CALLABLE: Final = "KC308"
+TARGET_SIGNATURE_MISMATCH: Final = "KC309"
+# KC4xx link: catalog policy.
+POLICY_BACKEND_MISSING: Final = "KC401"
+POLICY_PLATFORM_UNSERVED: Final = "KC402"
+# KC5xx check: an application's `require=`.
+REQUIRED_OP_MISSING: Final = "KC501"
+REQUIRED_BACKEND_MISSING: Final = "KC502"
+# KC6xx check: backend overrides (`overrides=`, KCATALOG_OVERRIDES, KCATALOG_BACKEND).
+OVERRIDE_UNKNOWN_BACKEND: Final = "KC601"
+OVERRIDE_MATCHES_NOTHING: Final = "KC602"
+OVERRIDE_MALFORMED: Final = "KC603"
+
+# Target problems that are warnings: the target may well work where its package is installed.
+TARGET_WARNINGS: Final = frozenset({TARGET_UNAVAILABLE, TARGET_UNVERIFIABLE})
+
+CODES: Final[dict[str, str]] = {
+    YAML_SYNTAX: "YAML syntax error",
+    DUPLICATE_KEY: "duplicate mapping key",
+    UNSUPPORTED_YAML: "unsupported YAML: tags other than plain YAML, merge keys, multiple documents",
+    FILE_REFUSED: "file refused: too large, nested too deep, or too many aliased nodes",
+    FILE_UNREADABLE: "file cannot be read or decoded as UTF-8",
+    PATH_NOT_FOUND: "path not found, or no catalog files in it",
+    UNKNOWN_FIELD: "unknown field",
+    MISSING_FIELD: "missing required field",
+    INVALID_VALUE: "invalid value or wrong type",
+    UNSUPPORTED_VERSION: "unsupported format version",
+    DUPLICATE_OP: "op declared more than once",
+    DUPLICATE_BACKEND: "backend declared more than once for one op",
+    UNKNOWN_BACKEND: "unknown backend name",
+    REFERENCE_NOT_A_BACKEND: "reference backend is not a backend of the op",
+    EXTENDS_UNKNOWN_OP: "extension of an op that no manifest declares",
+    SETTINGS_FILE: "catalog settings file (kcatalog.yaml) missing or duplicated",
+    DTYPE_NOT_OF_OP: "backend dtypes or tolerances name a dtype the op does not declare",
+    ARGUMENT_NOT_IN_SIGNATURE: "argument named by mutates or dispatch_arg is not in the signature",
+    SAMPLE_ARGUMENTS: "samples: arguments do not match the signature",
+    SAMPLE_SIZE: "samples: unknown size name or malformed size expression",
+    SAMPLE_COMPARE: "samples: compare names no output of the op",
+    TARGET_MODULE_NOT_FOUND: "target module not found",
+    TARGET_ATTRIBUTE_MISSING: "target attribute not defined by its module",
+    TARGET_UNAVAILABLE: "target unavailable here: its top-level package is not installed",
+    TARGET_UNVERIFIABLE: "target not verifiable statically",
+    TARGET_NOT_ALLOWED: "target outside the allowed modules",
+    TARGET_SYNTAX_ERROR: "target module has a syntax error",
+    TARGET_IMPORT_FAILED: "target failed to import (validate --import)",
+    TARGET_NOT_CALLABLE: "target is not callable (validate --import)",
+    TARGET_SIGNATURE_MISMATCH: "target's parameters differ from the op's signature (validate --import)",
+    POLICY_BACKEND_MISSING: "op lacks a backend the policy requires",
+    POLICY_PLATFORM_UNSERVED: "op has no backend eligible on a platform the policy requires",
+    REQUIRED_OP_MISSING: "required op not in the catalog",
+    REQUIRED_BACKEND_MISSING: "required backend missing for an op",
+    OVERRIDE_UNKNOWN_BACKEND: "override names an unknown backend",
+    OVERRIDE_MATCHES_NOTHING: "override pattern matches no op",
+    OVERRIDE_MALFORMED: "override text malformed",
 }

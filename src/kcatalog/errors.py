@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .model import Rejected
 
 
 class Severity(str, Enum):
@@ -113,11 +117,11 @@ class UnknownBackendError(CatalogError, KeyError):
 class NoEligibleBackendError(CatalogError):
     """No backend of the op can run here; `rejected` says why for each one."""
 
-    def __init__(self, op: str, platform: str, rejected: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, op: str, platform: str, rejected: Sequence[Rejected]) -> None:
         self.op = op
         self.platform = platform
         self.rejected = tuple(rejected)
-        reasons = "; ".join(f"{backend}: {reason}" for backend, reason in self.rejected)
+        reasons = "; ".join(f"{r.backend}: {r.reason}" for r in self.rejected)
         super().__init__(f"no backend of op '{op}' can run on {platform}: {reasons}")
 
 

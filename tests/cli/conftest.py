@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kcatalog._overrides import ENV_BACKEND, ENV_OVERRIDES
+from kcatalog.check.overrides import ENV_BACKEND, ENV_OVERRIDES
 
 
 @pytest.fixture(autouse=True)

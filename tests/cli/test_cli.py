@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import pytest
 
-from kcatalog import cli
-from kcatalog.cli import main
+from kcatalog.tools import cli
+from kcatalog.tools.cli import main
 
 SETTINGS = """\
 kcatalog: 1
@@ -467,7 +467,7 @@ def test_explain_unknown_op_names_the_ops(run: Callable[..., Run], catalog: Call
 def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     # `kcatalog list | head -1`: the pipe closes while the command still writes.
     script = (
-        "import sys\nfrom kcatalog.cli import main\nsys.stdout.close = lambda: None\nraise SystemExit(main(['list']))"
+        "import sys\nfrom kcatalog.tools.cli import main\nsys.stdout.close = lambda: None\nraise SystemExit(main(['list']))"
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None

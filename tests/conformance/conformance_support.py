@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 import pytest
 import yaml
 
-from kcatalog._overrides import ENV_BACKEND, ENV_OVERRIDES
-from kcatalog.cli import main
+from kcatalog.check.overrides import ENV_BACKEND, ENV_OVERRIDES
+from kcatalog.tools.cli import main
 
 
 class Run(NamedTuple):

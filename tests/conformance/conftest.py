@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conformance_support import Workspace, one_torch_thread, workspace_at
 
-from kcatalog._overrides import ENV_BACKEND, ENV_OVERRIDES
+from kcatalog.check.overrides import ENV_BACKEND, ENV_OVERRIDES
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -12,8 +12,8 @@ import pytest
 import torch
 from conformance_support import Run, Workspace, declare_op, one_torch_thread, run_cli
 
-from kcatalog._bench import bytes_moved
-from kcatalog._samples import Call
+from kcatalog.tools.bench import bytes_moved
+from kcatalog.tools.inputs import Call
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -12,9 +12,10 @@ import torch
 from conformance_support import Workspace, declare_op, run_cli
 
 import kcatalog
-from kcatalog._load import check_catalog
-from kcatalog._samples import build_call, evaluate, expression_names, size_sets
-from kcatalog.schema import Samples, TensorArg
+from kcatalog import check_catalog
+from kcatalog.link.samples import evaluate, expression_names
+from kcatalog.tools.inputs import build_call, size_sets
+from kcatalog.validate.schema import Samples, TensorArg
 
 
 @pytest.mark.parametrize(

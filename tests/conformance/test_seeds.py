@@ -12,8 +12,8 @@ import torch
 from conformance_support import child_env, run_cli
 
 import kcatalog
-from kcatalog import _conformance as conformance
-from kcatalog._samples import build_call, size_sets
+from kcatalog.tools import conformance
+from kcatalog.tools.inputs import build_call, size_sets
 
 # ATen's float16 softmax differs from the float32-accumulating reference in the last bits: figures
 # that are not zero, and so change with the data.
@@ -71,7 +71,7 @@ def test_every_backend_of_a_case_sees_the_same_inputs() -> None:
 
 PLAN_SEEDS = """
 import kcatalog
-from kcatalog import _conformance as conformance
+from kcatalog.tools import conformance
 cases, _ = conformance.plan(kcatalog.load_catalog(), ["layernorm.rms_norm"], device="cpu", base_seed=3)
 print([case.seed for case in cases])
 """

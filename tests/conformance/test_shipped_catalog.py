@@ -11,7 +11,7 @@ import pytest
 from conformance_support import run_cli
 
 import kcatalog
-from kcatalog._samples import size_sets
+from kcatalog.tools.inputs import size_sets
 
 SEED = 20240611
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kcatalog._overrides import ENV_BACKEND, ENV_OVERRIDES
+from kcatalog.check.overrides import ENV_BACKEND, ENV_OVERRIDES
 
 
 @pytest.fixture(autouse=True)

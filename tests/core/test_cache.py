@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 import kcatalog
-from kcatalog import Catalog, CatalogError, _cache
+from kcatalog import CacheOutcome, CacheStatus, Catalog, CatalogError
+from kcatalog.cache import store as _cache
 
 SETTINGS = """\
 kcatalog: 1
@@ -74,6 +75,11 @@ def state(catalog: Catalog) -> dict[str, Any]:
     }
 
 
+def outcome(catalog: Catalog) -> tuple[CacheOutcome, str]:
+    """What the cache did for this load, and why."""
+    return catalog.cache_status.outcome, catalog.cache_status.reason
+
+
 @pytest.fixture
 def cache_dir(tmp_path: Path) -> Path:
     return tmp_path / "cache"
@@ -111,11 +117,11 @@ def test_a_warm_load_gives_what_a_cold_load_gives(
 ) -> None:
     paths = None if which == "shipped" else [catalog_dir]
     cold = load(paths)
-    assert cold.cache_status.startswith("miss: no entry yet; written: ")
+    assert outcome(cold) == (CacheOutcome.WRITTEN, "no entry yet")
     warm = load(paths)
-    assert warm.cache_status == f"hit: {entries(cache_dir)[0]}"
+    assert warm.cache_status == CacheStatus(CacheOutcome.HIT, "", entries(cache_dir)[0])
     uncached = kcatalog.load_catalog(paths, cache=False)
-    assert uncached.cache_status == "off: cache=False"
+    assert uncached.cache_status == CacheStatus(CacheOutcome.OFF, "cache=False")
     assert state(warm) == state(cold) == state(uncached)
     assert len(entries(cache_dir)) == 1
 
@@ -127,9 +133,9 @@ def test_a_warm_load_imports_neither_yaml_nor_pydantic(
     code = textwrap.dedent(f"""
         import sys, kcatalog
         catalog = kcatalog.load_catalog([{str(catalog_dir)!r}], cache={str(cache_dir)!r})
-        assert catalog.cache_status.startswith("hit: "), catalog.cache_status
+        assert catalog.cache_status.outcome.value == "hit", catalog.cache_status
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("yaml", "pydantic", "pydantic_core", "torch")
-                     or m in ("kcatalog.schema", "kcatalog._loader", "kcatalog._targets")))
+                     or m in ("kcatalog.validate.schema", "kcatalog.validate.validator", "kcatalog.check.targets")))
         print(catalog.info("norm.rms_norm").samples.sizes)  # the model comes back when it is asked for
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -142,7 +148,7 @@ def test_locations_follow_the_working_directory_of_the_warm_load(
     load([catalog_dir])
     monkeypatch.chdir(catalog_dir)
     warm = load([catalog_dir])
-    assert warm.cache_status.startswith("hit: ")
+    assert warm.cache_status.outcome is CacheOutcome.HIT
     assert state(warm) == state(kcatalog.load_catalog([catalog_dir], cache=False))
     assert str(warm.get_backend("norm.rms_norm", "vendor").location) == "vendor.yaml:6:7"
 
@@ -155,7 +161,7 @@ def test_any_edit_is_seen(catalog_dir: Path, load: Callable[..., Catalog], cache
     norm = catalog_dir / "norm.yaml"
     norm.write_text(NORM.replace("RMS norm over", "RMS norm, edited, over"), encoding="utf-8")
     edited = load([catalog_dir])
-    assert edited.cache_status.startswith("miss: files or versions changed; written: ")
+    assert outcome(edited) == (CacheOutcome.WRITTEN, "files or versions changed")
     assert edited.info("norm.rms_norm").description == "RMS norm, edited, over the last dim"
     stat = norm.stat()
     norm.write_text(NORM.replace("RMS norm over", "RMS norm EDITED over"), encoding="utf-8")
@@ -170,7 +176,7 @@ def test_an_added_or_removed_file_is_seen(catalog_dir: Path, load: Callable[...,
     assert not load([catalog_dir]).has("norm.rms_norm", "vendor")
     (catalog_dir / "more.yaml").write_text(NORM.replace("group: norm", "group: more"), encoding="utf-8")
     assert load([catalog_dir]).has("more.rms_norm")
-    assert load([catalog_dir]).cache_status.startswith("hit: ")
+    assert load([catalog_dir]).cache_status.outcome is CacheOutcome.HIT
 
 
 def test_a_change_of_kcatalog_code_or_of_the_parsers_misses(
@@ -181,12 +187,12 @@ def test_a_change_of_kcatalog_code_or_of_the_parsers_misses(
     (package / "_link.py").write_text("# v1\n")
     monkeypatch.setattr(_cache, "_PACKAGE_DIR", package)
     load([catalog_dir])
-    assert load([catalog_dir]).cache_status.startswith("hit: ")
+    assert load([catalog_dir]).cache_status.outcome is CacheOutcome.HIT
     (package / "_link.py").write_text("# v2, longer\n")
-    assert load([catalog_dir]).cache_status.startswith("miss: files or versions changed")
-    assert load([catalog_dir]).cache_status.startswith("hit: ")
+    assert outcome(load([catalog_dir])) == (CacheOutcome.WRITTEN, "files or versions changed")
+    assert load([catalog_dir]).cache_status.outcome is CacheOutcome.HIT
     monkeypatch.setattr(_cache, "_DEPENDENCIES", ("yaml", "pydantic", "pydantic_core", "json"))
-    assert load([catalog_dir]).cache_status.startswith("miss: files or versions changed")
+    assert outcome(load([catalog_dir])) == (CacheOutcome.WRITTEN, "files or versions changed")
 
 
 # -- checks that depend on this machine or the caller run on every load ----------------------------------
@@ -212,15 +218,15 @@ def test_target_checks_are_reused_while_their_modules_are_unchanged(
     module = kernel_module("cache_test_kernels2", "def rms_norm(x, weight, eps=1e-6):\n    return x\n")
     (catalog_dir / "norm.yaml").write_text(NORM.replace("kcatalog.kernels.torch.layernorm", module))
     load([catalog_dir])
-    assert load([catalog_dir]).cache_status.startswith("hit: ")
+    assert load([catalog_dir]).cache_status.outcome is CacheOutcome.HIT
     (tmp_path / "kernel_modules" / f"{module}.py").write_text("def rms_norm(x, weight, eps=1e-5):\n    return x\n")
     edited = load([catalog_dir])  # same size, maybe the same time: the source's bytes differ
-    assert edited.cache_status.startswith("hit: ") and "; target modules changed; written: " in edited.cache_status
-    assert load([catalog_dir]).cache_status.startswith("hit: ")
+    assert outcome(edited) == (CacheOutcome.REFRESHED, "target modules changed")
+    assert load([catalog_dir]).cache_status.outcome is CacheOutcome.HIT
     assert [w.code for w in edited.warnings] == ["KC303"]
     vendor = kernel_module("vendor_kernels_not_installed", "def rms_norm(x, weight, eps=1e-6):\n    return x\n")
     installed = load([catalog_dir])  # the vendor's package appeared: its KC303 warning must go
-    assert "; target modules changed; written: " in installed.cache_status
+    assert outcome(installed) == (CacheOutcome.REFRESHED, "target modules changed")
     assert installed.warnings == ()
     (tmp_path / "kernel_modules" / f"{vendor}.py").unlink()
     assert [w.code for w in load([catalog_dir]).warnings] == ["KC303"]
@@ -250,7 +256,7 @@ def test_caller_checks_run_on_a_warm_load(
     with pytest.raises(CatalogError) as caught:
         load([catalog_dir], **options)
     assert {d.code for d in caught.value.diagnostics if d.is_error} == {code}
-    assert load([catalog_dir]).cache_status.startswith("hit: ")
+    assert load([catalog_dir]).cache_status.outcome is CacheOutcome.HIT
 
 
 def test_environment_overrides_are_read_on_a_warm_load(
@@ -262,7 +268,7 @@ def test_environment_overrides_are_read_on_a_warm_load(
         load([catalog_dir])
     monkeypatch.setenv("KCATALOG_OVERRIDES", "norm.rms_norm=vendor")
     warm = load([catalog_dir])
-    assert warm.cache_status.startswith("hit: ")
+    assert warm.cache_status.outcome is CacheOutcome.HIT
     assert warm.select("norm.rms_norm", "cpu").chosen.backend == "vendor"  # type: ignore[union-attr]
 
 
@@ -294,24 +300,26 @@ def _wrong_shape(entry: bytes) -> bytes:
 
 
 def _other_key(entry: bytes) -> bytes:
-    _, files, linked, targets = marshal.loads(entry)
-    return marshal.dumps(("0" * 64, files, linked, targets))
+    _, files, data = marshal.loads(entry)
+    return marshal.dumps(("0" * 64, files, data))
 
 
 def _right_key_wrong_data(entry: bytes) -> bytes:  # what a kcatalog with another layout would write
-    key, files, (settings, declared, ops), targets = marshal.loads(entry)
-    return marshal.dumps((key, files, (settings, declared, tuple(op[:5] for op in ops)), targets))
+    key, files, (linked, targets) = marshal.loads(entry)
+    number, settings, ops, declared = linked
+    wrong = [number, settings, {op_id: op[:5] for op_id, op in ops.items()}, declared]
+    return marshal.dumps((key, files, (wrong, targets)))
 
 
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
-        (lambda entry: b"", "miss: entry unreadable (EOFError: "),
-        (_truncated, "miss: entry unreadable ("),
-        (_garbage, "miss: entry unreadable (ValueError: bad marshal data"),
-        (_wrong_shape, "miss: files or versions changed"),
-        (_other_key, "miss: files or versions changed"),
-        (_right_key_wrong_data, "miss: entry malformed (ValueError: "),
+        (lambda entry: b"", "entry unreadable (EOFError: "),
+        (_truncated, "entry unreadable ("),
+        (_garbage, "entry unreadable (ValueError: bad marshal data"),
+        (_wrong_shape, "files or versions changed"),
+        (_other_key, "files or versions changed"),
+        (_right_key_wrong_data, "entry malformed (TypeError: "),
     ],
 )
 def test_a_damaged_entry_is_a_recorded_miss(
@@ -321,10 +329,10 @@ def test_a_damaged_entry_is_a_recorded_miss(
     [entry] = entries(cache_dir)
     entry.write_bytes(damage(entry.read_bytes()))
     again = load([catalog_dir])
-    assert again.cache_status.startswith(reason)
-    assert again.cache_status.endswith(f"; written: {entry}")
+    assert again.cache_status.outcome is CacheOutcome.WRITTEN and again.cache_status.path == entry
+    assert again.cache_status.reason.startswith(reason)
     assert state(again) == expected
-    assert load([catalog_dir]).cache_status.startswith("hit: ")
+    assert load([catalog_dir]).cache_status.outcome is CacheOutcome.HIT
 
 
 @pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership and permission bits")
@@ -337,9 +345,10 @@ def test_an_entry_others_could_write_is_not_trusted(
     target = cache_dir if which == "directory" else entry
     target.chmod(target.stat().st_mode | 0o022)
     status = load([catalog_dir]).cache_status
-    assert status.startswith(f"not used: {target} is writable by group or others")
+    assert status.reason == f"entry not trusted: {target} is writable by group or others"
     if which == "directory":
-        assert status.endswith(f"not written: {cache_dir} is writable by group or others")
+        assert status.outcome is CacheOutcome.NOT_WRITTEN
+        assert status.write_error == f"{cache_dir} is writable by group or others"
 
 
 @pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership")
@@ -349,15 +358,20 @@ def test_an_entry_of_another_user_is_not_trusted(
     load([catalog_dir])
     monkeypatch.setattr(os, "getuid", lambda: os.stat(cache_dir).st_uid + 1)  # as seen by another user
     status = load([catalog_dir]).cache_status
-    assert status.startswith(f"not used: {cache_dir} belongs to another user; not written: ")
+    assert (status.outcome, status.reason) == (
+        CacheOutcome.NOT_WRITTEN,
+        f"entry not trusted: {cache_dir} belongs to another user",
+    )
+    assert status.write_error == f"{cache_dir} belongs to another user"
 
 
 def test_a_cache_that_cannot_be_written_only_costs_time(catalog_dir: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     catalog = kcatalog.load_catalog([catalog_dir], cache=blocker / "cache")
-    assert catalog.cache_status.startswith("miss: entry unreadable (NotADirectoryError: ")
-    assert "; not written: NotADirectoryError: " in catalog.cache_status
+    assert catalog.cache_status.outcome is CacheOutcome.NOT_WRITTEN
+    assert catalog.cache_status.reason.startswith("entry unreadable (NotADirectoryError: ")
+    assert catalog.cache_status.write_error.startswith("NotADirectoryError: ")
     assert catalog.has("norm.rms_norm")
 
 
@@ -367,11 +381,11 @@ def test_the_environment_chooses_or_disables_the_cache(
     chosen = tmp_path / "chosen"
     monkeypatch.setenv("KCATALOG_CACHE_DIR", str(chosen))
     kcatalog.load_catalog([catalog_dir])
-    assert kcatalog.load_catalog([catalog_dir]).cache_status == f"hit: {entries(chosen)[0]}"
+    assert kcatalog.load_catalog([catalog_dir]).cache_status == CacheStatus(CacheOutcome.HIT, "", entries(chosen)[0])
     assert (chosen.stat().st_mode & 0o777) == 0o700
     assert (entries(chosen)[0].stat().st_mode & 0o777) == 0o600
     monkeypatch.setenv("KCATALOG_NO_CACHE", "1")
-    assert kcatalog.load_catalog([catalog_dir]).cache_status == "off: KCATALOG_NO_CACHE is set"
+    assert kcatalog.load_catalog([catalog_dir]).cache_status == CacheStatus(CacheOutcome.OFF, "KCATALOG_NO_CACHE is set")
     monkeypatch.delenv("KCATALOG_CACHE_DIR")
     monkeypatch.setenv("KCATALOG_NO_CACHE", "0")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -384,14 +398,14 @@ def test_without_a_home_directory_the_cache_is_off(catalog_dir: Path, monkeypatc
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(os.path, "expanduser", lambda path: path)  # what it returns when nothing names a home
     catalog = kcatalog.load_catalog([catalog_dir])
-    assert catalog.cache_status == "off: no home directory (set KCATALOG_CACHE_DIR)"
+    assert catalog.cache_status == CacheStatus(CacheOutcome.OFF, "no home directory (set KCATALOG_CACHE_DIR)")
     assert not (catalog_dir.parent / "~").exists()
 
 
 def test_validation_reads_every_file_by_default(catalog_dir: Path, load: Callable[..., Catalog]) -> None:
     load([catalog_dir])
     catalog, _ = kcatalog.check_catalog([catalog_dir])
-    assert catalog is not None and catalog.cache_status == "off: cache=False"
+    assert catalog is not None and catalog.cache_status == CacheStatus(CacheOutcome.OFF, "cache=False")
 
 
 def test_two_python_environments_keep_an_entry_each(
@@ -400,10 +414,10 @@ def test_two_python_environments_keep_an_entry_each(
     load([catalog_dir])
     here = sys.prefix
     monkeypatch.setattr(sys, "prefix", "/elsewhere/venv")
-    assert load([catalog_dir]).cache_status.startswith("miss: no entry yet; written: ")
-    assert load([catalog_dir]).cache_status.startswith("hit: ")
+    assert outcome(load([catalog_dir])) == (CacheOutcome.WRITTEN, "no entry yet")
+    assert load([catalog_dir]).cache_status.outcome is CacheOutcome.HIT
     monkeypatch.setattr(sys, "prefix", here)
-    assert load([catalog_dir]).cache_status.startswith("hit: ")
+    assert load([catalog_dir]).cache_status.outcome is CacheOutcome.HIT
     assert len(entries(cache_dir)) == 2
 
 
@@ -420,12 +434,12 @@ def test_old_entries_are_pruned(
 def test_processes_loading_at_once_all_succeed(catalog_dir: Path, cache_dir: Path) -> None:
     code = (
         f"import kcatalog; c = kcatalog.load_catalog([{str(catalog_dir)!r}], cache={str(cache_dir)!r}); "
-        "print(c.cache_status.split(':')[0], len(c))"
+        "print(c.cache_status.outcome.name, len(c))"
     )
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(6)]
     outputs = [proc.communicate()[0].strip() for proc in procs]
     assert all(proc.returncode == 0 for proc in procs)
     assert {out.split()[1] for out in outputs} == {"1"}
     assert len(entries(cache_dir)) == 1
-    assert kcatalog.load_catalog([catalog_dir], cache=cache_dir).cache_status.startswith("hit: ")
+    assert kcatalog.load_catalog([catalog_dir], cache=cache_dir).cache_status.outcome is CacheOutcome.HIT
     assert not list(cache_dir.glob(".*.tmp"))

@@ -21,7 +21,7 @@ from kcatalog import (
     UnknownBackendError,
     UnknownOpError,
 )
-from kcatalog._files import shipped_catalog_dir
+from kcatalog.read.files import shipped_catalog_dir
 
 WriteModule = Callable[[str, str], str]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from kcatalog import check_catalog
-from kcatalog._files import MAX_FILE_BYTES
-from kcatalog.cli import main
+from kcatalog.read.files import MAX_FILE_BYTES
+from kcatalog.tools.cli import main
 from kcatalog.codes import CODES
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kcatalog import Diagnostic, Location
-from kcatalog._yaml import MAX_DEPTH, MAX_NODES, ParsedFile, find_node, node_location, parse_yaml
+from kcatalog.read.yaml_nodes import MAX_DEPTH, MAX_NODES, ParsedFile, find_node, node_location, parse_yaml
 
 
 def data(text: str) -> object:

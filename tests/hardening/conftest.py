@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kcatalog._overrides import ENV_BACKEND, ENV_OVERRIDES
+from kcatalog.check.overrides import ENV_BACKEND, ENV_OVERRIDES
 
 MINIMAL = Path(__file__).resolve().parents[1] / "corpus" / "clean_minimal"
 

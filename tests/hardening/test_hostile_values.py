@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from kcatalog import check_catalog
-from kcatalog.cli import main
+from kcatalog.tools.cli import main
 
 if TYPE_CHECKING:
     from conftest import Catalogs, Modules

@@ -69,7 +69,7 @@ from pathlib import Path
 
 sys.modules["torch"] = None  # platform detection then answers 'cpu' at once, instead of importing torch (seconds)
 import kcatalog
-from kcatalog.cli import main
+from kcatalog.tools.cli import main
 
 catalog_dir, first_call, report = sys.argv[1:]
 markers = Path(os.environ["KC_TRAP_MARKERS"])

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import kcatalog
-from kcatalog._overrides import ENV_BACKEND, ENV_OVERRIDES
+from kcatalog.check.overrides import ENV_BACKEND, ENV_OVERRIDES
 
 GROUP = "g"
 

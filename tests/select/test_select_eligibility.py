@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kcatalog import CatalogError, NoEligibleBackendError, Platform, Rejected
-from kcatalog._select import ineligibility
+from kcatalog.select.selection import ineligibility
 
 if TYPE_CHECKING:
     from conftest import Workspace
@@ -117,7 +117,7 @@ def test_explicit_backend_that_cannot_run_raises_with_its_reason(
     message = rf"^no backend of op 'g\.op' can run on {re.escape(platform)}: x: {re.escape(reason)}$"
     with pytest.raises(NoEligibleBackendError, match=message) as info:
         catalog.select("g.op", platform, dtype, backend="x")
-    assert info.value.rejected == (("x", reason),)
+    assert info.value.rejected == (Rejected("x", reason),)
     with pytest.raises(NoEligibleBackendError, match=message):
         catalog.resolve("g.op", platform, dtype, backend="x")
 
@@ -169,7 +169,7 @@ def test_the_error_for_nothing_eligible_lists_every_backend(ws: Workspace) -> No
         f"no backend of op 'g.op' can run on hip:gfx942: x: runs on cuda, not hip; "
         f"y: needs {MISSING_DIST}, not installed"
     )
-    assert [backend for backend, _ in info.value.rejected] == ["x", "y"]
+    assert [r.backend for r in info.value.rejected] == ["x", "y"]
 
 
 def test_arch_window_on_a_device_without_numeric_archs_is_refused_at_load(ws: Workspace) -> None:

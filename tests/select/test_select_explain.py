@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import kcatalog
-from kcatalog.cli import main
+from kcatalog.tools.cli import main
 
 if TYPE_CHECKING:
     from conftest import Workspace

@@ -101,8 +101,8 @@ def test_when_every_import_fails_the_error_lists_every_failure(ws: Workspace, ca
     with pytest.raises(NoEligibleBackendError) as info:
         catalog.kernel("g.op")
     assert info.value.rejected == (
-        ("one", f"import failed on first use: {FAILURE}"),
-        ("two", "import failed on first use: ModuleNotFoundError: No module named 'kc_sel_no_such_module'"),
+        Rejected("one", f"import failed on first use: {FAILURE}"),
+        Rejected("two", "import failed on first use: ModuleNotFoundError: No module named 'kc_sel_no_such_module'"),
     )
     assert len(_warnings(caplog)) == 2
 

@@ -11,8 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kcatalog import Platform, Rejected
-from kcatalog._catalog import CatalogPriority
-from kcatalog._select import priority_order
+from kcatalog.select.selection import priority_order
 
 if TYPE_CHECKING:
     from conftest import Workspace
@@ -132,7 +131,11 @@ def test_priority_order_property(
         priority=op,
         platform_priority=MappingProxyType({"cpu": op_platform} if op_platform is not None else {}),
     )
-    settings_ = CatalogPriority(default or (), {"cpu": catalog_platform} if catalog_platform is not None else {})
+    settings_ = dataclasses.replace(
+        base_catalog.settings,
+        priority=default or (),
+        platform_priority=MappingProxyType({"cpu": catalog_platform} if catalog_platform is not None else {}),
+    )
     order, decided_by = priority_order(settings_, info, Platform.parse(device))
     levels = [(op, OP), (default, DEFAULT)]
     if device == "cpu":

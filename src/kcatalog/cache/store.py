@@ -1,0 +1,201 @@
+"""A cache of linked catalogs, so that a warm start reads one file instead of importing PyYAML and pydantic.
+
+An entry holds what linking yields, which depends on nothing but the files' contents; it is used only
+when its key still matches: the files (paths and exact text), kcatalog's own code, and the installed
+PyYAML and pydantic. It also holds the static target checks, reused only while every module they read
+is found at the same place with the same source (see check/finder.py). The other checks that depend on this
+machine or the caller run on every load. Only catalogs that link without errors are stored, and only
+target checks without errors. One entry per set of catalog paths and Python environment: an edit
+replaces it.
+
+Entries are written with `marshal`, as Python writes the .pyc files it caches its own modules in: reading
+one runs no code. Like those, they are trusted only where no other user could have written them.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..check.finder import digest, find_spec
+from ..model import CacheOutcome, CacheStatus, LinkedCatalog, TargetChecks
+from ..read.files import SourceFile
+from .codec import Codec
+
+ENTRY_FORMAT = 2
+SUFFIX = ".kcache"
+MAX_ENTRIES = 64  # entries beyond this, oldest first, are removed when one is written
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+_DEPENDENCIES = ("yaml", "pydantic", "pydantic_core")  # what parsing and validation results depend on
+
+
+@dataclass(frozen=True)
+class CacheDir:
+    """The cache directory, or None and why there is none."""
+
+    path: Path | None
+    why_off: str = ""
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """What an entry holds: the linked catalog and, when they found no error, its static target checks."""
+
+    linked: LinkedCatalog
+    targets: TargetChecks | None
+
+
+@dataclass(frozen=True)
+class CacheRead:
+    """The entry read, or None and why not (no entry yet, files changed, unreadable, not trusted)."""
+
+    entry: CacheEntry | None
+    reason: str = ""
+    path: Path | None = None  # the entry's file, when one was used
+
+
+def default_dir() -> CacheDir:
+    """The cache directory: none with KCATALOG_NO_CACHE, else KCATALOG_CACHE_DIR, else the XDG one."""
+    if os.environ.get("KCATALOG_NO_CACHE", "") not in ("", "0"):
+        return CacheDir(None, "KCATALOG_NO_CACHE is set")
+    chosen = os.environ.get("KCATALOG_CACHE_DIR")
+    if chosen:
+        return CacheDir(Path(chosen))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):  # no home directory: a relative path would scatter caches over working dirs
+        return CacheDir(None, "no home directory (set KCATALOG_CACHE_DIR)")
+    return CacheDir(Path(base) / "kcatalog")
+
+
+class Cache:
+    """The entry for one list of catalog files: looked up by their texts, written after a clean link."""
+
+    def __init__(self, directory: Path, sources: Sequence[SourceFile]) -> None:
+        self.directory = directory
+        self.files = [str(source.path) for source in sources]
+        self.shown = [source.shown for source in sources]
+        # Named by the files and the Python environment: an edit or an upgrade replaces the entry, and two
+        # virtual environments loading one catalog keep one entry each instead of overwriting each other's.
+        self.path = directory / f"{digest(repr([self.files, sys.prefix, sys.version]).encode())[:32]}{SUFFIX}"
+        texts = [source.text.encode() for source in sources]
+        self.key = digest(
+            b"\0".join(
+                [
+                    repr(
+                        [ENTRY_FORMAT, sys.version, _code_fingerprint(), self.files, [len(text) for text in texts]]
+                    ).encode(),
+                    *texts,
+                ]
+            )
+        )
+
+    def read(self) -> CacheRead:
+        """The entry for these files, or why there is none to use."""
+        try:
+            problem = _unsafe(self.directory) or _unsafe(self.path)
+            if problem:
+                return CacheRead(None, f"entry not trusted: {problem}")
+            with open(self.path, "rb") as handle:
+                entry = marshal.loads(handle.read())
+        except FileNotFoundError:
+            return CacheRead(None, "no entry yet")
+        except (OSError, EOFError, ValueError, TypeError) as exc:
+            return CacheRead(None, f"entry unreadable ({type(exc).__name__}: {exc})")
+        if not (isinstance(entry, tuple) and len(entry) == 3 and entry[0] == self.key):
+            return CacheRead(None, "files or versions changed")
+        try:
+            linked, targets = Codec(self.shown).decode(entry[2])
+            return CacheRead(CacheEntry(linked, targets), "", self.path)
+        except Exception as exc:  # damaged in a way marshal cannot see: whatever it is, load from the files
+            return CacheRead(None, f"entry malformed ({type(exc).__name__}: {exc})")
+
+    def write(self, entry: CacheEntry, read: CacheRead) -> CacheStatus:
+        """Store the entry (its catalog free of errors) atomically; `read` is what reading found before."""
+        refreshed = read.entry is not None
+        outcome = CacheOutcome.REFRESHED if refreshed else CacheOutcome.WRITTEN
+        reason = "target modules changed" if refreshed else read.reason
+        try:
+            data = marshal.dumps((self.key, tuple(self.files), Codec(self.shown).encode((entry.linked, entry.targets))))
+        except (ValueError, TypeError) as exc:  # a value marshal cannot write; none is expected from validated data
+            return CacheStatus(CacheOutcome.NOT_WRITTEN, reason, None, str(exc))
+        temporary = self.directory / f".{self.path.stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            problem = _unsafe(self.directory)
+            if problem:
+                return CacheStatus(CacheOutcome.NOT_WRITTEN, reason, None, problem)
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(descriptor, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, self.path)  # readers see the old entry or the new one, never half of one
+        except OSError as exc:
+            try:
+                temporary.unlink(missing_ok=True)
+            except OSError:
+                pass  # there is no directory to leave it in
+            return CacheStatus(CacheOutcome.NOT_WRITTEN, reason, None, f"{type(exc).__name__}: {exc}")
+        _prune(self.directory)
+        return CacheStatus(outcome, reason, self.path)
+
+
+def entries(directory: Path) -> list[Path]:
+    """The entries in a cache directory (none when it does not exist)."""
+    try:
+        return sorted(Path(entry.path) for entry in os.scandir(directory) if entry.name.endswith(SUFFIX))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def clear(directory: Path) -> int:
+    """Remove every entry (and any temporary file a killed writer left); how many entries were removed."""
+    removed = 0
+    for path in entries(directory):
+        path.unlink(missing_ok=True)
+        removed += 1
+    for leftover in directory.glob(".*.tmp") if directory.is_dir() else ():
+        leftover.unlink(missing_ok=True)
+    return removed
+
+
+def _unsafe(path: Path) -> str:
+    """Why an entry or the directory must not be trusted: another user owns it or others may write it."""
+    if not hasattr(os, "getuid"):
+        return ""
+    info = path.stat()
+    if info.st_uid != os.getuid():
+        return f"{path} belongs to another user"
+    if info.st_mode & 0o022:
+        return f"{path} is writable by group or others"
+    return ""
+
+
+def _prune(directory: Path) -> None:
+    """Remove the oldest entries beyond MAX_ENTRIES; races with other writers are harmless."""
+    try:
+        by_age = sorted((path.stat().st_mtime_ns, path) for path in entries(directory))
+        for _, path in by_age[:-MAX_ENTRIES]:
+            path.unlink()
+    except OSError:
+        pass
+
+
+def _code_fingerprint() -> list[Any]:
+    """What the linked result depends on besides the files: kcatalog's modules and the parsers' installs."""
+    parts: list[Any] = []
+    for directory, subdirectories, names in os.walk(_PACKAGE_DIR):
+        subdirectories[:] = sorted(set(subdirectories) - {"kernels", "__pycache__"})  # kernels: checked per target
+        for name in sorted(names):
+            if name.endswith(".py"):
+                info = os.stat(os.path.join(directory, name))
+                parts.append([os.path.relpath(os.path.join(directory, name), _PACKAGE_DIR), info.st_mtime_ns, info.st_size])
+    for name in _DEPENDENCIES:
+        spec = find_spec(name, None)
+        origin = spec.origin if spec is not None else None
+        info = os.stat(origin) if origin else None
+        parts.append([name, origin, info and info.st_mtime_ns, info and info.st_size])
+    return parts

@@ -1,0 +1,152 @@
+"""The checks that depend on this machine or the caller, so they run on every load, cached or not:
+the allow-list, targets (statically, or imported with `import_targets`), `require=` and overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .. import codes
+from ..errors import Diagnostic, did_you_mean, listing
+from ..model import KernelSpec, Layer, LinkedCatalog, TargetChecks
+from ..read.files import SETTINGS_FILE
+from .overrides import OverridesArg, check_layer, process_layers
+
+Require = Iterable[str] | Mapping[str, Sequence[str]]
+
+
+@dataclass(frozen=True)
+class LoadChecks:
+    """What the per-load checks found, and what the Catalog and the cache need from them."""
+
+    diagnostics: list[Diagnostic]
+    layers: list[Layer]  # the process-wide override layers (KCATALOG_OVERRIDES, ...), strongest first
+    # The static target checks when they were done afresh and found no error, for the cache to keep;
+    # None when the known ones still held, or when they found errors (those are never kept).
+    fresh_targets: TargetChecks | None
+
+
+def check_linked(
+    linked: LinkedCatalog,
+    *,
+    require: Require | None = None,
+    check_targets: bool = True,
+    overrides: OverridesArg = None,
+    allowed_modules: Sequence[str] | None = None,
+    import_targets: bool = False,
+    known_targets: TargetChecks | None = None,
+) -> LoadChecks:
+    """Run every per-load check on a linked catalog."""
+    diagnostics: list[Diagnostic] = []
+    refused = _check_allowed(linked, allowed_modules, diagnostics)
+    fresh = None
+    if check_targets or import_targets:
+        wanted = [spec for spec in linked.declared if id(spec) not in refused]
+        fresh = _check_targets(linked, wanted, import_targets, known_targets, diagnostics)
+    if require is not None:
+        _check_require(linked, require, diagnostics)
+    return LoadChecks(diagnostics, _check_overrides(linked, overrides, diagnostics), fresh)
+
+
+def _check_allowed(linked: LinkedCatalog, allowed_modules: Sequence[str] | None, out: list[Diagnostic]) -> set[int]:
+    """Every target must sit under an allowed prefix of the settings file and of the caller, when given.
+
+    Returns the ids of the specs refused, whose modules are then never looked for."""
+    refused: set[int] = set()
+    from_settings = linked.settings.allowed_modules if linked.settings is not None else None
+    for source, prefixes in ((f"{SETTINGS_FILE} allowed_modules", from_settings), ("allowed_modules", allowed_modules)):
+        if prefixes is None:
+            continue
+        for spec in linked.declared:
+            module = spec.target.partition(":")[0]
+            if not any(module == p or module.startswith(p + ".") for p in prefixes):
+                refused.add(id(spec))
+                out.append(
+                    Diagnostic(
+                        codes.TARGET_NOT_ALLOWED,
+                        f"target '{spec.target}' is outside the allowed modules ({source}: "
+                        f"{', '.join(prefixes) or 'none'})",
+                        spec.target_location,
+                    )
+                )
+    return refused
+
+
+def _check_targets(
+    linked: LinkedCatalog,
+    wanted: list[KernelSpec],
+    import_targets: bool,
+    known: TargetChecks | None,
+    out: list[Diagnostic],
+) -> TargetChecks | None:
+    checks = _still_valid(known, wanted) if not import_targets else None
+    fresh = None
+    if checks is None:
+        from .targets import TargetChecker  # reads module sources with ast: only fresh checks need it
+
+        checker = TargetChecker()
+        problems: dict[str, Diagnostic | None] = {}
+        for spec in wanted:
+            if spec.target not in problems:
+                problems[spec.target] = checker.check(spec.target)
+        checks = TargetChecks(problems, checker.fingerprints())
+        if not any(problem is not None and problem.is_error for problem in problems.values()):
+            fresh = checks
+    if import_targets:
+        from .imports import import_problems
+    for spec in wanted:
+        problem = checks.problems[spec.target]
+        if problem is not None:
+            out.append(dataclasses.replace(problem, location=spec.target_location))
+        elif import_targets:
+            signature = linked.ops[spec.op].signature
+            out.extend(dataclasses.replace(p, location=spec.target_location) for p in import_problems(spec, signature))
+    return fresh
+
+
+def _still_valid(known: TargetChecks | None, wanted: list[KernelSpec]) -> TargetChecks | None:
+    """The known checks, if they cover every wanted target and no module they read has changed."""
+    if known is None or any(spec.target not in known.problems for spec in wanted):
+        return None
+    from .finder import current_fingerprint
+
+    if any(current_fingerprint(module.module) != module.found for module in known.modules):
+        return None
+    return known
+
+
+def _check_require(linked: LinkedCatalog, require: Require, out: list[Diagnostic]) -> None:
+    wanted = require.items() if isinstance(require, Mapping) else ((op, ()) for op in require)
+    for op_id, backends in wanted:
+        info = linked.ops.get(op_id)
+        if info is None:
+            out.append(
+                Diagnostic(
+                    codes.REQUIRED_OP_MISSING,
+                    f"required op '{op_id}' is not in the catalog{did_you_mean(op_id, linked.ops)}; "
+                    f"available: {listing(linked.ops)}",
+                )
+            )
+            continue
+        for backend in [backends] if isinstance(backends, str) else backends:
+            if backend not in info.backends:
+                out.append(
+                    Diagnostic(
+                        codes.REQUIRED_BACKEND_MISSING,
+                        f"required backend '{backend}' of op '{op_id}' is not declared; "
+                        f"it has {', '.join(info.backends)}",
+                        info.location,
+                    )
+                )
+
+
+def _check_overrides(linked: LinkedCatalog, overrides: OverridesArg, out: list[Diagnostic]) -> list[Layer]:
+    try:
+        layers = process_layers(overrides)
+    except ValueError as exc:
+        out.append(Diagnostic(codes.OVERRIDE_MALFORMED, str(exc)))
+        return []
+    for layer in layers:
+        out.extend(check_layer(layer, list(linked.ops), linked.known))
+    return layers

@@ -1,0 +1,344 @@
+"""Validated files to the typed model: merge, conflicts, references, priorities, samples, policy.
+
+Everything here depends only on the files' contents, so its result can be cached; the checks that
+depend on this machine or the caller (targets, allow-list, `require=`, overrides) are in check/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import yaml
+
+from .. import codes
+from ..errors import Diagnostic, Location, did_you_mean
+from ..model import BackendInfo, Capability, CatalogSettings, KernelSpec, LinkedCatalog, OpInfo, Policy
+from ..platform import Platform
+from ..read.yaml_nodes import children, find_node, node_location
+from ..validate.schema import Backend, Manifest, Op, Settings
+from ..validate.validator import ValidatedFile
+from .samples import sample_problems
+from .signature import signature_params
+
+
+@dataclass
+class _PendingOp:
+    """An op while its files are linked: its backends grow with extensions, then it is frozen into OpInfo."""
+
+    file: ValidatedFile
+    name: str
+    op_id: str
+    op: Op
+    location: Location
+    specs: dict[str, KernelSpec] = field(default_factory=dict)
+
+    def freeze(self, group: str) -> OpInfo:
+        op = self.op
+        return OpInfo(
+            id=self.op_id,
+            group=group,
+            description=op.description,
+            signature=op.signature,
+            reference=op.reference,
+            dtypes=op.dtypes,
+            mutates=op.mutates,
+            tolerance=MappingProxyType(dict(op.tolerance)),
+            priority=op.priority,
+            platform_priority=MappingProxyType(dict(op.platform_priority)),
+            dispatch_arg=op.dispatch_arg,
+            samples_json=None if op.samples is None else op.samples.model_dump_json(),
+            location=self.location,
+            backends=MappingProxyType(dict(self.specs)),
+        )
+
+
+def _settings_model(settings: Settings) -> CatalogSettings:
+    return CatalogSettings(
+        backends=MappingProxyType({name: BackendInfo(info.description) for name, info in settings.backends.items()}),
+        priority=settings.priority,
+        platform_priority=MappingProxyType(dict(settings.platform_priority)),
+        policy=Policy(settings.policy.required_backends, settings.policy.required_platforms),
+        allowed_modules=settings.allowed_modules,
+    )
+
+
+class _Linker:
+    """Collects diagnostics while assembling ops from validated files."""
+
+    def __init__(self, files: Sequence[ValidatedFile], settings_found: bool, diagnostics: list[Diagnostic]) -> None:
+        self.files = files
+        self.settings_found = settings_found  # a settings file was read, even if it failed the schema
+        self.diagnostics = diagnostics
+        self.settings: Settings | None = None
+        self.known: tuple[str, ...] = ()
+        self.pending: dict[str, _PendingOp] = {}
+        self.ops: dict[str, OpInfo] = {}
+        self.declared: list[KernelSpec] = []
+
+    def error(self, code: str, message: str, location: Location | None) -> None:
+        self.diagnostics.append(Diagnostic(code, message, location))
+
+    # -- settings -------------------------------------------------------------------------------
+
+    def link_settings(self) -> None:
+        found = [(f, f.model) for f in self.files if isinstance(f.model, Settings)]
+        if not found and self.settings_found:
+            return  # the settings file's own diagnostics say what is wrong with it
+        if not found:
+            self.error(
+                codes.SETTINGS_FILE,
+                "no catalog settings file (kcatalog.yaml) among the paths; it declares the known "
+                "backends, their priority and the policy",
+                None,
+            )
+            return
+        first, settings = found[0]
+        for extra, _ in found[1:]:
+            self.error(
+                codes.SETTINGS_FILE,
+                f"second catalog settings file; the first is {first.path}",
+                node_location(extra.path, extra.parsed.root),
+            )
+        self.settings = settings
+        self.known = tuple(settings.backends)
+        entries = children(first.parsed.root)
+        self.check_names(settings.priority, first, ("priority",), "priority list")
+        for device, order in settings.platform_priority.items():
+            self.check_names(order, first, ("platform_priority", device), f"{device} priority list")
+        policy_node = entries.get("policy", (None, None))[1]
+        self.check_names(settings.policy.required_backends, first, ("policy", "required_backends"), "policy")
+        platforms_node = children(policy_node).get("required_platforms", (None, None))[1]
+        for index, text in enumerate(settings.policy.required_platforms):
+            try:
+                Platform.parse(text)
+            except ValueError as exc:
+                item = platforms_node.value[index] if platforms_node is not None else None
+                self.error(codes.INVALID_VALUE, str(exc), node_location(first.path, item))
+
+    def check_names(
+        self,
+        names: Sequence[str],
+        file: ValidatedFile,
+        path: Sequence[str],
+        what: str,
+        allowed: Sequence[str] | None = None,
+    ) -> None:
+        """Every name must be a known backend (or one of `allowed`); the error points at the list item."""
+        allowed = self.known if allowed is None else allowed
+        node = file.parsed.root
+        for part in path:
+            node = children(node).get(part, (None, None))[1]
+        for index, name in enumerate(names):
+            if name in allowed:
+                continue
+            item = node.value[index] if node is not None and index < len(node.value) else node
+            if allowed is not self.known and name in self.known:
+                message = f"backend '{name}' in {what} is not a backend of the op; its backends: {', '.join(allowed)}"
+            else:
+                message = (
+                    f"unknown backend '{name}' in {what}{did_you_mean(name, allowed)}; known: {', '.join(allowed)}"
+                )
+            self.error(codes.UNKNOWN_BACKEND, message, node_location(file.path, item))
+
+    # -- ops ------------------------------------------------------------------------------------
+
+    def link_ops(self) -> None:
+        manifests = [(f, f.model) for f in self.files if isinstance(f.model, Manifest)]
+        groups: dict[str, str] = {}
+        for file, manifest in manifests:
+            op_nodes = children(children(file.parsed.root).get("ops", (None, None))[1])
+            for name, op in manifest.ops.items():
+                key_node, value_node = op_nodes[name]
+                op_id = f"{manifest.group}.{name}"
+                location = node_location(file.path, key_node)
+                specs = self.backend_specs(file, op_id, op.dtypes, op.backends, value_node)
+                if op.reference not in op.backends:
+                    ref_node = children(value_node)["reference"][1]
+                    self.error(
+                        codes.REFERENCE_NOT_A_BACKEND,
+                        f"reference backend '{op.reference}' is not a backend of op '{op_id}'"
+                        f"{did_you_mean(op.reference, op.backends)}; its backends: {', '.join(op.backends)}",
+                        node_location(file.path, ref_node),
+                    )
+                self.check_arguments(file, op_id, op, value_node)
+                self.check_tolerance(file, op_id, op, value_node)
+                if op.samples is not None:
+                    self.check_samples(file, op_id, op, value_node)
+                if op_id in self.pending:
+                    first = self.pending[op_id].location
+                    self.error(codes.DUPLICATE_OP, f"op '{op_id}' already declared at {first}", location)
+                    continue
+                self.pending[op_id] = _PendingOp(file, name, op_id, op, location, specs)
+                groups[op_id] = manifest.group
+        for file, manifest in manifests:
+            self.link_extensions(file, manifest)
+        for pending in self.pending.values():  # after extensions, which may add the backends an order names
+            self.check_op_priorities(pending)
+        self.ops = {op_id: pending.freeze(groups[op_id]) for op_id, pending in self.pending.items()}
+
+    def check_op_priorities(self, pending: _PendingOp) -> None:
+        op, op_id, name, backends = pending.op, pending.op_id, pending.name, list(pending.specs)
+        if op.priority is not None:
+            self.check_names(
+                op.priority, pending.file, ("ops", name, "priority"), f"priority of op '{op_id}'", allowed=backends
+            )
+        for device, order in op.platform_priority.items():
+            self.check_names(
+                order,
+                pending.file,
+                ("ops", name, "platform_priority", device),
+                f"{device} priority of op '{op_id}'",
+                allowed=backends,
+            )
+
+    def check_samples(self, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
+        """Samples must fit the signature, use defined sizes and compare real outputs."""
+        if op.samples is None:
+            return
+        def where(path: tuple[str, ...]) -> Location:
+            return node_location(file.path, find_node(op_node, ["samples", *path], key=True))
+
+        try:
+            self.diagnostics.extend(list(sample_problems(op_id, op.signature, op.mutates, op.samples, where)))
+        except ValueError:
+            return  # an invalid signature is reported by check_arguments
+
+    def check_tolerance(self, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
+        """Tolerances may only be given for dtypes the op declares."""
+        extra = [dtype for dtype in op.tolerance if dtype not in op.dtypes]
+        if extra:
+            key_node = children(children(op_node)["tolerance"][1])[extra[0]][0]
+            self.error(
+                codes.DTYPE_NOT_OF_OP,
+                f"tolerance of op '{op_id}' lists {', '.join(extra)}, not among the op's dtypes "
+                f"({', '.join(op.dtypes)})",
+                node_location(file.path, key_node),
+            )
+
+    def check_arguments(self, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
+        """The signature must parse; names in `mutates` and `dispatch_arg` must be its parameters."""
+        entries = children(op_node)
+        try:
+            params = signature_params(op.signature)
+        except ValueError as exc:
+            self.error(codes.INVALID_VALUE, f"'signature': {exc}", node_location(file.path, entries["signature"][1]))
+            return
+        named = [("mutates", name) for name in op.mutates]
+        if op.dispatch_arg:
+            named.append(("dispatch_arg", op.dispatch_arg))
+        for field, name in named:
+            if name not in params:
+                self.error(
+                    codes.ARGUMENT_NOT_IN_SIGNATURE,
+                    f"{field} names '{name}', not a parameter of op '{op_id}'"
+                    f"{did_you_mean(name, params)}; parameters: {', '.join(params)}",
+                    node_location(file.path, entries[field][1]),
+                )
+
+    def link_extensions(self, file: ValidatedFile, manifest: Manifest) -> None:
+        ext_nodes = children(children(file.parsed.root).get("extends", (None, None))[1])
+        for op_id, extension in manifest.extends.items():
+            key_node, value_node = ext_nodes[op_id]
+            pending = self.pending.get(op_id)
+            if pending is None:
+                self.error(
+                    codes.EXTENDS_UNKNOWN_OP,
+                    f"extends op '{op_id}', which no manifest declares{did_you_mean(op_id, self.pending)}",
+                    node_location(file.path, key_node),
+                )
+                continue
+            added = self.backend_specs(file, op_id, pending.op.dtypes, extension.backends, value_node)
+            specs = pending.specs
+            for name, spec in added.items():
+                if name in specs:
+                    self.error(
+                        codes.DUPLICATE_BACKEND,
+                        f"backend '{name}' of op '{op_id}' already declared at {specs[name].location}",
+                        spec.location,
+                    )
+                else:
+                    specs[name] = spec
+
+    def backend_specs(
+        self, file: ValidatedFile, op_id: str, op_dtypes: tuple[str, ...], backends: Mapping[str, Backend], op_node: yaml.Node
+    ) -> dict[str, KernelSpec]:
+        specs: dict[str, KernelSpec] = {}
+        backend_nodes = children(children(op_node).get("backends", (None, None))[1])
+        for name, backend in backends.items():
+            key_node, value_node = backend_nodes[name]
+            location = node_location(file.path, key_node)
+            if self.settings is not None and name not in self.known:
+                self.error(
+                    codes.UNKNOWN_BACKEND,
+                    f"unknown backend '{name}' in op '{op_id}'{did_you_mean(name, self.known)}; "
+                    f"known: {', '.join(self.known)}",
+                    location,
+                )
+            extra = [d for d in backend.dtypes or () if d not in op_dtypes]
+            if extra:
+                dtypes_node = children(value_node)["dtypes"][1]
+                self.error(
+                    codes.DTYPE_NOT_OF_OP,
+                    f"backend '{name}' of op '{op_id}' lists {', '.join(extra)}, not among the op's "
+                    f"dtypes ({', '.join(op_dtypes)})",
+                    node_location(file.path, dtypes_node),
+                )
+            specs[name] = KernelSpec(
+                op=op_id,
+                backend=name,
+                target=backend.target,
+                requires=backend.requires,
+                capabilities=tuple(Capability(c.device, c.min_arch, c.max_arch, c.archs) for c in backend.capabilities),
+                dtypes=backend.dtypes or op_dtypes,
+                location=location,
+                target_location=node_location(file.path, children(value_node)["target"][1]),
+            )
+            self.declared.append(specs[name])
+        return specs
+
+    # -- whole-catalog checks ----------------------------------------------------------------------
+
+    def check_policy(self) -> None:
+        if self.settings is None:
+            return
+        policy = self.settings.policy
+        platforms = []
+        for text in policy.required_platforms:
+            try:
+                platforms.append(Platform.parse(text))
+            except ValueError:
+                pass  # reported with the settings
+        for op_id, info in self.ops.items():
+            specs = info.backends
+            missing = [b for b in policy.required_backends if b in self.known and b not in specs]
+            if missing:
+                self.error(
+                    codes.POLICY_BACKEND_MISSING,
+                    f"op '{op_id}' lacks the {', '.join(missing)} backend the policy requires; "
+                    f"it has {', '.join(specs)}",
+                    info.location,
+                )
+            for platform in platforms:
+                reasons = {name: platform.mismatch(spec.capabilities) for name, spec in specs.items()}
+                if all(reasons.values()):
+                    detail = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
+                    self.error(
+                        codes.POLICY_PLATFORM_UNSERVED,
+                        f"op '{op_id}' has no backend for required platform {platform} ({detail})",
+                        info.location,
+                    )
+
+
+def link_files(
+    files: Sequence[ValidatedFile], diagnostics: list[Diagnostic], *, settings_found: bool = False
+) -> LinkedCatalog:
+    """Link validated files, adding what is wrong to `diagnostics`; the result is complete only when none
+    of them is an error."""
+    linker = _Linker(files, settings_found, diagnostics)
+    linker.link_settings()
+    linker.link_ops()
+    linker.check_policy()
+    settings = None if linker.settings is None else _settings_model(linker.settings)
+    return LinkedCatalog(settings, MappingProxyType(linker.ops), tuple(linker.declared))

@@ -1,0 +1,181 @@
+"""The front door: paths to a Catalog, or every diagnostic at once. Runs the stages in order:
+read -> (cache, or validate -> link) -> check -> registry."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
+
+from .check.load_checks import Require, check_linked
+from .check.overrides import OverridesArg
+from .errors import CatalogError, Diagnostic
+from .model import CacheOutcome, CacheStatus, LinkedCatalog
+from .read.files import SETTINGS_FILE, PathLike, SourceFile, discover, read_sources, shipped_catalog_dir
+from .registry.catalog import Catalog
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .cache.store import Cache
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a catalog; `load_catalog` and `check_catalog` take these as keywords too.
+
+    `require` lists the ops the application will call, or maps each op to the backends it expects.
+    `check_targets` checks every target statically (never importing it); `import_targets` is the explicit
+    deeper check: it imports every target (running kernel modules' code) and checks each is a callable
+    whose parameters match the op's signature. `overrides` ({'layernorm.*': 'triton'} or
+    'layernorm.*=triton,...') prefers backends process-wide; the environment variables KCATALOG_OVERRIDES
+    and KCATALOG_BACKEND take precedence over it. With `strict`, an override that cannot be honoured or a
+    kernel that fails to import raises instead of falling back. `allowed_modules` lists module prefixes
+    targets may name (on top of the settings file's own list). `cache` keeps what parsing and validating
+    the files yields, keyed by their exact contents: True uses KCATALOG_CACHE_DIR or ~/.cache/kcatalog
+    (unless KCATALOG_NO_CACHE is set), a path uses that directory, False turns it off.
+    """
+
+    require: Require | None = None
+    check_targets: bool = True
+    overrides: OverridesArg = None
+    strict: bool = False
+    allowed_modules: Sequence[str] | None = None
+    import_targets: bool = False
+    cache: bool | PathLike = True
+
+
+class LoadKeywords(TypedDict, total=False):
+    """LoadOptions' fields as keywords (a test keeps the two in step)."""
+
+    require: Require | None
+    check_targets: bool
+    overrides: OverridesArg
+    strict: bool
+    allowed_modules: Sequence[str] | None
+    import_targets: bool
+    cache: bool | PathLike
+
+
+class CheckResult(NamedTuple):
+    """A catalog (None when any diagnostic is an error) and every diagnostic, sorted by position."""
+
+    catalog: Catalog | None
+    diagnostics: list[Diagnostic]
+
+
+def check_catalog(
+    paths: Iterable[PathLike] | None = None, options: LoadOptions | None = None, **keywords: Unpack[LoadKeywords]
+) -> CheckResult:
+    """Read, validate, link and check: the catalog (None on any error) and all diagnostics, sorted.
+
+    Options as for `load_catalog`, except that the cache is off unless asked for, so that a check always
+    reads and validates every file.
+    """
+    options = dataclasses.replace(options or LoadOptions(cache=False), **keywords)
+    # Parsing builds large trees of YAML nodes that refcounting alone frees; left on, the cyclic
+    # collector rescans them again and again and makes loading superlinear (75% of a 4,000-op load).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _check(paths, options)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def load_catalog(
+    paths: Iterable[PathLike] | None = None, options: LoadOptions | None = None, **keywords: Unpack[LoadKeywords]
+) -> Catalog:
+    """Load a catalog (default: the one shipped with kcatalog), checking everything, importing no kernel.
+
+    `paths` are catalog directories or files; options (see LoadOptions) as an object, keywords, or both.
+    The cache lets the next process skip PyYAML and pydantic; target checks are reused only while the
+    modules they read are unchanged, and `require`, overrides and allow-lists are checked on every load.
+    `catalog.cache_status` says what the cache did, and why.
+    Raises CatalogError carrying every diagnostic; warnings (e.g. targets unavailable here) are on
+    `catalog.warnings`.
+    """
+    result = check_catalog(paths, dataclasses.replace(options or LoadOptions(), **keywords))
+    if result.catalog is None:
+        raise CatalogError.from_diagnostics(result.diagnostics)
+    return result.catalog
+
+
+def _check(paths: Iterable[PathLike] | None, options: LoadOptions) -> CheckResult:
+    files, diagnostics = discover([shipped_catalog_dir()] if paths is None else paths)
+    sources: list[SourceFile] = []
+    for item in read_sources(files):
+        if isinstance(item, Diagnostic):
+            diagnostics.append(item)
+        else:
+            sources.append(item)
+    store = _open_cache(sources, diagnostics, options.cache)
+    status = store if isinstance(store, CacheStatus) else None
+    read = store.read() if not isinstance(store, CacheStatus) else None
+    if read is not None and read.entry is not None:
+        linked, known_targets = read.entry.linked, read.entry.targets
+        status = CacheStatus(CacheOutcome.HIT, "", read.path)
+    else:
+        linked, known_targets = _link(sources, diagnostics), None
+    linked_clean = not any(d.is_error for d in diagnostics)
+    checks = check_linked(
+        linked,
+        require=options.require,
+        check_targets=options.check_targets,
+        overrides=options.overrides,
+        allowed_modules=options.allowed_modules,
+        import_targets=options.import_targets,
+        known_targets=known_targets,
+    )
+    if read is not None and not isinstance(store, CacheStatus):
+        if not linked_clean:
+            status = CacheStatus(CacheOutcome.NOT_WRITTEN, read.reason, None, "the catalog has errors")
+        elif read.entry is None or checks.fresh_targets is not None:  # new, or its target checks were redone
+            from .cache.store import CacheEntry
+
+            status = store.write(CacheEntry(linked, checks.fresh_targets or known_targets), read)
+    diagnostics.extend(checks.diagnostics)
+    diagnostics.sort(key=Diagnostic.sort_key)
+    if linked.settings is None or any(d.is_error for d in diagnostics):
+        return CheckResult(None, diagnostics)
+    warnings = tuple(d for d in diagnostics if not d.is_error)
+    assert status is not None  # set above whenever the cache was on
+    catalog = Catalog(
+        linked.ops, linked.settings, warnings, layers=checks.layers, strict=options.strict, cache_status=status
+    )
+    return CheckResult(catalog, diagnostics)
+
+
+def _open_cache(sources: list[SourceFile], diagnostics: list[Diagnostic], cache: bool | PathLike) -> Cache | CacheStatus:
+    """The cache entry for these files, or the status saying why the cache is off."""
+    if cache is False:
+        return CacheStatus(CacheOutcome.OFF, "cache=False")
+    if diagnostics:
+        return CacheStatus(CacheOutcome.OFF, "the files could not all be found and read")
+    from .cache.store import Cache, CacheDir, default_dir
+
+    directory = default_dir() if cache is True else CacheDir(Path(cache))
+    if directory.path is None:
+        return CacheStatus(CacheOutcome.OFF, directory.why_off)
+    try:
+        return Cache(directory.path, sources)
+    except OSError as exc:  # kcatalog's own files cannot be listed (e.g. imported from a zip): no key
+        return CacheStatus(CacheOutcome.OFF, f"cannot fingerprint kcatalog's code ({exc})")
+
+
+def _link(sources: list[SourceFile], diagnostics: list[Diagnostic]) -> LinkedCatalog:
+    """Validate and link the files, adding what is wrong to `diagnostics`."""
+    from .link.linker import link_files  # PyYAML and pydantic: imported only when files must be parsed
+    from .validate.validator import validate_sources
+
+    validated = []
+    for item in validate_sources(sources):
+        if isinstance(item, Diagnostic):
+            diagnostics.append(item)
+        else:
+            validated.append(item)
+    return link_files(validated, diagnostics, settings_found=any(s.path.name == SETTINGS_FILE for s in sources))

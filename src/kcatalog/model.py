@@ -1,0 +1,238 @@
+"""The typed model every stage shares: plain frozen data, from the linker through the checks and the cache to
+the registry and selection. The pydantic models (validate/schema.py) are the schema of the files; they are
+converted into these once, by the linker, and the cache stores these as they are (cache/codec.py)."""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import importlib
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import Diagnostic, KernelImportError, Location
+
+if TYPE_CHECKING:
+    from .validate.schema import Samples
+
+
+@dataclass(frozen=True)
+class Capability:
+    """Where a backend runs: a device kind and, optionally, an architecture window or exact architectures."""
+
+    device: str
+    min_arch: str | None = None
+    max_arch: str | None = None
+    archs: tuple[str, ...] | None = None
+
+
+class _LazyImport:
+    """Imports a 'module:attr' target once, on first use, under a lock; a failure is not cached, but the
+    callers that queued on the lock while an attempt failed share that failure instead of each retrying."""
+
+    __slots__ = ("_lock", "_value", "_failures", "_cause")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value: Any = None
+        self._failures = 0
+        self._cause: BaseException | None = None
+
+    def get(self, spec: KernelSpec) -> Any:
+        value = self._value
+        if value is not None:
+            return value
+        failures = self._failures
+        with self._lock:
+            if self._value is None:
+                if self._failures != failures and self._cause is not None:  # failed while we waited
+                    raise KernelImportError(spec.op, spec.backend, spec.target, self._cause) from self._cause
+                try:
+                    self._value = _import_target(spec)
+                except KernelImportError as exc:
+                    self._cause = exc.__cause__
+                    self._failures += 1
+                    raise
+            return self._value
+
+
+def _import_target(spec: KernelSpec) -> Any:
+    module_name, _, attr_path = spec.target.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for attr in attr_path.split("."):
+            obj = getattr(obj, attr)
+    except Exception as exc:  # any failure of the kernel's own import code is reported the same way
+        raise KernelImportError(spec.op, spec.backend, spec.target, exc) from exc
+    return obj
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One backend implementation of an op, as declared; `load()` imports it on first use."""
+
+    op: str
+    backend: str
+    target: str
+    requires: tuple[str, ...]
+    capabilities: tuple[Capability, ...]
+    dtypes: tuple[str, ...]
+    location: Location  # the backend's key in its manifest
+    target_location: Location  # its `target:` value, where target diagnostics point
+    _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
+
+    def load(self) -> Callable[..., Any]:
+        """Import the target (first call only) and return it; KernelImportError names op, backend, target."""
+        return self._lazy.get(self)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """An op as declared: its contract and its backends in declaration order (extensions included).
+
+    `samples` (needed by tests and benchmarks, never by dispatch) is kept as JSON text and validated into
+    its model on first use, so that a cached catalog loads without pydantic.
+    """
+
+    id: str
+    group: str
+    description: str
+    signature: str
+    reference: str
+    dtypes: tuple[str, ...]
+    mutates: tuple[str, ...]
+    tolerance: Mapping[str, float]
+    priority: tuple[str, ...] | None
+    platform_priority: Mapping[str, tuple[str, ...]]
+    dispatch_arg: str | None
+    samples_json: str | None
+    location: Location
+    backends: Mapping[str, KernelSpec]
+
+    @functools.cached_property
+    def samples(self) -> Samples | None:
+        """The op's declared samples, validated (they were checked at load, so this cannot fail)."""
+        if self.samples_json is None:
+            return None
+        from .validate.schema import Samples
+
+        return Samples.model_validate_json(self.samples_json)
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """A backend the catalog settings declare."""
+
+    description: str
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Rules every op of the catalog must satisfy."""
+
+    required_backends: tuple[str, ...] = ()
+    required_platforms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CatalogSettings:
+    """The catalog settings file: known backends, backend orders (best first), policy, allow-list."""
+
+    backends: Mapping[str, BackendInfo]
+    priority: tuple[str, ...]
+    platform_priority: Mapping[str, tuple[str, ...]]
+    policy: Policy
+    allowed_modules: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class LinkedCatalog:
+    """What linking the files yields: settings and ops, plus every backend declaration read."""
+
+    settings: CatalogSettings | None  # None when the settings file is missing or invalid
+    ops: Mapping[str, OpInfo]
+    # Every backend declaration, duplicates included (they are reported, and their targets checked too).
+    declared: tuple[KernelSpec, ...]
+
+    @property
+    def known(self) -> tuple[str, ...]:
+        """The backend names the settings file declares."""
+        return tuple(self.settings.backends) if self.settings is not None else ()
+
+
+@dataclass(frozen=True)
+class ModuleFingerprint:
+    """What a static check of one module depended on (see check/finder.py): reused only while it holds."""
+
+    module: str
+    found: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class TargetChecks:
+    """The static target checks of one load: each target's problem (None: it resolves), and the modules read."""
+
+    problems: Mapping[str, Diagnostic | None]
+    modules: tuple[ModuleFingerprint, ...]
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A backend that will not run, and why."""
+
+    backend: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Override:
+    """Use `backend` for ops matching `pattern` (an op id or a glob such as 'layernorm.*')."""
+
+    pattern: str
+    backend: str
+    source: str
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.pattern}={self.backend}"
+
+    @property
+    def specificity(self) -> tuple[int, int]:
+        """Exact ids beat globs; among globs, the longer pattern is the more specific."""
+        is_exact = not any(ch in self.pattern for ch in "*?[")
+        return (int(is_exact), len(self.pattern))
+
+    def matches(self, op: str) -> bool:
+        """Whether the op id matches the pattern."""
+        return fnmatch.fnmatchcase(op, self.pattern)
+
+
+# One source of overrides (KCATALOG_OVERRIDES, KCATALOG_BACKEND, overrides=, a `use()` block).
+Layer = tuple[Override, ...]
+
+
+class CacheOutcome(str, Enum):
+    """What the load cache did for one load."""
+
+    OFF = "off"  # not consulted: `reason` says why
+    HIT = "hit"  # the entry at `path` was used as it was
+    REFRESHED = "refreshed"  # the entry was used, its target checks redone (`reason`) and stored again
+    WRITTEN = "written"  # no usable entry (`reason`); the files were read and a new entry stored at `path`
+    NOT_WRITTEN = "not written"  # no usable entry (`reason`), and none stored (`write_error`)
+
+
+@dataclass(frozen=True)
+class CacheStatus:
+    """What the load cache did, and why (see load_catalog)."""
+
+    outcome: CacheOutcome
+    reason: str = ""
+    path: Path | None = None
+    write_error: str = ""
+
+    def __str__(self) -> str:
+        parts = [self.outcome.value] + [part for part in (self.reason, self.write_error) if part]
+        return ": ".join(parts[:2]) + "".join(f"; {part}" for part in parts[2:]) + (f" ({self.path})" if self.path else "")

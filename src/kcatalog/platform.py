@@ -1,0 +1,116 @@
+"""Platforms (device kind + architecture) and which capabilities they satisfy."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from .model import Capability
+
+DEVICES = ("cuda", "hip", "cpu", "npu", "xpu", "mps")
+
+
+
+def _arch_tuple(arch: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in arch.split("."))
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A device kind ('cuda', 'hip', 'cpu', ...) and its architecture ('9.0', 'gfx942', or None)."""
+
+    device: str
+    arch: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.device}:{self.arch}" if self.arch else self.device
+
+    @classmethod
+    def parse(cls, text: str) -> Platform:
+        """Read 'cuda:9.0', 'hip:gfx942', 'cpu'; ValueError naming the valid devices otherwise."""
+        device, _, arch = text.strip().partition(":")
+        if device not in DEVICES:
+            raise ValueError(f"unknown device '{device}' in platform '{text}'; expected one of {', '.join(DEVICES)}")
+        if device == "cuda" and arch:
+            try:
+                _arch_tuple(arch)
+            except ValueError:
+                raise ValueError(
+                    f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0"
+                ) from None
+        return cls(device, arch or None)
+
+    @classmethod
+    def detect(cls) -> Platform:
+        """The platform of this process's current accelerator; imports torch, so only call on first use."""
+        try:
+            import torch
+        except ImportError:
+            return cls("cpu")
+        if torch.cuda.is_available():
+            if getattr(torch.version, "hip", None):
+                name = torch.cuda.get_device_properties(torch.cuda.current_device()).gcnArchName
+                return cls("hip", name.split(":")[0])
+            major, minor = torch.cuda.get_device_capability()
+            return cls("cuda", f"{major}.{minor}")
+        for device in ("xpu", "npu", "mps"):
+            backend = getattr(torch, device, None) or getattr(torch.backends, device, None)
+            if backend is not None and getattr(backend, "is_available", lambda: False)():
+                return cls(device)
+        return cls("cpu")
+
+    def mismatch(self, capabilities: tuple[Capability, ...]) -> str | None:
+        """Why no capability covers this platform, or None when one does (empty means anywhere)."""
+        return _mismatch(self, capabilities) if capabilities else None
+
+
+@functools.lru_cache(maxsize=4096)  # a catalog has a handful of distinct capability sets, checked per op
+def _mismatch(platform: Platform, capabilities: tuple[Capability, ...]) -> str | None:
+    reasons = []
+    for cap in capabilities:
+        reason = _capability_mismatch(platform, cap)
+        if reason is None:
+            return None
+        reasons.append(reason)
+    return "; ".join(dict.fromkeys(reasons))
+
+
+def _capability_mismatch(platform: Platform, cap: Capability) -> str | None:
+    if cap.device != platform.device:
+        return f"runs on {_describe(cap)}, not {platform.device}"
+    if cap.archs is not None and platform.arch not in cap.archs:
+        return f"needs {cap.device} arch in {', '.join(cap.archs)}; this is {platform}"
+    if cap.min_arch is None and cap.max_arch is None:
+        return None
+    if platform.arch is None:
+        return f"needs {_describe(cap)}; {platform} has no arch given"
+    arch = _arch_tuple(platform.arch)
+    if cap.min_arch is not None and arch < _arch_tuple(cap.min_arch):
+        return f"needs {_describe(cap)}; this is {platform}"
+    if cap.max_arch is not None and arch > _arch_tuple(cap.max_arch):
+        return f"needs {_describe(cap)}; this is {platform}"
+    return None
+
+
+def _describe(cap: Capability) -> str:
+    if cap.min_arch and cap.max_arch:
+        return f"{cap.device} {cap.min_arch}..{cap.max_arch}"
+    if cap.min_arch:
+        return f"{cap.device} >= {cap.min_arch}"
+    if cap.max_arch:
+        return f"{cap.device} <= {cap.max_arch}"
+    if cap.archs:
+        return f"{cap.device} ({', '.join(cap.archs)})"
+    return cap.device
+
+
+@functools.lru_cache(maxsize=None)
+def is_installed(distribution: str) -> bool:
+    """Whether a distribution is installed, found through its metadata without importing it."""
+    import importlib.metadata  # costs tens of ms; only selection needs it, never a plain load
+
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True

@@ -1,0 +1,113 @@
+"""Finding catalog files and reading their text: no YAML, no pydantic, so a cached load stays cheap."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+from .. import codes
+from ..errors import Diagnostic, Location
+
+SETTINGS_FILE = "kcatalog.yaml"
+MAX_FILE_BYTES = 4 * 1024 * 1024
+_SUFFIXES = (".yaml", ".yml")
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A catalog file's text, its resolved path, and the path diagnostics show."""
+
+    path: Path
+    shown: str
+    text: str
+
+
+def shipped_catalog_dir() -> Path:
+    """The catalog directory shipped inside the package (in the wheel, or the repo's catalog/)."""
+    return Path(__file__).resolve().parent.parent / "catalog"
+
+
+def display_path(path: Path) -> str:
+    """A path relative to the working directory when below it, else absolute."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def discover(paths: Iterable[PathLike]) -> tuple[list[Path], list[Diagnostic]]:
+    """Catalog files under the given files and directories, in a stable order, plus problems found."""
+    files: dict[Path, None] = {}
+    problems: list[Diagnostic] = []
+    for raw in paths:
+        given = Path(raw)
+        if given.is_dir():
+            root = given.resolve()
+            found = sorted(p for p in root.rglob("*") if p.suffix in _SUFFIXES and (p.is_file() or p.is_symlink()))
+            if not found:
+                problems.append(Diagnostic(codes.PATH_NOT_FOUND, f"no catalog files (*.yaml, *.yml) in directory '{given}'"))
+            for path in found:
+                try:
+                    real = path.resolve(strict=True)
+                except (OSError, RuntimeError):  # dangling, or a loop (RuntimeError before Python 3.13)
+                    problems.append(
+                        Diagnostic(
+                            codes.FILE_UNREADABLE,
+                            "cannot read file: symlink is dangling or loops",
+                            Location(display_path(path), 1, 1),
+                        )
+                    )
+                    continue
+                if not real.is_relative_to(root):
+                    problems.append(
+                        Diagnostic(
+                            codes.FILE_UNREADABLE,
+                            f"symlink leaves the catalog directory (points to '{real}'); refused",
+                            Location(display_path(path), 1, 1),
+                        )
+                    )
+                    continue
+                if real.is_file():  # not a link to a directory or a special file
+                    files[real] = None
+        elif given.is_file():
+            real = given.resolve()
+            files[real] = None
+            # A single manifest is checked against the settings beside it.
+            beside = real.parent / SETTINGS_FILE
+            if beside.is_file():
+                files.setdefault(beside, None)
+        else:
+            problems.append(Diagnostic(codes.PATH_NOT_FOUND, f"path '{given}' does not exist"))
+    return list(files), problems
+
+
+def read_sources(files: Iterable[Path]) -> Iterator[SourceFile | Diagnostic]:
+    """Each file's text, or the diagnostic that stops it."""
+    for path in files:
+        shown = display_path(path)
+        text = _read_text(path, shown)
+        yield text if isinstance(text, Diagnostic) else SourceFile(path, shown, text)
+
+
+def _read_text(path: Path, shown: str) -> str | Diagnostic:
+    start = Location(shown, 1, 1)
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            return Diagnostic(codes.FILE_REFUSED, f"file is {size} bytes, over the {MAX_FILE_BYTES}-byte limit", start)
+        raw = path.read_bytes()
+    except OSError as exc:
+        return Diagnostic(codes.FILE_UNREADABLE, f"cannot read file: {exc.strerror or exc}", start)
+    try:
+        return raw.decode("utf-8-sig")  # a UTF-8 byte-order mark is harmless; drop it
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        return Diagnostic(
+            codes.FILE_UNREADABLE, f"file is not UTF-8: byte 0x{raw[exc.start]:02x} cannot be decoded", Location(shown, line, col)
+        )

@@ -1,0 +1,228 @@
+"""The immutable registry a load produces: ops, their backend specs, lookups, selection, lazy loading."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from ..check.overrides import OverridesArg, check_layer, parse_overrides
+from ..errors import CatalogError, KernelImportError, UnknownBackendError, UnknownOpError
+from ..model import CacheOutcome, CacheStatus, CatalogSettings, KernelSpec, Layer, OpInfo
+from ..platform import Platform
+
+if TYPE_CHECKING:
+    from ..errors import Diagnostic
+    from ..select.selection import Selection
+
+
+class OverrideScopes:
+    """Scoped overrides of one catalog: a ContextVar, plus a count so handles skip it when none is open."""
+
+    def __init__(self) -> None:
+        self.var: ContextVar[tuple[Layer, ...]] = ContextVar("kcatalog_scoped_overrides", default=())
+        self.active = 0
+        self.lock = threading.Lock()
+
+
+class Catalog:
+    """The loaded catalog: every op and backend, checked at load; kernels are imported on first use.
+
+    Backend precedence for a call: `backend=` in the call > `with catalog.use(...)` > KCATALOG_OVERRIDES
+    > KCATALOG_BACKEND > `load_catalog(overrides=...)` > per-platform priority > per-op priority
+    > catalog default. Every path checks that the backend can run here.
+    """
+
+    def __init__(
+        self,
+        ops: Mapping[str, OpInfo],
+        settings: CatalogSettings,
+        warnings: tuple[Diagnostic, ...],
+        *,
+        layers: Iterable[Layer] = (),
+        strict: bool = False,
+        cache_status: CacheStatus = CacheStatus(CacheOutcome.OFF, "catalog built directly"),
+    ) -> None:
+        self._ops = MappingProxyType(dict(sorted(ops.items())))
+        self._settings = settings
+        self._backends = tuple(settings.backends)
+        self.warnings = warnings
+        self.cache_status = cache_status  # whether the load came from the cache, or why not (see load_catalog)
+        self.strict = strict
+        self._layers = tuple(layers)
+        self._scopes = OverrideScopes()
+        self._platform: Platform | None = None
+        self._kernels: dict[tuple[str, str | None], Callable[..., Any]] = {}
+        self._failed: dict[tuple[str, str], str] = {}
+        self._noted: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<Catalog {len(self._ops)} ops, {len(self.all_specs())} backend specs>"
+
+    def __contains__(self, op: object) -> bool:
+        return op in self._ops
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ops)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    # -- lookups (SGLang KernelRegistry-compatible names) --------------------------------------------
+
+    @property
+    def settings(self) -> CatalogSettings:
+        """The catalog settings: known backends, backend orders, policy, allow-list."""
+        return self._settings
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """Every backend name the catalog settings declare."""
+        return self._backends
+
+    def ops(self) -> list[str]:
+        """All op ids, sorted."""
+        return list(self._ops)
+
+    def has(self, op: str, backend: str | None = None) -> bool:
+        """Whether the op exists (and, given a backend, whether it has that backend)."""
+        info = self._ops.get(op)
+        return info is not None and (backend is None or backend in info.backends)
+
+    def info(self, op: str) -> OpInfo:
+        """The op's declaration; UnknownOpError (a KeyError) naming the available ops."""
+        info = self._ops.get(op)
+        if info is None:
+            raise UnknownOpError(op, list(self._ops))
+        return info
+
+    def get(self, op: str) -> list[KernelSpec]:
+        """All backend specs of an op, in declaration order."""
+        return list(self.info(op).backends.values())
+
+    def get_backend(self, op: str, backend: str) -> KernelSpec:
+        """One backend spec; UnknownBackendError (a KeyError) listing the op's backends."""
+        info = self.info(op)
+        spec = info.backends.get(backend)
+        if spec is None:
+            raise UnknownBackendError(op, backend, list(info.backends), info.location)
+        return spec
+
+    def all_specs(self) -> list[KernelSpec]:
+        """Every spec of every op, ops sorted, backends in declaration order."""
+        return [spec for info in self._ops.values() for spec in info.backends.values()]
+
+    # -- selection -----------------------------------------------------------------------------------
+
+    def platform(self) -> Platform:
+        """This process's platform, detected (importing torch) on first call."""
+        if self._platform is None:
+            self._platform = Platform.detect()
+        return self._platform
+
+    def select(
+        self, op: str, platform: Platform | str | None = None, dtype: str | None = None, *, backend: str | None = None
+    ) -> Selection:
+        """Which backend runs the op on the platform (default: this machine), and why each other one does not."""
+        if isinstance(platform, str):
+            platform = Platform.parse(platform)
+        info = self.info(op)
+        if backend is not None and backend not in info.backends:  # before detecting the platform imports torch
+            raise UnknownBackendError(op, backend, list(info.backends), info.location)
+        layers = self._scopes.var.get() + self._layers
+        from ..select.selection import select  # selection is not needed to load, only to choose
+
+        selection = select(
+            self._settings,
+            info,
+            platform or self.platform(),
+            dtype,
+            backend=backend,
+            layers=layers,
+            failed=self._failed,
+            strict=self.strict,
+        )
+        for note in selection.notes:
+            self._note(note)
+        return selection
+
+    @contextlib.contextmanager
+    def use(self, overrides: OverridesArg) -> Iterator[None]:
+        """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d'."""
+        try:
+            layer = parse_overrides(overrides, "use()")
+        except ValueError as exc:
+            raise CatalogError(str(exc)) from None
+        problems = check_layer(layer, self.ops(), self.backends)
+        if problems:
+            raise CatalogError("; ".join(problem.message for problem in problems), problems)
+        scopes = self._scopes
+        token = scopes.var.set((layer, *scopes.var.get()))
+        with scopes.lock:
+            scopes.active += 1
+        try:
+            yield
+        finally:
+            scopes.var.reset(token)
+            with scopes.lock:
+                scopes.active -= 1
+
+    # -- loading ---------------------------------------------------------------------------------------
+
+    def kernel(self, op: str, backend: str | None = None) -> Callable[..., Any]:
+        """The op's implementation: the named backend, or the best eligible one here; imported on first use."""
+        key = (op, backend)
+        fn = self._kernels.get(key)
+        if fn is None or self._scopes.active:
+            fn = self.resolve(op, backend=backend)
+            if not self._scopes.active:
+                self._kernels[key] = fn
+        return fn
+
+    def resolve(
+        self, op: str, platform: Platform | str | None = None, dtype: str | None = None, *, backend: str | None = None
+    ) -> Callable[..., Any]:
+        """Select and import, falling back to the next eligible backend when an import fails (unless strict)."""
+        while True:
+            spec = self.select(op, platform, dtype, backend=backend).require()
+            try:
+                return spec.load()
+            except KernelImportError as exc:
+                if self.strict or backend is not None:
+                    raise
+                self._failed[(op, spec.backend)] = f"{type(exc.__cause__).__name__}: {exc.__cause__}"
+                self._note(
+                    f"backend '{spec.backend}' of op '{op}' failed to import ({exc.__cause__}); "
+                    "falling back to the next eligible backend"
+                )
+
+    def op(self, op: str) -> Callable[..., Any]:
+        """A callable for the hot path that dispatches on its tensor argument's device and dtype.
+
+        Resolution happens once per (device, dtype) and is cached; scoped overrides are honoured.
+        """
+        from ..select.handles import make_handle
+
+        return make_handle(self, self.info(op), self._scopes)
+
+    def prepare(
+        self, platform: Platform | str | None = None, ops: Iterable[str] | None = None
+    ) -> dict[str, KernelSpec]:
+        """Resolve and import every op (or `ops`) now, for each declared dtype, so the hot path imports nothing."""
+        chosen = {}
+        for op in self.ops() if ops is None else ops:
+            for dtype in self.info(op).dtypes:
+                self.resolve(op, platform, dtype)
+            chosen[op] = self.select(op, platform).require()
+        return chosen
+
+    def _note(self, message: str) -> None:
+        """Log a warning once per distinct message (fallbacks, ignored overrides)."""
+        if message not in self._noted:
+            import logging  # only fallbacks and ignored overrides log; keep it off the load path
+
+            self._noted.add(message)
+            logging.getLogger("kcatalog").warning(message)

@@ -1,0 +1,127 @@
+"""Op handles: hot-path callables that resolve a backend once per (device, dtype) and then just call it."""
+
+from __future__ import annotations
+
+import ast
+import keyword
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..link.signature import parse_signature
+from ..platform import Platform
+
+if TYPE_CHECKING:
+    from ..model import OpInfo
+    from ..registry.catalog import Catalog, OverrideScopes
+
+# The handle is generated with the op's own parameter list, because forwarding through
+# *args/**kwargs costs more than everything else the handle does. Only identifiers of the parsed
+# signature enter the source; default values are bound as objects, never pasted in as text.
+_TEMPLATE = """\
+def handle({params}):
+    {bind}if _kc_scopes.active:  # a `with catalog.use(...)` is open somewhere: honour it, uncached
+        return _kc_resolve({tensor})({call})
+    if {tensor}.is_cuda:
+        _kc_fn = _kc_by_cuda.get({tensor}.dtype)
+    elif {tensor}.is_cpu:
+        _kc_fn = _kc_by_cpu.get({tensor}.dtype)
+    else:
+        _kc_fn = _kc_by_device.get(({tensor}.device.type, {tensor}.dtype))
+    if _kc_fn is None:
+        _kc_fn = _kc_first_call({tensor})
+    return _kc_fn({call})
+"""
+
+
+def _source(info: OpInfo) -> tuple[str, dict[str, Any]]:
+    """The handle's source and the default values it refers to."""
+    args = parse_signature(info.signature)
+    positional = [*args.posonlyargs, *args.args]
+    names = [a.arg for a in (*positional, *args.kwonlyargs)]
+    dispatch = info.dispatch_arg or (names[0] if names else "")
+    if dispatch not in names:
+        raise ValueError(f"op '{info.id}': dispatch argument '{dispatch}' is not in its signature {info.signature}")
+    try:
+        return _exact_source(args, positional, dispatch)
+    except ValueError:  # variadic parameters or non-literal defaults: forward everything as given
+        index = names.index(dispatch)
+        bind = f"tensor = args[{index}] if len(args) > {index} else kwargs[{dispatch!r}]\n    "
+        return _TEMPLATE.format(params="*args, **kwargs", bind=bind, tensor="tensor", call="*args, **kwargs"), {}
+
+
+def _exact_source(args: ast.arguments, positional: list[ast.arg], dispatch: str) -> tuple[str, dict[str, Any]]:
+    if args.vararg or args.kwarg:
+        raise ValueError("variadic signature")
+    defaults: dict[str, Any] = {}
+    params, call = [], []
+    first_default = len(positional) - len(args.defaults)
+    declared = [
+        (arg, args.defaults[i - first_default] if i >= first_default else None) for i, arg in enumerate(positional)
+    ]
+    keyword_only = list(zip(args.kwonlyargs, args.kw_defaults))
+    for index, (arg, default) in enumerate([*declared, *keyword_only]):
+        name = arg.arg
+        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_kc_"):
+            raise ValueError(f"parameter name {name!r}")
+        if index == len(declared):
+            params.append("*")
+        if default is None:
+            params.append(name)
+        else:
+            defaults[f"_kc_default_{name}"] = ast.literal_eval(default)  # ValueError unless a literal
+            params.append(f"{name}=_kc_default_{name}")
+        call.append(name if index < len(declared) else f"{name}={name}")
+    source = _TEMPLATE.format(params=", ".join(params), bind="", tensor=dispatch, call=", ".join(call))
+    return source, defaults
+
+
+def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Callable[..., Any]:
+    """Build the dispatching callable for one op."""
+    lock = threading.Lock()
+    op_id = info.id
+    by_cuda: dict[Any, Callable[..., Any]] = {}
+    by_cpu: dict[Any, Callable[..., Any]] = {}
+    by_device: dict[tuple[str, Any], Callable[..., Any]] = {}
+
+    def resolve(tensor: Any) -> Callable[..., Any]:
+        device = tensor.device.type
+        here = catalog.platform()
+        # torch calls ROCm devices 'cuda' too; the detected platform knows which this is.
+        if device == "cuda" and here.device in ("cuda", "hip"):
+            platform = here
+        else:
+            platform = here if device == here.device else Platform(device)
+        return catalog.resolve(op_id, platform, str(tensor.dtype).removeprefix("torch."))
+
+    def resolve_locked(tensor: Any) -> Callable[..., Any]:
+        with lock:
+            return resolve(tensor)
+
+    def first_call(tensor: Any) -> Callable[..., Any]:
+        if tensor.is_cuda:
+            table, key = by_cuda, tensor.dtype
+        elif tensor.is_cpu:
+            table, key = by_cpu, tensor.dtype
+        else:
+            table, key = by_device, (tensor.device.type, tensor.dtype)
+        with lock:  # one resolution (and import) per key, however many threads make the first call
+            fn = table.get(key)
+            if fn is None:
+                fn = table[key] = resolve(tensor)
+        return fn
+
+    source, defaults = _source(info)
+    namespace: dict[str, Any] = {
+        "_kc_scopes": scopes,
+        "_kc_resolve": resolve_locked,
+        "_kc_first_call": first_call,
+        "_kc_by_cuda": by_cuda,
+        "_kc_by_cpu": by_cpu,
+        "_kc_by_device": by_device,
+        **defaults,
+    }
+    exec(compile(source, f"<kcatalog op handle {op_id}>", "exec"), namespace)
+    handle = namespace["handle"]
+    handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")
+    handle.__doc__ = f"{op_id}{info.signature}: {info.description} (dispatching op handle)"
+    return handle

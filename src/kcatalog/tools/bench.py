@@ -1,0 +1,308 @@
+"""`kcatalog bench`: time each eligible backend on the declared shapes, against the device's copy bandwidth."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from .inputs import Call, build_call, describe, size_sets
+from ..platform import Platform
+from ..select.selection import ineligibility
+from .report import text_table
+
+if TYPE_CHECKING:
+    from ..model import KernelSpec, OpInfo
+    from ..registry.catalog import Catalog
+
+GRAPH_INPUT_SETS = 8  # decode shapes fit in L2: rotate input sets so replays do not measure the cache
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """One backend of one op at one shape: its median time and what that means in bandwidth."""
+
+    op: str
+    backend: str
+    dtype: str
+    shapes: str
+    sizes: str
+    method: str
+    time_us: float | None
+    bytes_moved: int
+    gbps: float | None
+    fraction_of_copy: float | None
+    speedup_vs_reference: float | None
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for JSON."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Job:
+    info: OpInfo
+    spec: KernelSpec
+    dtype: str
+    shapes: str
+    sizes: dict[str, Any]
+
+
+def plan(
+    catalog: Catalog,
+    ops: Sequence[str],
+    *,
+    device: str,
+    shapes: str,
+    dtypes: Sequence[str],
+    backends: Sequence[str] = (),
+) -> tuple[list[_Job], list[str]]:
+    """Every (op, backend, dtype, shape) to time, reference first within each shape, plus notes."""
+    platform = Platform(device) if device == "cpu" else catalog.platform()
+    kinds = ["decode", "prefill"] if shapes == "all" else [shapes]
+    jobs: list[_Job] = []
+    notes: list[str] = []
+    for op in ops:
+        info = catalog.info(op)
+        if info.samples is None:
+            notes.append(f"{op}: no samples declared; nothing to time")
+            continue
+        ordered = sorted(info.backends.values(), key=lambda s: s.backend != info.reference)
+        for dtype in [d for d in dtypes if d in info.dtypes]:
+            runnable = []
+            for spec in ordered:
+                if backends and spec.backend not in backends and spec.backend != info.reference:
+                    continue
+                reason = ineligibility(spec, platform, dtype)
+                if reason is None:
+                    runnable.append(spec)
+                else:
+                    notes.append(f"{op} [{spec.backend}] {dtype}: skipped, {reason}")
+            for kind in kinds:
+                for sizes in size_sets(info.samples, kind):
+                    jobs += [_Job(info, spec, dtype, kind, sizes) for spec in runnable]
+    return jobs, notes
+
+
+def run(
+    jobs: Sequence[_Job],
+    device: str,
+    copy_gbps: float,
+    *,
+    seed: int = 0,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> list[BenchResult]:
+    """Time every job; a backend that fails is recorded with its error and the run goes on."""
+    results: list[BenchResult] = []
+    reference_times: dict[tuple[str, str, str], float] = {}
+    for index, job in enumerate(jobs):
+        label = f"{job.info.id} [{job.spec.backend}] {job.dtype} {describe(job.sizes)}"
+        if progress:
+            progress(index, len(jobs), label)
+        result = _time_job(job, device, copy_gbps, seed)
+        key = (job.info.id, job.dtype, describe(job.sizes))
+        if job.spec.backend == job.info.reference and result.time_us:
+            reference_times[key] = result.time_us
+        if result.time_us and key in reference_times:
+            result = BenchResult(**{**result.as_dict(), "speedup_vs_reference": reference_times[key] / result.time_us})
+        results.append(result)
+    if progress:
+        progress(len(jobs), len(jobs), "done")
+    return results
+
+
+def _time_job(job: _Job, device: str, copy_gbps: float, seed: int) -> BenchResult:
+    samples = job.info.samples
+    assert samples is not None  # plan() only makes jobs for ops with samples
+    graphed = device == "cuda" and job.shapes == "decode"
+    method = "cuda-graph" if graphed else "cuda-events" if device == "cuda" else "wall-clock"
+
+    def failed(message: str, moved: int = 0) -> BenchResult:
+        return BenchResult(
+            job.info.id,
+            job.spec.backend,
+            job.dtype,
+            job.shapes,
+            describe(job.sizes),
+            method,
+            None,
+            moved,
+            None,
+            None,
+            None,
+            message,
+        )
+
+    try:
+        calls = [
+            build_call(job.info, samples, job.sizes, job.dtype, device, seed + i)
+            for i in range(GRAPH_INPUT_SETS if graphed else 1)
+        ]
+        fn = job.spec.load()
+        result = calls[0].invoke(fn)  # warm-up: imports, JIT and torch.compile stay out of the timing
+        moved = bytes_moved(calls[0], result, job.info.mutates)
+        if graphed:
+            seconds = _time_graph(fn, calls)
+        elif device == "cuda":
+            seconds = _time_cuda(lambda: calls[0].invoke(fn))
+        else:
+            seconds = _time_cpu(lambda: calls[0].invoke(fn))
+    except Exception as exc:  # one broken backend must not end a run that takes minutes
+        return failed(f"{type(exc).__name__}: {exc}")
+    gbps = moved / seconds / 1e9
+    return BenchResult(
+        job.info.id,
+        job.spec.backend,
+        job.dtype,
+        job.shapes,
+        describe(job.sizes),
+        method,
+        seconds * 1e6,
+        moved,
+        gbps,
+        gbps / copy_gbps if copy_gbps else None,
+        None,
+    )
+
+
+def bytes_moved(call: Call, result: Any, mutates: Sequence[str]) -> int:
+    """The fewest bytes the op must move: every tensor argument read once, each output and mutated
+    argument written once."""
+    import torch
+
+    def size(t: torch.Tensor) -> int:
+        return t.numel() * t.element_size()
+
+    tensors = call.tensors()
+    outputs = result if isinstance(result, (tuple, list)) else [result]
+    written = sum(size(t) for t in outputs if isinstance(t, torch.Tensor))
+    written += sum(size(tensors[name]) for name in mutates if name in tensors)
+    return sum(size(t) for t in tensors.values()) + written
+
+
+def copy_bandwidth(device: str) -> float:
+    """GB/s of a large device copy, counting bytes read plus bytes written: the ceiling for these ops."""
+    import torch
+
+    numel = (1 << 30) if device == "cuda" else (1 << 27)
+    source = torch.randint(0, 255, (numel,), dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    timer = _time_cuda if device == "cuda" else _time_cpu
+    return 2 * numel / timer(lambda: target.copy_(source)) / 1e9
+
+
+def _time_cuda(fn: Callable[[], Any]) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(fn, return_mode="median") / 1e3  # CUDA events, L2 flushed between repetitions
+
+
+def _time_graph(fn: Callable[..., Any], calls: Sequence[Call]) -> float:
+    """One CUDA graph replaying the op once per input set; seconds per call, median of replays."""
+    import torch
+    from triton.testing import do_bench
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for call in calls:  # warm up on the side stream, as graph capture requires
+            call.invoke(fn)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call.invoke(fn)
+    return do_bench(graph.replay, return_mode="median") / 1e3 / len(calls)
+
+
+def _time_cpu(fn: Callable[[], Any], repeats: int = 5, min_seconds: float = 0.02) -> float:
+    """Median over `repeats` of a loop long enough to time, in seconds per call."""
+    fn()
+    loops = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        if time.perf_counter() - start >= min_seconds:
+            break
+        loops *= 4
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        samples.append((time.perf_counter() - start) / loops)
+    return statistics.median(samples)
+
+
+def progress_bar(done: int, total: int, label: str) -> None:
+    """A one-line bar on stderr; plain lines when stderr is not a terminal."""
+    width = 30
+    filled = width * done // max(total, 1)
+    line = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label}"
+    if sys.stderr.isatty():
+        end = "\n" if done == total else ""
+        sys.stderr.write(f"\r\x1b[2K{line}{end}")
+    else:
+        sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def format_table(results: Sequence[BenchResult]) -> str:
+    """Op, backend, dtype, shape, time, GB/s, fraction of copy bandwidth, speedup over the reference."""
+    rows = [["op", "backend", "dtype", "shape", "sizes", "time us", "GB/s", "of copy", "x ref"]]
+    for r in results:
+        rows.append(
+            [
+                r.op,
+                r.backend,
+                r.dtype,
+                r.shapes,
+                r.sizes,
+                f"{r.time_us:.1f}" if r.time_us else f"error: {r.error}",
+                f"{r.gbps:.1f}" if r.gbps else "-",
+                f"{r.fraction_of_copy:.2f}" if r.fraction_of_copy else "-",
+                f"{r.speedup_vs_reference:.2f}" if r.speedup_vs_reference else "-",
+            ]
+        )
+    return text_table(rows)
+
+
+def plot(results: Sequence[BenchResult], copy_gbps: float, path: str, title: str) -> None:
+    """Bandwidth against bytes moved, one panel per op and one line per backend, saved as a PNG."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise RuntimeError("--plot needs matplotlib: pip install 'kcatalog[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ops = sorted({r.op for r in results})
+    columns = min(len(ops), 3) or 1
+    rows = (len(ops) + columns - 1) // columns or 1
+    figure, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.8 * rows), squeeze=False)
+    for axis, op in zip(axes.flat, ops):
+        for backend in sorted({r.backend for r in results if r.op == op}):
+            points = sorted(
+                (r.bytes_moved / 1e6, r.gbps) for r in results if r.op == op and r.backend == backend and r.gbps
+            )
+            if points:
+                axis.plot(*zip(*points), marker="o", label=backend)
+        if copy_gbps:
+            axis.axhline(copy_gbps, color="grey", linestyle="--", linewidth=1, label="copy bandwidth")
+        axis.set_xscale("log")
+        axis.set_title(op, fontsize=10)
+        axis.set_xlabel("MB moved")
+        axis.set_ylabel("GB/s")
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=7)
+    for axis in list(axes.flat)[len(ops) :]:
+        axis.set_visible(False)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

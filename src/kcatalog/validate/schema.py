@@ -1,0 +1,224 @@
+"""The catalog format as pydantic models: group manifests and the catalog settings file."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    model_validator,
+)
+
+from ..platform import DEVICES
+
+FORMAT_VERSION = 1
+
+Device = Literal[DEVICES]  # type: ignore[valid-type]
+DType = Literal[
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+]
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
+OP_ID_PATTERN = r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$"
+SIGNATURE_PATTERN = r"^\(.*\)( -> .+)?$"
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_TARGET = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
+_CUDA_ARCH = re.compile(r"^\d{1,2}\.\d$")
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower_snake_case name")]
+OpId = Annotated[str, Field(pattern=OP_ID_PATTERN, description="'<group>.<name>'")]
+
+
+def _check_target(value: str) -> str:
+    if not _TARGET.match(value):
+        raise ValueError(f"target '{value}' is not 'package.module:attr' (attr may be dotted: 'mod:Class.method')")
+    return value
+
+
+def _arch_text(value: object) -> object:
+    # YAML reads 9.0 as a float; arch windows are text so "10.3" and 8.9 mean what they say.
+    return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def _arch_key(arch: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in arch.split("."))
+
+
+def _check_cuda_arch(value: str) -> str:
+    if not _CUDA_ARCH.match(value):
+        raise ValueError(f"arch '{value}' is not a CUDA compute capability 'major.minor' such as '8.0' or '9.0'")
+    return value
+
+
+Target = Annotated[
+    str,
+    AfterValidator(_check_target),
+    Field(description="import target 'package.module:attr'", examples=["kcatalog.kernels.torch.layernorm:rms_norm"]),
+]
+CudaArch = Annotated[str, BeforeValidator(_arch_text), AfterValidator(_check_cuda_arch)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Capability(_Strict):
+    """Where a backend runs: a device kind and, optionally, an architecture window."""
+
+    device: Device
+    min_arch: CudaArch | None = Field(None, description="lowest CUDA compute capability, inclusive (cuda only)")
+    max_arch: CudaArch | None = Field(None, description="highest CUDA compute capability, inclusive (cuda only)")
+    archs: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:+-]+$")], ...] | None = Field(
+        None, description="exact architectures, e.g. ROCm gfx names [gfx942, gfx950]"
+    )
+
+    @model_validator(mode="after")
+    def _arch_window_is_cuda_only(self) -> Capability:
+        if self.device != "cuda" and (self.min_arch is not None or self.max_arch is not None):
+            raise ValueError(
+                f"min_arch and max_arch apply to cuda only; for {self.device}, list exact architectures in 'archs'"
+            )
+        if self.min_arch and self.max_arch and _arch_key(self.min_arch) > _arch_key(self.max_arch):
+            raise ValueError(f"min_arch {self.min_arch} is above max_arch {self.max_arch}, so no cuda device matches")
+        return self
+
+
+class Backend(_Strict):
+    """One implementation of an op."""
+
+    target: Target
+    requires: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")], ...] = Field(
+        (), description="distributions that must be installed (found, never imported, when selecting)"
+    )
+    capabilities: tuple[Capability, ...] = Field((), description="where it runs, any of these; empty: anywhere")
+    dtypes: tuple[DType, ...] | None = Field(None, description="dtypes it supports; default: all of the op's")
+    description: str | None = None
+
+
+SizeValue = Union[StrictBool, StrictInt, StrictFloat, str]
+Dim = Union[StrictInt, Annotated[str, Field(pattern=r"^[A-Za-z0-9_+*/() -]+$")]]
+
+
+class TensorArg(_Strict):
+    """A tensor argument built for tests and benchmarks: uniform random values of a shape and dtype."""
+
+    shape: tuple[Dim, ...] = Field(description="sizes: numbers, size names, or expressions such as '2*H'")
+    dtype: DType | None = Field(None, description="default: the dtype under test")
+    range: tuple[Union[StrictInt, StrictFloat, str], Union[StrictInt, StrictFloat, str]] = Field(
+        (-1.0, 1.0), description="[low, high): floats uniform, integers uniform in [low, high)"
+    )
+
+
+ArgValue = Annotated[Union[TensorArg, StrictBool, StrictInt, StrictFloat, str, None], Field(union_mode="left_to_right")]
+
+
+class Samples(_Strict):
+    """How to build an op's inputs and which outputs to compare: the basis of `kcatalog test` and `bench`."""
+
+    sizes: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], tuple[SizeValue, ...]] = Field(
+        default_factory=dict, description="size name -> values; tests take every combination"
+    )
+    args: dict[str, ArgValue] = Field(
+        description="argument -> tensor spec, or a plain value; '$NAME' stands for a size's value"
+    )
+    compare: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.*]+$")], ...] = Field(
+        ("return",),
+        description="outputs checked against the reference: 'return', 'return.0', a mutated "
+        "argument, or a product such as 'return.0*return.1' (compared in float64)",
+    )
+    decode: dict[str, tuple[SizeValue, ...]] = Field(
+        default_factory=dict, description="sizes for `kcatalog bench --shapes decode` (over `sizes`)"
+    )
+    prefill: dict[str, tuple[SizeValue, ...]] = Field(
+        default_factory=dict, description="sizes for `kcatalog bench --shapes prefill` (over `sizes`)"
+    )
+
+
+class Op(_Strict):
+    """An operation and its implementations."""
+
+    description: str
+    signature: str = Field(
+        pattern=SIGNATURE_PATTERN,
+        description="Python-style signature, e.g. '(x: Tensor, eps: float = 1e-6) -> Tensor'",
+    )
+    reference: Name = Field(description="the backend other backends are checked against")
+    dtypes: tuple[DType, ...] = Field(min_length=1)
+    mutates: tuple[str, ...] = Field((), description="arguments the op changes in place")
+    tolerance: dict[DType, Annotated[float, Field(gt=0, lt=1)]] = Field(
+        default_factory=dict, description="per dtype, the largest relative error ‖out−ref‖/‖ref‖ allowed"
+    )
+    priority: tuple[Name, ...] | None = Field(None, description="this op's backend order, best first")
+    platform_priority: dict[Device, tuple[Name, ...]] = Field(
+        default_factory=dict, description="this op's backend order per device kind, best first"
+    )
+    dispatch_arg: str | None = Field(
+        None, description="argument whose device and dtype select the backend in op handles (default: the first)"
+    )
+    samples: Samples | None = Field(None, description="test and benchmark inputs for this op")
+    backends: dict[Name, Backend] = Field(min_length=1)
+
+
+class OpExtension(_Strict):
+    """More backends for an op declared in another manifest (e.g. a vendor's package)."""
+
+    backends: dict[Name, Backend] = Field(min_length=1)
+
+
+class Manifest(_Strict):
+    """One op group: a file under catalog/."""
+
+    kcatalog: Literal[1] = Field(description="format version")
+    group: Name
+    description: str | None = None
+    ops: dict[Name, Op] = Field(default_factory=dict)
+    extends: dict[OpId, OpExtension] = Field(default_factory=dict, description="backends added to other groups' ops")
+
+
+class Policy(_Strict):
+    """Rules every op of the catalog must satisfy."""
+
+    required_backends: tuple[Name, ...] = Field((), description="backends every op must have")
+    required_platforms: tuple[Annotated[str, Field(pattern=r"^[a-z]+(:[A-Za-z0-9_.+-]+)?$")], ...] = Field(
+        (), description="platforms ('cpu', 'cuda:9.0', 'hip:gfx942') every op must have an eligible backend on"
+    )
+
+
+class BackendInfo(_Strict):
+    """A backend the catalog knows about."""
+
+    description: str
+
+
+class Settings(_Strict):
+    """The catalog settings file, kcatalog.yaml: known backends, default priority, policy."""
+
+    kcatalog: Literal[1] = Field(description="format version")
+    backends: dict[Name, BackendInfo] = Field(min_length=1)
+    priority: tuple[Name, ...] = Field(description="default backend order, best first")
+    platform_priority: dict[Device, tuple[Name, ...]] = Field(
+        default_factory=dict, description="backend order per device kind, overriding the default"
+    )
+    policy: Policy = Field(default_factory=Policy)
+    allowed_modules: tuple[Annotated[str, Field(pattern=rf"^{_IDENT}(\.{_IDENT})*$")], ...] | None = Field(
+        None, description="module prefixes targets may name (e.g. [kcatalog.kernels]); unset: any module"
+    )

@@ -1,0 +1,171 @@
+"""Catalog texts to validated models plus diagnostics: YAML parsing and schema validation."""
+
+from __future__ import annotations
+
+import re
+import typing
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Union
+
+import pydantic
+
+from .. import codes
+from ..errors import Diagnostic, did_you_mean
+from ..read.files import SETTINGS_FILE, SourceFile
+from ..read.yaml_nodes import ParsedFile, find_node, node_location, parse_yaml
+from .schema import FORMAT_VERSION, NAME_PATTERN, OP_ID_PATTERN, SIGNATURE_PATTERN, Manifest, Settings
+
+
+@dataclass(frozen=True)
+class ValidatedFile:
+    """A catalog file that passed the schema: its model and its node tree for positions."""
+
+    parsed: ParsedFile
+    model: Manifest | Settings
+
+    @property
+    def path(self) -> str:
+        return self.parsed.path
+
+
+def validate_sources(sources: Iterable[SourceFile]) -> Iterator[ValidatedFile | Diagnostic]:
+    """Each file parsed and validated, or the diagnostics that stop it; one bad file never hides the rest."""
+    for source in sources:
+        parsed = parse_yaml(source.shown, source.text)
+        if isinstance(parsed, Diagnostic):
+            yield parsed
+            continue
+        yield from validate(parsed, is_settings=source.path.name == SETTINGS_FILE)
+
+
+def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile | Diagnostic]:
+    """Check one parsed file against its model, mapping every schema error to a position."""
+    model_cls: type[Manifest] | type[Settings] = Settings if is_settings else Manifest
+    data = parsed.data
+    if not isinstance(data, dict):
+        kind = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
+        what = "settings file" if is_settings else "manifest"
+        yield Diagnostic(
+            codes.INVALID_VALUE,
+            f"file is {kind}; a {what} is a mapping starting with 'kcatalog: {FORMAT_VERSION}'",
+            node_location(parsed.path, parsed.root),
+        )
+        return
+    version = data.get("kcatalog")
+    if version is not None and (type(version) is not int or version != FORMAT_VERSION):
+        where = node_location(parsed.path, find_node(parsed.root, ["kcatalog"]))
+        if type(version) is not int:  # also refuses `true` and `1.0`, which Python compares equal to 1
+            yield Diagnostic(
+                codes.INVALID_VALUE,
+                f"'kcatalog': format version should be the number {FORMAT_VERSION}, got {_describe_input(version)}",
+                where,
+            )
+        elif version > FORMAT_VERSION:
+            yield Diagnostic(
+                codes.UNSUPPORTED_VERSION,
+                f"format version {version} is newer than this kcatalog reads "
+                f"({FORMAT_VERSION}); upgrade kcatalog to load it",
+                where,
+            )
+        else:
+            yield Diagnostic(
+                codes.UNSUPPORTED_VERSION,
+                f"format version {version} is not supported; this kcatalog reads version {FORMAT_VERSION}",
+                where,
+            )
+        return
+    try:
+        model = model_cls.model_validate(data)
+    except pydantic.ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            yield _schema_diagnostic(parsed, model_cls, error)
+        return
+    yield ValidatedFile(parsed, model)
+
+
+_PATTERN_MEANING = {
+    NAME_PATTERN: "should be a lower_snake_case name",
+    OP_ID_PATTERN: "should be an op id '<group>.<name>'",
+    SIGNATURE_PATTERN: "should be a Python signature such as '(x: Tensor, eps: float = 1e-6) -> Tensor'",
+}
+
+
+def _schema_diagnostic(parsed: ParsedFile, model_cls: type, error: Any) -> Diagnostic:
+    loc = list(error["loc"])
+    kind = error["type"]
+    if loc and loc[-1] == "[key]":  # an invalid mapping key: point at the key itself
+        loc.pop()
+        node = find_node(parsed.root, loc, key=True)
+        field = f"key '{loc[-1]}'"
+    else:
+        node = find_node(parsed.root, loc, key=kind == "extra_forbidden")
+        field = _field_label(loc)
+    where = node_location(parsed.path, node)
+    if kind == "extra_forbidden":
+        allowed = _fields_at(model_cls, loc[:-1])
+        return Diagnostic(codes.UNKNOWN_FIELD, f"unknown field '{loc[-1]}'{did_you_mean(str(loc[-1]), allowed)}", where)
+    if kind == "missing":
+        return Diagnostic(codes.MISSING_FIELD, f"missing required field '{loc[-1]}'", where)
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    if kind == "literal_error" and isinstance(value, str):
+        expected = [part.strip(" '") for part in ctx["expected"].replace(" or ", ",").split(",")]
+        message = f"unknown value '{value}'{did_you_mean(value, expected)}; expected one of {', '.join(expected)}"
+    elif kind == "too_short":
+        wanted = ctx["min_length"]
+        message = f"should have at least {wanted} item{'s' * (wanted != 1)}, got {ctx['actual_length']}"
+    elif kind == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERN_MEANING:
+        message = f"{_PATTERN_MEANING[ctx['pattern']]}, got {_describe_input(value)}"
+    else:
+        message = error["msg"].removeprefix("Value error, ").replace("valid tuple", "list")
+        message = re.sub(r"a valid dictionary(?: or instance of \w+)?", "a mapping", message)
+        message = message[:1].lower() + message[1:]
+        if kind.endswith("_type") or kind == "string_pattern_mismatch":
+            message += f", got {_describe_input(value)}"
+    return Diagnostic(codes.INVALID_VALUE, f"{field}: {message}", where)
+
+
+def _field_label(loc: list[Any]) -> str:
+    """'dtypes'[1] for an item of a list field; 'name' for a field; 'file' for the whole document."""
+    names = [part for part in loc if isinstance(part, str)]
+    if not names:
+        return "file"
+    last = len(loc) - 1 - loc[::-1].index(names[-1])
+    return f"'{names[-1]}'" + "".join(f"[{index}]" for index in loc[last + 1 :])
+
+
+def _describe_input(value: object) -> str:
+    if isinstance(value, (dict, list)):
+        return f"a {'mapping' if isinstance(value, dict) else 'list'}"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _fields_at(model_cls: type, loc: list[Any]) -> list[str]:
+    """The field names of the model found by following `loc` through the type annotations."""
+    tp: Any = model_cls
+    for part in loc:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
+            field = tp.model_fields.get(part)
+            if field is None:
+                return []
+            tp = field.annotation
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        elif typing.get_origin(tp) in (tuple, list):
+            tp = typing.get_args(tp)[0]
+    tp = _unwrap(tp)
+    return list(tp.model_fields) if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel) else []
+
+
+def _unwrap(tp: Any) -> Any:
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin is Union or type(tp).__name__ == "UnionType":
+            tp = next(arg for arg in typing.get_args(tp) if arg is not type(None))
+        else:
+            return tp
