@@ -71,7 +71,7 @@ TARGETS = {"ratio_to_yaml": 2.2, "linearity": 1.3, "process_s": 0.2, "process_mb
 # One in-process measurement: imports first, then one timed call; prints wall and CPU seconds.
 IN_PROCESS = r"""
 import sys, time, pathlib, yaml, kcatalog
-import kcatalog.link.linker, kcatalog.validate.validator  # what a cold load imports on first use (PyYAML, pydantic, the models)
+import kcatalog.link.linker, kcatalog.validate.validator  # a cold load's first-use imports: PyYAML, pydantic
 mode, directory = sys.argv[1], sys.argv[2]
 assert yaml.__with_libyaml__, "PyYAML was built without libyaml: no CSafeLoader"
 files = sorted(p for p in pathlib.Path(directory).iterdir() if p.suffix == ".yaml")
@@ -107,7 +107,7 @@ import cProfile, gc, json, pstats, sys, time
 t0 = time.perf_counter()
 import kcatalog
 t1 = time.perf_counter()
-import kcatalog.link.linker, kcatalog.validate.validator  # PyYAML, pydantic, the models: a cold load's imports, kept out of its profile
+import kcatalog.link.linker, kcatalog.validate.validator  # a cold load's imports, kept out of its profile
 t2 = time.perf_counter()
 paused = [0.0, 0.0]
 def on_gc(phase, info):

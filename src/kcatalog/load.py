@@ -150,7 +150,9 @@ def _check(paths: Iterable[PathLike] | None, options: LoadOptions) -> CheckResul
     return CheckResult(catalog, diagnostics)
 
 
-def _open_cache(sources: list[SourceFile], diagnostics: list[Diagnostic], cache: bool | PathLike) -> Cache | CacheStatus:
+def _open_cache(
+    sources: list[SourceFile], diagnostics: list[Diagnostic], cache: bool | PathLike
+) -> Cache | CacheStatus:
     """The cache entry for these files, or the status saying why the cache is off."""
     if cache is False:
         return CacheStatus(CacheOutcome.OFF, "cache=False")

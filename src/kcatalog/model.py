@@ -235,4 +235,6 @@ class CacheStatus:
 
     def __str__(self) -> str:
         parts = [self.outcome.value] + [part for part in (self.reason, self.write_error) if part]
-        return ": ".join(parts[:2]) + "".join(f"; {part}" for part in parts[2:]) + (f" ({self.path})" if self.path else "")
+        return (
+            ": ".join(parts[:2]) + "".join(f"; {part}" for part in parts[2:]) + (f" ({self.path})" if self.path else "")
+        )

@@ -10,7 +10,6 @@ from .model import Capability
 DEVICES = ("cuda", "hip", "cpu", "npu", "xpu", "mps")
 
 
-
 def _arch_tuple(arch: str) -> tuple[int, ...]:
     return tuple(int(part) for part in arch.split("."))
 

@@ -20,7 +20,7 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
         return float("inf")
     denom = torch.linalg.vector_norm(ref64).item()
     diff = torch.linalg.vector_norm(out64 - ref64).item()
-    return diff / denom if denom > 0 else diff
+    return float(diff / denom if denom > 0 else diff)
 
 
 def poison_(tensor: torch.Tensor) -> torch.Tensor:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from kcatalog import check_catalog
+from kcatalog.codes import CODES
 from kcatalog.read.files import MAX_FILE_BYTES
 from kcatalog.tools.cli import main
-from kcatalog.codes import CODES
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 CASES = sorted(path.name for path in CORPUS.iterdir() if path.is_dir())

@@ -9,9 +9,9 @@ from pathlib import Path
 import pydantic
 import pytest
 
+from kcatalog.tools.cli import main
 from kcatalog.validate import schema
 from kcatalog.validate.jsonschema import render_schemas, shipped_schema_dir, write_schemas
-from kcatalog.tools.cli import main
 
 MODELS = sorted(
     (

@@ -116,11 +116,12 @@ class Codec:
             elif kind is tuple:
                 out = tuple([item if type(item) in plain else decode(item) for item in data])
             elif kind is dict:
-                out = MappingProxyType({key: item if type(item) in plain else decode(item) for key, item in data.items()})
+                out = MappingProxyType(
+                    {key: item if type(item) in plain else decode(item) for key, item in data.items()}
+                )
             else:
                 raise TypeError(f"unexpected {kind.__name__} in a cache entry")
             done[id(data)] = out
             return out
 
         return decode(data)
-

@@ -192,10 +192,12 @@ def _code_fingerprint() -> list[Any]:
         for name in sorted(names):
             if name.endswith(".py"):
                 info = os.stat(os.path.join(directory, name))
-                parts.append([os.path.relpath(os.path.join(directory, name), _PACKAGE_DIR), info.st_mtime_ns, info.st_size])
+                parts.append(
+                    [os.path.relpath(os.path.join(directory, name), _PACKAGE_DIR), info.st_mtime_ns, info.st_size]
+                )
     for name in _DEPENDENCIES:
         spec = find_spec(name, None)
         origin = spec.origin if spec is not None else None
-        info = os.stat(origin) if origin else None
-        parts.append([name, origin, info and info.st_mtime_ns, info and info.st_size])
+        found = os.stat(origin) if origin else None
+        parts.append([name, origin, found and found.st_mtime_ns, found and found.st_size])
     return parts

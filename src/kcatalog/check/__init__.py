@@ -1,1 +1,1 @@
-"""Stage 4, check: what depends on this machine or the caller, on every load: targets, allow-list, require, overrides."""
+"""Stage 4, check: what depends on the machine or the caller, on every load: targets, allow-list, require, overrides."""

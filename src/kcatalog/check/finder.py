@@ -56,7 +56,7 @@ def find_spec(fullname: str, search: Any) -> ModuleSpec | None:
         if finder_find_spec is None:
             continue
         try:
-            spec = finder_find_spec(fullname, search)
+            spec: ModuleSpec | None = finder_find_spec(fullname, search)
         except (ImportError, ValueError, AttributeError):
             continue
         if spec is not None:

@@ -20,7 +20,9 @@ def import_problems(spec: KernelSpec, signature: str) -> Iterator[Diagnostic]:
     try:
         obj = spec.load()
     except KernelImportError as exc:
-        yield Diagnostic(codes.TARGET_IMPORT_FAILED, f"importing target '{spec.target}' failed: {type(exc.__cause__).__name__}: {exc.__cause__}",
+        yield Diagnostic(
+            codes.TARGET_IMPORT_FAILED,
+            f"importing target '{spec.target}' failed: {type(exc.__cause__).__name__}: {exc.__cause__}",
         )
         return
     if not callable(obj):

@@ -15,7 +15,6 @@ ENV_BACKEND = "KCATALOG_BACKEND"
 OverridesArg = Mapping[str, str] | str | None
 
 
-
 def parse_overrides(value: OverridesArg, source: str) -> Layer:
     """'a.*=triton,b.c=torch' or {'a.*': 'triton'} to overrides; ValueError saying what is malformed."""
     if value is None:

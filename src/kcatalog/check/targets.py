@@ -57,7 +57,8 @@ class TargetChecker:
         if scope is None:  # extension or built-in module: nothing to read
             origin = module.spec.origin if module.spec else None
             return _problem(
-                codes.TARGET_UNVERIFIABLE, f"target '{target}': module '{module_name}' is compiled ({origin}); not verifiable statically"
+                codes.TARGET_UNVERIFIABLE,
+                f"target '{target}': module '{module_name}' is compiled ({origin}); not verifiable statically",
             )
         first = attrs[0]
         if first not in scope.names:
@@ -112,13 +113,18 @@ def _locate(name: str) -> _Module:
                 None,
                 found,
                 _problem(
-                    codes.TARGET_UNAVAILABLE, f"module '{name}' unavailable here: top-level package '{parts[0]}' is not installed"
+                    codes.TARGET_UNAVAILABLE,
+                    f"module '{name}' unavailable here: top-level package '{parts[0]}' is not installed",
                 ),
             )
         parent = ".".join(parts[:failed_at])
         if search is None:
             return _Module(
-                None, found, _problem(codes.TARGET_MODULE_NOT_FOUND, f"module '{name}' not found: '{parent}' is a module, not a package")
+                None,
+                found,
+                _problem(
+                    codes.TARGET_MODULE_NOT_FOUND, f"module '{name}' not found: '{parent}' is a module, not a package"
+                ),
             )
         siblings = sorted(_submodules(search))
         return _Module(

@@ -44,7 +44,7 @@ class _PendingOp:
             reference=op.reference,
             dtypes=op.dtypes,
             mutates=op.mutates,
-            tolerance=MappingProxyType(dict(op.tolerance)),
+            tolerance=MappingProxyType({dtype: value for dtype, value in op.tolerance.items()}),
             priority=op.priority,
             platform_priority=MappingProxyType(dict(op.platform_priority)),
             dispatch_arg=op.dispatch_arg,
@@ -197,6 +197,7 @@ class _Linker:
         """Samples must fit the signature, use defined sizes and compare real outputs."""
         if op.samples is None:
             return
+
         def where(path: tuple[str, ...]) -> Location:
             return node_location(file.path, find_node(op_node, ["samples", *path], key=True))
 
@@ -228,13 +229,13 @@ class _Linker:
         named = [("mutates", name) for name in op.mutates]
         if op.dispatch_arg:
             named.append(("dispatch_arg", op.dispatch_arg))
-        for field, name in named:
+        for field_name, name in named:
             if name not in params:
                 self.error(
                     codes.ARGUMENT_NOT_IN_SIGNATURE,
-                    f"{field} names '{name}', not a parameter of op '{op_id}'"
+                    f"{field_name} names '{name}', not a parameter of op '{op_id}'"
                     f"{did_you_mean(name, params)}; parameters: {', '.join(params)}",
-                    node_location(file.path, entries[field][1]),
+                    node_location(file.path, entries[field_name][1]),
                 )
 
     def link_extensions(self, file: ValidatedFile, manifest: Manifest) -> None:
@@ -262,7 +263,12 @@ class _Linker:
                     specs[name] = spec
 
     def backend_specs(
-        self, file: ValidatedFile, op_id: str, op_dtypes: tuple[str, ...], backends: Mapping[str, Backend], op_node: yaml.Node
+        self,
+        file: ValidatedFile,
+        op_id: str,
+        op_dtypes: tuple[str, ...],
+        backends: Mapping[str, Backend],
+        op_node: yaml.Node,
     ) -> dict[str, KernelSpec]:
         specs: dict[str, KernelSpec] = {}
         backend_nodes = children(children(op_node).get("backends", (None, None))[1])

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import codes
 from ..errors import Diagnostic, Location, did_you_mean
-from ..read.python import parse
+from ..read.python import parse_expression
 from ..validate.schema import Samples, TensorArg
 from .signature import signature_arguments
 
@@ -22,14 +22,13 @@ _BINARY = {
 }
 
 
-
 def expression_names(expr: object) -> set[str]:
     """Size names an expression uses; ValueError when it is not plain arithmetic on names and numbers."""
     if not isinstance(expr, str):
         return set()
     text = expr[1:] if expr.startswith("$") else expr
     try:
-        tree = parse(text, mode="eval")
+        tree = parse_expression(text)
     except SyntaxError:
         raise ValueError(f"'{expr}' is not an arithmetic expression") from None
     except (RecursionError, MemoryError):  # CPython's parser gives up on deeply nested expressions
@@ -47,7 +46,7 @@ def evaluate(expr: object, env: Mapping[str, Any]) -> Any:
     """The value of a size expression ('2*H', 'T', 4096) with the sizes in `env`."""
     if not isinstance(expr, str):
         return expr
-    return _eval(parse(expr.removeprefix("$"), mode="eval").body, env)
+    return _eval(parse_expression(expr.removeprefix("$")).body, env)
 
 
 def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
@@ -83,7 +82,11 @@ def sample_problems(
             )
     for name, required in arguments.items():
         if required and name not in samples.args:
-            yield Diagnostic(codes.SAMPLE_ARGUMENTS, f"samples of op '{info_id}' give no value for required parameter '{name}'", where(("args",)))
+            yield Diagnostic(
+                codes.SAMPLE_ARGUMENTS,
+                f"samples of op '{info_id}' give no value for required parameter '{name}'",
+                where(("args",)),
+            )
     defined = set(samples.sizes)
     for section in ("decode", "prefill"):
         for name in getattr(samples, section):
@@ -102,7 +105,9 @@ def sample_problems(
             try:
                 unknown = expression_names(expr) - defined
             except ValueError as exc:
-                yield Diagnostic(codes.SAMPLE_SIZE, f"samples of op '{info_id}', argument '{arg}': {exc}", where(("args", arg)))
+                yield Diagnostic(
+                    codes.SAMPLE_SIZE, f"samples of op '{info_id}', argument '{arg}': {exc}", where(("args", arg))
+                )
                 continue
             if unknown:
                 yield Diagnostic(

@@ -18,7 +18,10 @@ def parse_signature(signature: str) -> ast.arguments:
     except (RecursionError, MemoryError):  # CPython's parser gives up on deeply nested expressions
         shown = signature if len(signature) <= 60 else signature[:57] + "..."
         raise ValueError(f"signature '{shown}' is too deeply nested to parse") from None
-    return tree.body[0].args  # type: ignore[attr-defined]
+    function = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(function, ast.FunctionDef):  # e.g. '(x) -> T: pass\ndef f(): pass' smuggles in more
+        raise ValueError(f"signature '{signature}' is not one parameter list")
+    return function.args
 
 
 def signature_arguments(signature: str) -> tuple[tuple[str, bool], ...]:

@@ -50,7 +50,9 @@ def discover(paths: Iterable[PathLike]) -> tuple[list[Path], list[Diagnostic]]:
             root = given.resolve()
             found = sorted(p for p in root.rglob("*") if p.suffix in _SUFFIXES and (p.is_file() or p.is_symlink()))
             if not found:
-                problems.append(Diagnostic(codes.PATH_NOT_FOUND, f"no catalog files (*.yaml, *.yml) in directory '{given}'"))
+                problems.append(
+                    Diagnostic(codes.PATH_NOT_FOUND, f"no catalog files (*.yaml, *.yml) in directory '{given}'")
+                )
             for path in found:
                 try:
                     real = path.resolve(strict=True)
@@ -109,5 +111,7 @@ def _read_text(path: Path, shown: str) -> str | Diagnostic:
         line = raw[: exc.start].count(b"\n") + 1
         col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         return Diagnostic(
-            codes.FILE_UNREADABLE, f"file is not UTF-8: byte 0x{raw[exc.start]:02x} cannot be decoded", Location(shown, line, col)
+            codes.FILE_UNREADABLE,
+            f"file is not UTF-8: byte 0x{raw[exc.start]:02x} cannot be decoded",
+            Location(shown, line, col),
         )

@@ -13,7 +13,13 @@ import threading
 _LOCK = threading.Lock()
 
 
-def parse(source: str | bytes, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
-    """ast.parse, one thread at a time."""
+def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
+    """ast.parse of a module, one thread at a time."""
     with _LOCK:
-        return ast.parse(source, filename=filename, mode=mode)
+        return ast.parse(source, filename=filename, mode="exec")
+
+
+def parse_expression(source: str) -> ast.Expression:
+    """ast.parse of one expression, one thread at a time."""
+    with _LOCK:
+        return ast.parse(source, mode="eval")

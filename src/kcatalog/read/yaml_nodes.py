@@ -14,7 +14,7 @@ from ..errors import Diagnostic, Location
 from .files import MAX_FILE_BYTES
 
 try:  # libyaml's C parser is several times faster; fall back to pure Python where absent.
-    from yaml.cyaml import CParser as _Parser
+    from yaml._yaml import CParser as _Parser
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml.composer import Composer
     from yaml.parser import Parser
@@ -89,7 +89,7 @@ class _PlainResolver(yaml.resolver.BaseResolver):
         return _SEQ if kind is yaml.SequenceNode else _MAP
 
 
-class _Loader(_Parser, _PlainResolver):  # type: ignore[misc, valid-type]
+class _Loader(_Parser, _PlainResolver):
     """Composes nodes only; plain data is built by _Converter below."""
 
     def __init__(self, stream: str) -> None:
@@ -162,10 +162,14 @@ def _syntax_diagnostic(path: str, text: str, exc: yaml.MarkedYAMLError) -> Diagn
     location = _mark_location(path, text, mark.line, mark.column) if mark else Location(path, 1, 1)
     problem = exc.problem or "invalid YAML"
     if "expected a single document" in (exc.context or "") or "but found another document" in problem:
-        return Diagnostic(codes.UNSUPPORTED_YAML, "multiple YAML documents in one file; a manifest is one document", location)
+        return Diagnostic(
+            codes.UNSUPPORTED_YAML, "multiple YAML documents in one file; a manifest is one document", location
+        )
     if mark and _char_at(text, mark.line, mark.column) == "\t":
         return Diagnostic(
-            codes.YAML_SYNTAX, "YAML syntax error: tab character where YAML expects indentation; indent with spaces", location
+            codes.YAML_SYNTAX,
+            "YAML syntax error: tab character where YAML expects indentation; indent with spaces",
+            location,
         )
     context = f" {exc.context}" if exc.context and exc.context not in problem else ""
     return Diagnostic(codes.YAML_SYNTAX, f"YAML syntax error: {problem}{context}", location)
@@ -250,7 +254,9 @@ class _Converter:
         if self.budget < 0:
             raise YamlProblem(codes.FILE_REFUSED, f"more than {MAX_NODES} nodes after alias expansion", node)
         if self.chars < 0:
-            raise YamlProblem(codes.FILE_REFUSED, f"more than {MAX_EXPANDED_CHARS} characters of text after alias expansion", node)
+            raise YamlProblem(
+                codes.FILE_REFUSED, f"more than {MAX_EXPANDED_CHARS} characters of text after alias expansion", node
+            )
         return value
 
     def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[Any, Any]:
@@ -263,7 +269,9 @@ class _Converter:
                 self.budget -= 1
                 self.chars -= len(key)
             elif key_node.tag == _MERGE:
-                raise YamlProblem(codes.UNSUPPORTED_YAML, "merge keys ('<<') are not supported; write the fields out", key_node)
+                raise YamlProblem(
+                    codes.UNSUPPORTED_YAML, "merge keys ('<<') are not supported; write the fields out", key_node
+                )
             else:
                 key = convert(key_node, depth)
                 if isinstance(key, (dict, list)):

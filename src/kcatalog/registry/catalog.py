@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from ..select.selection import Selection
 
 
+_NOT_LOADED = CacheStatus(CacheOutcome.OFF, "catalog built directly, not loaded")
+
+
 class OverrideScopes:
     """Scoped overrides of one catalog: a ContextVar, plus a count so handles skip it when none is open."""
 
@@ -44,7 +47,7 @@ class Catalog:
         *,
         layers: Iterable[Layer] = (),
         strict: bool = False,
-        cache_status: CacheStatus = CacheStatus(CacheOutcome.OFF, "catalog built directly"),
+        cache_status: CacheStatus = _NOT_LOADED,
     ) -> None:
         self._ops = MappingProxyType(dict(sorted(ops.items())))
         self._settings = settings

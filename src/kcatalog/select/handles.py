@@ -121,7 +121,7 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
         **defaults,
     }
     exec(compile(source, f"<kcatalog op handle {op_id}>", "exec"), namespace)
-    handle = namespace["handle"]
+    handle: Callable[..., Any] = namespace["handle"]
     handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")
     handle.__doc__ = f"{op_id}{info.signature}: {info.description} (dispatching op handle)"
     return handle

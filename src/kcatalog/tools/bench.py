@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .inputs import Call, build_call, describe, size_sets
 from ..platform import Platform
 from ..select.selection import ineligibility
+from .inputs import Call, build_call, describe, size_sets
 from .report import text_table
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ def copy_bandwidth(device: str) -> float:
 def _time_cuda(fn: Callable[[], Any]) -> float:
     from triton.testing import do_bench
 
-    return do_bench(fn, return_mode="median") / 1e3  # CUDA events, L2 flushed between repetitions
+    return float(do_bench(fn, return_mode="median")) / 1e3  # CUDA events, L2 flushed between repetitions
 
 
 def _time_graph(fn: Callable[..., Any], calls: Sequence[Call]) -> float:
@@ -206,7 +206,7 @@ def _time_graph(fn: Callable[..., Any], calls: Sequence[Call]) -> float:
     import torch
     from triton.testing import do_bench
 
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for call in calls:  # warm up on the side stream, as graph capture requires
@@ -216,7 +216,7 @@ def _time_graph(fn: Callable[..., Any], calls: Sequence[Call]) -> float:
     with torch.cuda.graph(graph):
         for call in calls:
             call.invoke(fn)
-    return do_bench(graph.replay, return_mode="median") / 1e3 / len(calls)
+    return float(do_bench(graph.replay, return_mode="median")) / 1e3 / len(calls)
 
 
 def _time_cpu(fn: Callable[[], Any], repeats: int = 5, min_seconds: float = 0.02) -> float:

@@ -240,7 +240,7 @@ def _explain(options: argparse.Namespace) -> int:
 
 
 def _test(options: argparse.Namespace) -> int:
-    from . import conformance as conformance
+    from . import conformance
 
     if options.interpret:
         if options.device != "cpu":
@@ -294,7 +294,7 @@ def _test(options: argparse.Namespace) -> int:
 def _bench(options: argparse.Namespace) -> int:
     import platform
 
-    from . import bench as bench
+    from . import bench
     from .conformance import select_ops
 
     catalog = _load_or_report(options.catalog)

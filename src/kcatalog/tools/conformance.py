@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UnknownOpError
-from .inputs import DEFAULT_TOLERANCE, build_call, describe, output_part, select_output, size_sets
 from ..platform import Platform
 from ..select.selection import ineligibility
+from .inputs import DEFAULT_TOLERANCE, build_call, describe, output_part, select_output, size_sets
 from .report import text_table
 
 if TYPE_CHECKING:
@@ -214,16 +214,18 @@ def _nan_filled_allocations() -> Iterator[None]:
 
     enabled = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    fill = torch.utils.deterministic.fill_uninitialized_memory
+    # A module attribute that torch's type stubs do not declare.
+    deterministic: Any = torch.utils.deterministic
+    fill = deterministic.fill_uninitialized_memory
     torch.use_deterministic_algorithms(True, warn_only=True)  # the fill needs the flag; warn_only never raises
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    deterministic.fill_uninitialized_memory = True
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "... does not have a deterministic implementation"
             yield
     finally:
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-        torch.utils.deterministic.fill_uninitialized_memory = fill
+        deterministic.fill_uninitialized_memory = fill
 
 
 def format_table(results: Sequence[CaseResult]) -> str:

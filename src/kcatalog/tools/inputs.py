@@ -99,11 +99,14 @@ def _tensor(spec: TensorArg, env: Mapping[str, Any], dtype: str, generator: torc
     low, high = (evaluate(bound, env) for bound in spec.range)
     torch_dtype = getattr(torch, spec.dtype or dtype)
     if torch_dtype.is_floating_point:
-        values = (torch.rand(shape, generator=generator, dtype=torch.float64) * (high - low) + low).to(torch_dtype)
+        values: torch.Tensor = (torch.rand(shape, generator=generator, dtype=torch.float64) * (high - low) + low).to(
+            torch_dtype
+        )
         if torch_dtype.itemsize > 1:  # rounding may reach `high`; step back one ulp to keep [low, high)
             values = torch.where(values >= high, torch.nextafter(values, torch.full_like(values, low)), values)
         return values
-    return torch.randint(int(low), int(high), shape, generator=generator, dtype=torch_dtype)
+    integers: torch.Tensor = torch.randint(int(low), int(high), shape, generator=generator, dtype=torch_dtype)
+    return integers
 
 
 def output_part(part: str, result: Any, call: Call) -> Any:

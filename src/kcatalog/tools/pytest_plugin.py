@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr
+
     from .conformance import Case
 
 
@@ -47,7 +49,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if not paths:
         return
     from ..load import load_catalog
-    from . import conformance as conformance
+    from . import conformance
+    from .inputs import describe
 
     seed: int = config._kcatalog_seed  # type: ignore[attr-defined]
     device = config.getoption("kcatalog_device")
@@ -56,7 +59,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     catalog = load_catalog(catalogs or None)
     cases, _ = conformance.plan(catalog, catalog.ops(), device=device, base_seed=seed, interpret=interpret)
     for case in cases:
-        name = f"kcatalog[{case.info.id}-{case.spec.backend}-{case.dtype}-{conformance.describe(case.sizes)}]"
+        name = f"kcatalog[{case.info.id}-{case.spec.backend}-{case.dtype}-{describe(case.sizes)}]"
         items.append(
             KcatalogItem.from_parent(
                 session,
@@ -109,7 +112,7 @@ class KcatalogItem(pytest.Item):
                 )
             )
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, KcatalogFailure):
             return str(excinfo.value)
         return super().repr_failure(excinfo)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from .schema import Manifest, Settings
 
-_MODELS = {"manifest.v1.json": Manifest, "settings.v1.json": Settings}
+_MODELS: dict[str, type[BaseModel]] = {"manifest.v1.json": Manifest, "settings.v1.json": Settings}
 
 
 def shipped_schema_dir() -> Path:
