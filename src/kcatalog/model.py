@@ -194,7 +194,7 @@ class Override:
 
     pattern: str
     backend: str
-    source: str
+    source: str  # where it was set: KCATALOG_OVERRIDES, KCATALOG_BACKEND, overrides=, use()
 
     def __str__(self) -> str:
         return f"{self.source} {self.pattern}={self.backend}"

@@ -80,6 +80,9 @@ class _Linker:
     def error(self, code: str, message: str, location: Location | None) -> None:
         self.diagnostics.append(Diagnostic(code, message, location))
 
+    def error_at(self, file: ValidatedFile, node: yaml.Node | None, code: str, message: str) -> None:
+        self.error(code, message, node_location(file.path, node))
+
     # -- settings -------------------------------------------------------------------------------
 
     def link_settings(self) -> None:
@@ -155,12 +158,12 @@ class _Linker:
                 location = node_location(file.path, key_node)
                 specs = self.backend_specs(file, op_id, op.dtypes, op.backends, value_node)
                 if op.reference not in op.backends:
-                    ref_node = children(value_node)["reference"][1]
-                    self.error(
+                    self.error_at(
+                        file,
+                        children(value_node)["reference"][1],
                         codes.REFERENCE_NOT_A_BACKEND,
                         f"reference backend '{op.reference}' is not a backend of op '{op_id}'"
                         f"{did_you_mean(op.reference, op.backends)}; its backends: {', '.join(op.backends)}",
-                        node_location(file.path, ref_node),
                     )
                 self.check_arguments(file, op_id, op, value_node)
                 self.check_tolerance(file, op_id, op, value_node)
@@ -284,12 +287,12 @@ class _Linker:
                 )
             extra = [d for d in backend.dtypes or () if d not in op_dtypes]
             if extra:
-                dtypes_node = children(value_node)["dtypes"][1]
-                self.error(
+                self.error_at(
+                    file,
+                    children(value_node)["dtypes"][1],
                     codes.DTYPE_NOT_OF_OP,
                     f"backend '{name}' of op '{op_id}' lists {', '.join(extra)}, not among the op's "
                     f"dtypes ({', '.join(op_dtypes)})",
-                    node_location(file.path, dtypes_node),
                 )
             specs[name] = KernelSpec(
                 op=op_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 import time
@@ -9,9 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..platform import Platform
 from ..select.selection import ineligibility
-from .inputs import Call, build_call, describe, size_sets
+from .inputs import Call, build_call, describe, platform_of, size_sets, with_samples
 from .report import text_table
 
 if TYPE_CHECKING:
@@ -62,15 +62,12 @@ def plan(
     backends: Sequence[str] = (),
 ) -> tuple[list[_Job], list[str]]:
     """Every (op, backend, dtype, shape) to time, reference first within each shape, plus notes."""
-    platform = Platform(device) if device == "cpu" else catalog.platform()
+    platform = platform_of(catalog, device)
     kinds = ["decode", "prefill"] if shapes == "all" else [shapes]
     jobs: list[_Job] = []
     notes: list[str] = []
-    for op in ops:
-        info = catalog.info(op)
-        if info.samples is None:
-            notes.append(f"{op}: no samples declared; nothing to time")
-            continue
+    for info, samples in with_samples(catalog, ops, "time", notes):
+        op = info.id
         ordered = sorted(info.backends.values(), key=lambda s: s.backend != info.reference)
         for dtype in [d for d in dtypes if d in info.dtypes]:
             runnable = []
@@ -83,7 +80,7 @@ def plan(
                 else:
                     notes.append(f"{op} [{spec.backend}] {dtype}: skipped, {reason}")
             for kind in kinds:
-                for sizes in size_sets(info.samples, kind):
+                for sizes in size_sets(samples, kind):
                     jobs += [_Job(info, spec, dtype, kind, sizes) for spec in runnable]
     return jobs, notes
 
@@ -121,22 +118,19 @@ def _time_job(job: _Job, device: str, copy_gbps: float, seed: int) -> BenchResul
     graphed = device == "cuda" and job.shapes == "decode"
     method = "cuda-graph" if graphed else "cuda-events" if device == "cuda" else "wall-clock"
 
-    def failed(message: str, moved: int = 0) -> BenchResult:
-        return BenchResult(
-            job.info.id,
-            job.spec.backend,
-            job.dtype,
-            job.shapes,
-            describe(job.sizes),
-            method,
-            None,
-            moved,
-            None,
-            None,
-            None,
-            message,
-        )
-
+    untimed = BenchResult(
+        job.info.id,
+        job.spec.backend,
+        job.dtype,
+        job.shapes,
+        describe(job.sizes),
+        method,
+        time_us=None,
+        bytes_moved=0,
+        gbps=None,
+        fraction_of_copy=None,
+        speedup_vs_reference=None,
+    )
     try:
         calls = [
             build_call(job.info, samples, job.sizes, job.dtype, device, seed + i)
@@ -152,21 +146,10 @@ def _time_job(job: _Job, device: str, copy_gbps: float, seed: int) -> BenchResul
         else:
             seconds = _time_cpu(lambda: calls[0].invoke(fn))
     except Exception as exc:  # one broken backend must not end a run that takes minutes
-        return failed(f"{type(exc).__name__}: {exc}")
+        return dataclasses.replace(untimed, error=f"{type(exc).__name__}: {exc}")
     gbps = moved / seconds / 1e9
-    return BenchResult(
-        job.info.id,
-        job.spec.backend,
-        job.dtype,
-        job.shapes,
-        describe(job.sizes),
-        method,
-        seconds * 1e6,
-        moved,
-        gbps,
-        gbps / copy_gbps if copy_gbps else None,
-        None,
-    )
+    fraction = gbps / copy_gbps if copy_gbps else None
+    return dataclasses.replace(untimed, time_us=seconds * 1e6, bytes_moved=moved, gbps=gbps, fraction_of_copy=fraction)
 
 
 def bytes_moved(call: Call, result: Any, mutates: Sequence[str]) -> int:

@@ -31,6 +31,10 @@ def _parser() -> argparse.ArgumentParser:
             help="catalog directories or files (default: the catalog shipped with kcatalog)",
         )
 
+    def catalog_option(p: argparse.ArgumentParser) -> None:
+        shown = "catalog directory or file (repeatable; default: the shipped catalog)"
+        p.add_argument("--catalog", action="append", default=None, metavar="PATH", help=shown)
+
     validate = sub.add_parser("validate", help="check catalog files and report every problem")
     catalog_args(validate)
     validate.add_argument("--output-format", choices=sorted(REPORTERS), default="concise")
@@ -60,13 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--all", action="store_true", help="explain every op")
     explain.add_argument("--platform", help="e.g. cuda:9.0, hip:gfx942, cpu (default: this machine)")
     explain.add_argument("--dtype", help="the call's dtype, e.g. bfloat16")
-    explain.add_argument(
-        "--catalog",
-        action="append",
-        default=None,
-        metavar="PATH",
-        help="catalog directory or file (repeatable; default: the shipped catalog)",
-    )
+    catalog_option(explain)
     explain.add_argument("--output-format", choices=["text", "json"], default="text")
 
     test = sub.add_parser("test", help="check every eligible backend against the reference on declared samples")
@@ -76,13 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     test.add_argument("--dtype", action="append", default=[], help="only this dtype (repeatable)")
     test.add_argument("--seed", type=int, default=None, help="base seed of the inputs (default: random, printed)")
     test.add_argument("--interpret", action="store_true", help="run Triton kernels on the CPU (TRITON_INTERPRET=1)")
-    test.add_argument(
-        "--catalog",
-        action="append",
-        default=None,
-        metavar="PATH",
-        help="catalog directory or file (repeatable; default: the shipped catalog)",
-    )
+    catalog_option(test)
     test.add_argument("--output-format", choices=["concise", "json"], default="concise")
 
     bench = sub.add_parser("bench", help="time each eligible backend on the declared shapes")
@@ -97,13 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     bench.add_argument("--plot", metavar="FILE.png", help="draw bandwidth against size per backend")
-    bench.add_argument(
-        "--catalog",
-        action="append",
-        default=None,
-        metavar="PATH",
-        help="catalog directory or file (repeatable; default: the shipped catalog)",
-    )
+    catalog_option(bench)
 
     cache = sub.add_parser("cache", help="where load_catalog() caches validated catalogs, or --clear it")
     cache.add_argument("--clear", action="store_true", help="remove every entry")

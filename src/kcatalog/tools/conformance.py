@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UnknownOpError
 from ..platform import Platform
 from ..select.selection import ineligibility
-from .inputs import DEFAULT_TOLERANCE, build_call, describe, output_part, select_output, size_sets
+from .inputs import (
+    DEFAULT_TOLERANCE,
+    build_call,
+    describe,
+    output_part,
+    platform_of,
+    select_output,
+    size_sets,
+    with_samples,
+)
 from .report import text_table
 
 if TYPE_CHECKING:
@@ -89,14 +98,11 @@ def plan(
     interpret: bool = False,
 ) -> tuple[list[Case], list[str]]:
     """Every case to run, and a note for each op or backend left out (no samples, cannot run here)."""
-    platform = Platform(device) if device == "cpu" else catalog.platform()
+    platform = platform_of(catalog, device)
     cases: list[Case] = []
     notes: list[str] = []
-    for op in ops:
-        info = catalog.info(op)
-        if info.samples is None:
-            notes.append(f"{op}: no samples declared; nothing to test")
-            continue
+    for info, samples in with_samples(catalog, ops, "test", notes):
+        op = info.id
         for spec in info.backends.values():
             if spec.backend == info.reference or (backends and spec.backend not in backends):
                 continue
@@ -106,7 +112,7 @@ def plan(
                 if reason is not None:
                     skipped.setdefault(reason, []).append(dtype)
                     continue
-                for index, sizes in enumerate(size_sets(info.samples)):
+                for index, sizes in enumerate(size_sets(samples)):
                     cases.append(Case(info, spec, dtype, sizes, case_seed(base_seed, op, dtype, index)))
             notes += [f"{op} [{spec.backend}] {', '.join(ds)}: skipped, {reason}" for reason, ds in skipped.items()]
     return cases, notes

@@ -3,21 +3,40 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..link.samples import evaluate
 from ..link.signature import signature_arguments, signature_keyword_only
+from ..platform import Platform
 from ..validate.schema import Samples, TensorArg
 
 if TYPE_CHECKING:
     import torch
 
     from ..model import OpInfo
+    from ..registry.catalog import Catalog
 
 # Tolerances used where an op declares none for a dtype: relative error, as for the shipped ops.
 DEFAULT_TOLERANCE = {"float64": 1e-7, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
+
+
+def platform_of(catalog: Catalog, device: str) -> Platform:
+    """The platform that tests and benchmarks on `device` run on."""
+    return Platform(device) if device == "cpu" else catalog.platform()
+
+
+def with_samples(
+    catalog: Catalog, ops: Sequence[str], purpose: str, notes: list[str]
+) -> Iterator[tuple[OpInfo, Samples]]:
+    """Each op with the samples it declares; a note for each op that declares none (nothing to `purpose`)."""
+    for op in ops:
+        info = catalog.info(op)
+        if info.samples is None:
+            notes.append(f"{op}: no samples declared; nothing to {purpose}")
+        else:
+            yield info, info.samples
 
 
 def size_sets(samples: Samples, shapes: str = "test") -> list[dict[str, Any]]:
