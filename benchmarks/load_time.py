@@ -124,11 +124,11 @@ stages = {}
 def stage(filename, name):
     if "pydantic_core" in name or "/pydantic/" in filename or "schema.py" in filename:
         return "validate (pydantic)"
-    if "/yaml/" in filename or "_yaml.py" in filename:
+    if "/yaml/" in filename or "yaml_nodes.py" in filename:
         return "parse (YAML compose + convert)"
-    if any(part in filename for part in ("_targets.py", "_modules.py", "/ast.py")) or "compile" in name:
+    if any(part in filename for part in ("check/targets.py", "check/finder.py", "/ast.py")) or "compile" in name:
         return "static target checks"
-    if any(part in filename for part in ("_link.py", "_linked.py", "_platform.py", "_catalog.py", "errors.py")):
+    if any(part in filename for part in ("link/", "model.py", "platform.py", "registry/", "errors.py")):
         return "link + policy"
     return "read, discover, other"
 for (filename, _, name), (_, _, self_time, _, _) in pstats.Stats(profiler).stats.items():
