@@ -11,12 +11,13 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import Diagnostic, KernelImportError, Location
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .validate.schema import Samples
 
 

@@ -93,13 +93,13 @@ def _check_targets(
         checks = TargetChecks(problems, checker.fingerprints())
         if not any(problem is not None and problem.is_error for problem in problems.values()):
             fresh = checks
-    if import_targets:
-        from .imports import import_problems
     for spec in wanted:
         problem = checks.problems[spec.target]
         if problem is not None:
             out.append(dataclasses.replace(problem, location=spec.target_location))
         elif import_targets:
+            from .imports import import_problems  # runs kernel modules' code: only when asked
+
             signature = linked.ops[spec.op].signature
             out.extend(dataclasses.replace(p, location=spec.target_location) for p in import_problems(spec, signature))
     return fresh

@@ -106,14 +106,12 @@ class ParsedFile:
     root: yaml.Node | None
 
 
-class YamlProblem(Exception):
-    """Raised inside the converter; becomes a diagnostic at the node that caused it."""
+class _Refused(Exception):
+    """Stops the converter at the first node plain config must not contain; carries its diagnostic."""
 
-    def __init__(self, code: str, message: str, node: yaml.Node | None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.node = node
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        super().__init__(diagnostic.message)
+        self.diagnostic = diagnostic
 
 
 def node_location(path: str, node: yaml.Node | None) -> Location:
@@ -151,9 +149,9 @@ def parse_yaml(path: str, text: str) -> ParsedFile | Diagnostic:
     if root is None:
         return ParsedFile(path, None, None)
     try:
-        data = _Converter().convert(root, 0)
-    except YamlProblem as problem:
-        return Diagnostic(problem.code, problem.message, node_location(path, problem.node))
+        data = _Converter(path).convert(root, 0)
+    except _Refused as refused:
+        return refused.diagnostic
     return ParsedFile(path, data, root)
 
 
@@ -198,12 +196,16 @@ def _char_at(text: str, line: int, column: int) -> str:
 class _Converter:
     """Walks composed nodes into plain data, rejecting what plain config must not contain."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str) -> None:
+        self.path = path
         self.budget = MAX_NODES
         self.chars = MAX_EXPANDED_CHARS
         # Collections already converted, by node identity: an alias reuses the value and is
         # charged its expanded size (nodes and characters), so alias bombs are refused in linear time.
         self.done: dict[int, tuple[Any, int, int]] = {}
+
+    def refuse(self, code: str, message: str, node: yaml.Node) -> _Refused:
+        return _Refused(Diagnostic(code, message, node_location(self.path, node)))
 
     def convert(self, node: yaml.Node, depth: int) -> Any:
         # Plain strings are nearly every node: they take the first branch and nothing else.
@@ -219,13 +221,13 @@ class _Converter:
         elif (tag == _MAP and type(node) is yaml.MappingNode) or (tag == _SEQ and type(node) is yaml.SequenceNode):
             return self._collection(node, depth)
         shown = "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,2002:") else tag
-        raise YamlProblem(codes.UNSUPPORTED_YAML, f"unsupported YAML tag '{shown}'; manifests are plain YAML", node)
+        raise self.refuse(codes.UNSUPPORTED_YAML, f"unsupported YAML tag '{shown}'; manifests are plain YAML", node)
 
     def _scalar(self, node: yaml.ScalarNode, tag: str) -> Any:
         """An int, float, bool or null (or an explicitly tagged str); a diagnostic when the value does not fit."""
         shown = "!!" + tag.removeprefix("tag:yaml.org,2002:")
         if len(node.value) > MAX_NUMBER_CHARS:
-            raise YamlProblem(
+            raise self.refuse(
                 codes.FILE_REFUSED,
                 f"{shown} scalar of {len(node.value)} characters, over the {MAX_NUMBER_CHARS}-character limit",
                 node,
@@ -233,11 +235,11 @@ class _Converter:
         try:
             return _SCALAR_CONSTRUCTORS[tag](_constructor, node)
         except (ValueError, LookupError, ArithmeticError):  # '!!int abc', '!!bool maybe', an empty '!!int'
-            raise YamlProblem(codes.UNSUPPORTED_YAML, f"'{node.value}' is not a valid {shown} value", node) from None
+            raise self.refuse(codes.UNSUPPORTED_YAML, f"'{node.value}' is not a valid {shown} value", node) from None
 
     def _collection(self, node: yaml.Node, depth: int) -> Any:
         if depth >= MAX_DEPTH:
-            raise YamlProblem(codes.FILE_REFUSED, f"nested deeper than {MAX_DEPTH} levels", node)
+            raise self.refuse(codes.FILE_REFUSED, f"nested deeper than {MAX_DEPTH} levels", node)
         seen = self.done.get(id(node))
         if seen is not None:
             value, size, chars = seen
@@ -252,9 +254,9 @@ class _Converter:
             self.done[id(node)] = (value, before - self.budget + 1, chars_before - self.chars)
             self.budget -= 1
         if self.budget < 0:
-            raise YamlProblem(codes.FILE_REFUSED, f"more than {MAX_NODES} nodes after alias expansion", node)
+            raise self.refuse(codes.FILE_REFUSED, f"more than {MAX_NODES} nodes after alias expansion", node)
         if self.chars < 0:
-            raise YamlProblem(
+            raise self.refuse(
                 codes.FILE_REFUSED, f"more than {MAX_EXPANDED_CHARS} characters of text after alias expansion", node
             )
         return value
@@ -269,17 +271,17 @@ class _Converter:
                 self.budget -= 1
                 self.chars -= len(key)
             elif key_node.tag == _MERGE:
-                raise YamlProblem(
+                raise self.refuse(
                     codes.UNSUPPORTED_YAML, "merge keys ('<<') are not supported; write the fields out", key_node
                 )
             else:
                 key = convert(key_node, depth)
                 if isinstance(key, (dict, list)):
-                    raise YamlProblem(codes.UNSUPPORTED_YAML, "mapping keys must be scalars", key_node)
+                    raise self.refuse(codes.UNSUPPORTED_YAML, "mapping keys must be scalars", key_node)
             if key in result:  # a key repeated through an alias is the very same node: look it up, not for it
                 first = key_nodes[key].start_mark
                 where = f"line {first.line + 1}, column {first.column + 1}"
-                raise YamlProblem(codes.DUPLICATE_KEY, f"duplicate key '{key}' (first defined at {where})", key_node)
+                raise self.refuse(codes.DUPLICATE_KEY, f"duplicate key '{key}' (first defined at {where})", key_node)
             key_nodes[key] = key_node
             result[key] = convert(value_node, depth)
         return result
