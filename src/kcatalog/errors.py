@@ -39,6 +39,12 @@ class Diagnostic:
     location: Location | None = None
     severity: Severity = Severity.ERROR
 
+    def __post_init__(self) -> None:
+        # One line per diagnostic, whatever the input: a target or name may carry line breaks.
+        if "\n" in self.message or "\r" in self.message:
+            escaped = self.message.replace("\r", "\\r").replace("\n", "\\n")
+            object.__setattr__(self, "message", escaped)
+
     @property
     def is_error(self) -> bool:
         """True for errors, False for warnings."""

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from .check.load_checks import Require, check_linked
 from .check.overrides import OverridesArg
 from .errors import CatalogError, Diagnostic
 from .model import CacheOutcome, CacheStatus, LinkedCatalog
-from .read.files import SETTINGS_FILE, PathLike, SourceFile, discover, read_sources, shipped_catalog_dir
+from .platform import is_installed
+from .read.files import PathLike, SourceFile, discover, read_sources, shipped_catalog_dir
 from .registry.catalog import Catalog
 
 if TYPE_CHECKING:
@@ -47,6 +50,13 @@ class LoadOptions:
     import_targets: bool = False
     cache: bool | PathLike = True
 
+    def __post_init__(self) -> None:
+        # A lone string is one item, not a sequence of one-character names.
+        if isinstance(self.require, str):
+            object.__setattr__(self, "require", (self.require,))
+        if isinstance(self.allowed_modules, str):
+            object.__setattr__(self, "allowed_modules", (self.allowed_modules,))
+
 
 class LoadKeywords(TypedDict, total=False):
     """LoadOptions' fields as keywords (a test keeps the two in step)."""
@@ -68,7 +78,9 @@ class CheckResult(NamedTuple):
 
 
 def check_catalog(
-    paths: Iterable[PathLike] | None = None, options: LoadOptions | None = None, **keywords: Unpack[LoadKeywords]
+    paths: Iterable[PathLike] | PathLike | None = None,
+    options: LoadOptions | None = None,
+    **keywords: Unpack[LoadKeywords],
 ) -> CheckResult:
     """Read, validate, link and check: the catalog (None on any error) and all diagnostics, sorted.
 
@@ -88,7 +100,9 @@ def check_catalog(
 
 
 def load_catalog(
-    paths: Iterable[PathLike] | None = None, options: LoadOptions | None = None, **keywords: Unpack[LoadKeywords]
+    paths: Iterable[PathLike] | PathLike | None = None,
+    options: LoadOptions | None = None,
+    **keywords: Unpack[LoadKeywords],
 ) -> Catalog:
     """Load a catalog (default: the one shipped with kcatalog), checking everything, importing no kernel.
 
@@ -105,8 +119,13 @@ def load_catalog(
     return result.catalog
 
 
-def _check(paths: Iterable[PathLike] | None, options: LoadOptions) -> CheckResult:
-    files, diagnostics = discover([shipped_catalog_dir()] if paths is None else paths)
+def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) -> CheckResult:
+    is_installed.cache_clear()  # distributions come and go between loads; within one they are looked up once
+    if paths is None:
+        paths = [shipped_catalog_dir()]
+    elif isinstance(paths, (str, os.PathLike)):  # one path, not the characters of one
+        paths = [paths]
+    files, diagnostics = discover(paths)
     sources: list[SourceFile] = []
     for item in read_sources(files):
         if isinstance(item, Diagnostic):
@@ -140,14 +159,28 @@ def _check(paths: Iterable[PathLike] | None, options: LoadOptions) -> CheckResul
             status = store.write(CacheEntry(linked, checks.fresh_targets or known_targets), read)
     diagnostics.extend(checks.diagnostics)
     diagnostics.sort(key=Diagnostic.sort_key)
-    if linked.settings is None or any(d.is_error for d in diagnostics):
+    settings = linked.settings
+    if settings is None or any(d.is_error for d in diagnostics):
         return CheckResult(None, diagnostics)
+    if options.allowed_modules is not None:
+        linked = _with_allow_list(linked, tuple(options.allowed_modules))
     warnings = tuple(d for d in diagnostics if not d.is_error)
     assert status is not None  # set above whenever the cache was on
-    catalog = Catalog(
-        linked.ops, linked.settings, warnings, layers=checks.layers, strict=options.strict, cache_status=status
-    )
+    catalog = Catalog(linked.ops, settings, warnings, layers=checks.layers, strict=options.strict, cache_status=status)
     return CheckResult(catalog, diagnostics)
+
+
+def _with_allow_list(linked: LinkedCatalog, prefixes: tuple[str, ...]) -> LinkedCatalog:
+    """The caller's allow-list added to every spec, so that importing checks it too."""
+    specs = {
+        id(spec): dataclasses.replace(spec, allowed_modules=(*spec.allowed_modules, prefixes))
+        for spec in linked.declared
+    }
+    ops = {
+        op_id: dataclasses.replace(info, backends=MappingProxyType({n: specs[id(s)] for n, s in info.backends.items()}))
+        for op_id, info in linked.ops.items()
+    }
+    return LinkedCatalog(linked.settings, MappingProxyType(ops), tuple(specs.values()))
 
 
 def _open_cache(
@@ -180,4 +213,4 @@ def _link(sources: list[SourceFile], diagnostics: list[Diagnostic]) -> LinkedCat
             diagnostics.append(item)
         else:
             validated.append(item)
-    return link_files(validated, diagnostics, settings_found=any(s.path.name == SETTINGS_FILE for s in sources))
+    return link_files(validated, diagnostics, settings_found=any(s.is_settings for s in sources))

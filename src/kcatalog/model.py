@@ -67,9 +67,37 @@ def _import_target(spec: KernelSpec) -> Any:
         obj: Any = importlib.import_module(module_name)
         for attr in attr_path.split("."):
             obj = getattr(obj, attr)
+        refused = _refused_by_allow_lists(obj, spec.allowed_modules)
     except Exception as exc:  # any failure of the kernel's own import code is reported the same way
         raise KernelImportError(spec.op, spec.backend, spec.target, exc) from exc
+    if refused is not None:
+        raise KernelImportError(spec.op, spec.backend, spec.target, refused) from refused
     return obj
+
+
+def defining_module(obj: Any) -> str:
+    """The module an object was defined in: its `__module__`, else its type's (an instance's class)."""
+    module = getattr(obj, "__module__", None)
+    return module if isinstance(module, str) else type(obj).__module__
+
+
+def is_under(module: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether a module is one of the prefixes or inside one of them (as packages, not as strings)."""
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
+
+
+def _refused_by_allow_lists(obj: Any, allow_lists: tuple[tuple[str, ...], ...]) -> PermissionError | None:
+    """The allow-lists govern where the object returned is defined, not only the module a target names:
+    `allowed.module:torch.os.system` reaches os.system, defined in posix, and is refused here."""
+    if not allow_lists:
+        return None
+    module = defining_module(obj)
+    for prefixes in allow_lists:
+        if not is_under(module, prefixes):
+            return PermissionError(
+                f"the object is defined in module '{module}', outside the allowed modules ({', '.join(prefixes)})"
+            )
+    return None
 
 
 @dataclass(frozen=True)
@@ -84,6 +112,9 @@ class KernelSpec:
     dtypes: tuple[str, ...]
     location: Location  # the backend's key in its manifest
     target_location: Location  # its `target:` value, where target diagnostics point
+    # Module prefixes the imported object must be defined under, one tuple per list that applies (the
+    # settings file's, the caller's): checked on import, before the object is returned.
+    allowed_modules: tuple[tuple[str, ...], ...] = ()
     _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
 
     def load(self) -> Callable[..., Any]:

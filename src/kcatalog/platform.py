@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 from .model import Capability
 
 DEVICES = ("cuda", "hip", "cpu", "npu", "xpu", "mps")
+_CUDA_ARCH = re.compile(r"[0-9]+\.[0-9]+")
 
 
 def _arch_tuple(arch: str) -> tuple[int, ...]:
@@ -30,13 +32,8 @@ class Platform:
         device, _, arch = text.strip().partition(":")
         if device not in DEVICES:
             raise ValueError(f"unknown device '{device}' in platform '{text}'; expected one of {', '.join(DEVICES)}")
-        if device == "cuda" and arch:
-            try:
-                _arch_tuple(arch)
-            except ValueError:
-                raise ValueError(
-                    f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0"
-                ) from None
+        if device == "cuda" and arch and not _CUDA_ARCH.fullmatch(arch):  # ASCII digits: int() takes any
+            raise ValueError(f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0")
         return cls(device, arch or None)
 
     @classmethod

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,10 +28,13 @@ from ..model import CacheOutcome, CacheStatus, LinkedCatalog, TargetChecks
 from ..read.files import SourceFile
 from .codec import Codec
 
-ENTRY_FORMAT = 2
+ENTRY_FORMAT = 3
 SUFFIX = ".kcache"
+MAGIC = b"kcatalog cache entry\n"  # what every entry starts with: `clear` removes nothing else
+_CHECKSUM_BYTES = len(digest(b""))  # the hex blake2b of the rest of the entry: a flipped byte is a miss
 MAX_ENTRIES = 64  # entries beyond this, oldest first, are removed when one is written
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
+_TEMPORARY = re.compile(r"\.[0-9a-f]{32}\.[0-9]+\.[0-9a-f]{8}\.tmp")  # what Cache.write names its files
 _DEPENDENCIES = ("yaml", "pydantic", "pydantic_core")  # what parsing and validation results depend on
 
 
@@ -78,6 +82,7 @@ class Cache:
     def __init__(self, directory: Path, sources: Sequence[SourceFile]) -> None:
         self.directory = directory
         self.files = [str(source.path) for source in sources]
+        roles = [source.is_settings for source in sources]  # a renamed link can change a file's role
         self.shown = [source.shown for source in sources]
         # Named by the files and the Python environment: an edit or an upgrade replaces the entry, and two
         # virtual environments loading one catalog keep one entry each instead of overwriting each other's.
@@ -87,7 +92,7 @@ class Cache:
             b"\0".join(
                 [
                     repr(
-                        [ENTRY_FORMAT, sys.version, _code_fingerprint(), self.files, [len(text) for text in texts]]
+                        [ENTRY_FORMAT, sys.version, _code_fingerprint(), self.files, roles, [len(t) for t in texts]]
                     ).encode(),
                     *texts,
                 ]
@@ -101,7 +106,11 @@ class Cache:
             if problem:
                 return CacheRead(None, f"entry not trusted: {problem}")
             with open(self.path, "rb") as handle:
-                entry = marshal.loads(handle.read())
+                raw = handle.read()
+            body = raw[len(MAGIC) + _CHECKSUM_BYTES :]
+            if not raw.startswith(MAGIC) or raw[len(MAGIC) : len(MAGIC) + _CHECKSUM_BYTES] != digest(body).encode():
+                return CacheRead(None, "entry damaged (checksum mismatch)")
+            entry = marshal.loads(body)
         except FileNotFoundError:
             return CacheRead(None, "no entry yet")
         except (OSError, EOFError, ValueError, TypeError) as exc:
@@ -120,7 +129,8 @@ class Cache:
         outcome = CacheOutcome.REFRESHED if refreshed else CacheOutcome.WRITTEN
         reason = "target modules changed" if refreshed else read.reason
         try:
-            data = marshal.dumps((self.key, tuple(self.files), Codec(self.shown).encode((entry.linked, entry.targets))))
+            body = marshal.dumps((self.key, tuple(self.files), Codec(self.shown).encode((entry.linked, entry.targets))))
+            data = MAGIC + digest(body).encode() + body
         except (ValueError, TypeError) as exc:  # a value marshal cannot write; none is expected from validated data
             return CacheStatus(CacheOutcome.NOT_WRITTEN, reason, None, str(exc))
         temporary = self.directory / f".{self.path.stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
@@ -144,22 +154,46 @@ class Cache:
 
 
 def entries(directory: Path) -> list[Path]:
-    """The entries in a cache directory (none when it does not exist)."""
+    """The entries kcatalog wrote in a cache directory (none when it does not exist)."""
     try:
-        return sorted(Path(entry.path) for entry in os.scandir(directory) if entry.name.endswith(SUFFIX))
+        named = sorted(Path(entry.path) for entry in os.scandir(directory) if entry.name.endswith(SUFFIX))
     except (FileNotFoundError, NotADirectoryError):
         return []
+    return [path for path in named if _starts_with_magic(path)]
 
 
-def clear(directory: Path) -> int:
-    """Remove every entry (and any temporary file a killed writer left); how many entries were removed."""
+@dataclass(frozen=True)
+class Cleared:
+    """What `clear` removed, or why it removed nothing."""
+
+    removed: int
+    refused: str = ""
+
+
+def clear(directory: Path) -> Cleared:
+    """Remove every entry kcatalog wrote (and temporary files its killed writers left), in a directory it
+    trusts; files of other names or contents are left alone."""
+    if not directory.is_dir():
+        return Cleared(0)
+    problem = _unsafe(directory)
+    if problem:
+        return Cleared(0, f"{problem}; kcatalog neither uses nor clears it")
     removed = 0
     for path in entries(directory):
         path.unlink(missing_ok=True)
         removed += 1
-    for leftover in directory.glob(".*.tmp") if directory.is_dir() else ():
-        leftover.unlink(missing_ok=True)
-    return removed
+    for leftover in directory.glob(".*.tmp"):
+        if _TEMPORARY.fullmatch(leftover.name):
+            leftover.unlink(missing_ok=True)
+    return Cleared(removed)
+
+
+def _starts_with_magic(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 def _unsafe(path: Path) -> str:
@@ -190,11 +224,10 @@ def _code_fingerprint() -> list[Any]:
     for directory, subdirectories, names in os.walk(_PACKAGE_DIR):
         subdirectories[:] = sorted(set(subdirectories) - {"kernels", "__pycache__"})  # kernels: checked per target
         for name in sorted(names):
-            if name.endswith(".py"):
-                info = os.stat(os.path.join(directory, name))
-                parts.append(
-                    [os.path.relpath(os.path.join(directory, name), _PACKAGE_DIR), info.st_mtime_ns, info.st_size]
-                )
+            if name.endswith(".py"):  # by content: a same-size edit within the clock's resolution still counts
+                path = os.path.join(directory, name)
+                with open(path, "rb") as handle:
+                    parts.append([os.path.relpath(path, _PACKAGE_DIR), digest(handle.read())])
     for name in _DEPENDENCIES:
         spec = find_spec(name, None)
         origin = spec.origin if spec is not None else None

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing
-from ..model import KernelSpec, Layer, LinkedCatalog, TargetChecks
+from ..model import KernelSpec, Layer, LinkedCatalog, TargetChecks, is_under
 from ..read.files import SETTINGS_FILE
 from .overrides import OverridesArg, check_layer, process_layers
 
@@ -59,8 +59,7 @@ def _check_allowed(linked: LinkedCatalog, allowed_modules: Sequence[str] | None,
         if prefixes is None:
             continue
         for spec in linked.declared:
-            module = spec.target.partition(":")[0]
-            if not any(module == p or module.startswith(p + ".") for p in prefixes):
+            if not is_under(spec.target.partition(":")[0], tuple(prefixes)):
                 refused.add(id(spec))
                 out.append(
                     Diagnostic(

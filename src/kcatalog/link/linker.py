@@ -75,6 +75,7 @@ class _Linker:
         self.known: tuple[str, ...] = ()
         self.pending: dict[str, _PendingOp] = {}
         self.ops: dict[str, OpInfo] = {}
+        self.allow_lists: tuple[tuple[str, ...], ...] = ()  # the settings file's, for every spec
         self.declared: list[KernelSpec] = []
 
     def error(self, code: str, message: str, location: Location | None) -> None:
@@ -106,6 +107,8 @@ class _Linker:
             )
         self.settings = settings
         self.known = tuple(settings.backends)
+        if settings.allowed_modules is not None:
+            self.allow_lists = (settings.allowed_modules,)
         entries = children(first.parsed.root)
         self.check_names(settings.priority, first, ("priority",), "priority list")
         for device, order in settings.platform_priority.items():
@@ -229,6 +232,13 @@ class _Linker:
         except ValueError as exc:
             self.error(codes.INVALID_VALUE, f"'signature': {exc}", node_location(file.path, entries["signature"][1]))
             return
+        if not params and not op.dispatch_arg:  # an op handle dispatches on a named tensor parameter
+            self.error(
+                codes.ARGUMENT_NOT_IN_SIGNATURE,
+                f"op '{op_id}' has no named parameter to dispatch on in {op.signature!r}; "
+                "declare the tensor parameter by name",
+                node_location(file.path, entries["signature"][1]),
+            )
         named = [("mutates", name) for name in op.mutates]
         if op.dispatch_arg:
             named.append(("dispatch_arg", op.dispatch_arg))
@@ -303,6 +313,7 @@ class _Linker:
                 dtypes=backend.dtypes or op_dtypes,
                 location=location,
                 target_location=node_location(file.path, children(value_node)["target"][1]),
+                allowed_modules=self.allow_lists,
             )
             self.declared.append(specs[name])
         return specs

@@ -19,8 +19,12 @@ def parse_signature(signature: str) -> ast.arguments:
         shown = signature if len(signature) <= 60 else signature[:57] + "..."
         raise ValueError(f"signature '{shown}' is too deeply nested to parse") from None
     function = tree.body[0] if len(tree.body) == 1 else None
-    if not isinstance(function, ast.FunctionDef):  # e.g. '(x) -> T: pass\ndef f(): pass' smuggles in more
-        raise ValueError(f"signature '{signature}' is not one parameter list")
+    if not isinstance(function, ast.FunctionDef):  # e.g. '(x) -> T: pass\rimport os\rdef f()' smuggles in more
+        raise ValueError(f"signature {signature!r} is not one parameter list")
+    try:  # what the op handle's generated code needs: compiling finds duplicate names (also after
+        compile(tree, "<signature>", "exec")  # NFKC normalisation) and names such as __debug__; it runs nothing
+    except SyntaxError as exc:
+        raise ValueError(f"signature {signature!r} is not valid Python: {exc.msg}") from None
     return function.args
 
 

@@ -19,12 +19,22 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 
 @dataclass(frozen=True)
+class CatalogFile:
+    """A catalog file found: its resolved path, and whether it is the settings file (by the name it was
+    found under, so that a `kcatalog.yaml` symlink to any file is the settings file)."""
+
+    path: Path
+    is_settings: bool
+
+
+@dataclass(frozen=True)
 class SourceFile:
-    """A catalog file's text, its resolved path, and the path diagnostics show."""
+    """A catalog file's text, its resolved path, its role, and the path diagnostics show."""
 
     path: Path
     shown: str
     text: str
+    is_settings: bool
 
 
 def shipped_catalog_dir() -> Path:
@@ -40,15 +50,35 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def discover(paths: Iterable[PathLike]) -> tuple[list[Path], list[Diagnostic]]:
+def _walk(root: Path) -> list[Path]:
+    """Every *.yaml and *.yml below `root`, sorted; iterative, so no depth of directories is too deep, and
+    symlinked directories are not entered."""
+    found: list[Path] = []
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue  # unreadable directory: nothing in it can be read either
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(path)
+            elif path.suffix in _SUFFIXES and (entry.is_symlink() or entry.is_file()):  # a looping link: reported
+                found.append(path)
+    return sorted(found)
+
+
+def discover(paths: Iterable[PathLike]) -> tuple[list[CatalogFile], list[Diagnostic]]:
     """Catalog files under the given files and directories, in a stable order, plus problems found."""
-    files: dict[Path, None] = {}
+    files: dict[Path, bool] = {}  # resolved path -> is the settings file
     problems: list[Diagnostic] = []
     for raw in paths:
         given = Path(raw)
         if given.is_dir():
             root = given.resolve()
-            found = sorted(p for p in root.rglob("*") if p.suffix in _SUFFIXES and (p.is_file() or p.is_symlink()))
+            found = _walk(root)
             if not found:
                 problems.append(
                     Diagnostic(codes.PATH_NOT_FOUND, f"no catalog files (*.yaml, *.yml) in directory '{given}'")
@@ -75,25 +105,25 @@ def discover(paths: Iterable[PathLike]) -> tuple[list[Path], list[Diagnostic]]:
                     )
                     continue
                 if real.is_file():  # not a link to a directory or a special file
-                    files[real] = None
+                    files.setdefault(real, path.name == SETTINGS_FILE)
         elif given.is_file():
             real = given.resolve()
-            files[real] = None
+            files.setdefault(real, given.name == SETTINGS_FILE)
             # A single manifest is checked against the settings beside it.
             beside = real.parent / SETTINGS_FILE
             if beside.is_file():
-                files.setdefault(beside, None)
+                files.setdefault(beside, True)
         else:
             problems.append(Diagnostic(codes.PATH_NOT_FOUND, f"path '{given}' does not exist"))
-    return list(files), problems
+    return [CatalogFile(path, is_settings) for path, is_settings in files.items()], problems
 
 
-def read_sources(files: Iterable[Path]) -> Iterator[SourceFile | Diagnostic]:
+def read_sources(files: Iterable[CatalogFile]) -> Iterator[SourceFile | Diagnostic]:
     """Each file's text, or the diagnostic that stops it."""
-    for path in files:
-        shown = display_path(path)
-        text = _read_text(path, shown)
-        yield text if isinstance(text, Diagnostic) else SourceFile(path, shown, text)
+    for file in files:
+        shown = display_path(file.path)
+        text = _read_text(file.path, shown)
+        yield text if isinstance(text, Diagnostic) else SourceFile(file.path, shown, text, file.is_settings)
 
 
 def _read_text(path: Path, shown: str) -> str | Diagnostic:

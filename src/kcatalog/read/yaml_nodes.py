@@ -32,6 +32,7 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
 MAX_NODES = 500_000  # nodes after alias expansion: bounds "billion laughs" and sheer size
 MAX_DEPTH = 64
 MAX_EXPANDED_CHARS = 4 * MAX_FILE_BYTES  # text after alias expansion: bounds aliases of long strings
+MAX_PLAIN_KEY_CHARS = 1024  # YAML 1.1's limit on implicit keys (libyaml enforces it)
 MAX_NUMBER_CHARS = 100  # longer numerals are no config value; int() and YAML 1.1 base 60 are slow on them
 
 _STR = "tag:yaml.org,2002:str"
@@ -169,8 +170,28 @@ def _syntax_diagnostic(path: str, text: str, exc: yaml.MarkedYAMLError) -> Diagn
             "YAML syntax error: tab character where YAML expects indentation; indent with spaces",
             location,
         )
+    long_key = _long_key(text, mark.line) if mark and "mapping values are not allowed" in problem else None
+    if long_key is not None:
+        column, length = long_key
+        return Diagnostic(
+            codes.YAML_SYNTAX,
+            f"YAML syntax error: a key of {length} characters; YAML allows at most {MAX_PLAIN_KEY_CHARS} in a key "
+            "written without '? '",
+            Location(path, location.line, column),
+        )
     context = f" {exc.context}" if exc.context and exc.context not in problem else ""
     return Diagnostic(codes.YAML_SYNTAX, f"YAML syntax error: {problem}{context}", location)
+
+
+def _long_key(text: str, line: int) -> tuple[int, int] | None:
+    """(1-based column, length) of a key over YAML's limit for implicit keys on that line, if there is one."""
+    lines = _LINE_BREAK.split(text)
+    if line >= len(lines):
+        return None
+    content = lines[line]
+    indent = len(content) - len(content.lstrip(" -"))
+    key = content[indent:].partition(": ")[0].removesuffix(":")
+    return (indent + 1, len(key)) if len(key) > MAX_PLAIN_KEY_CHARS else None
 
 
 def _position(text: str, index: int) -> tuple[int, int]:
@@ -314,3 +335,19 @@ def children(node: yaml.Node | None) -> dict[str, tuple[yaml.Node, yaml.Node]]:
     if not isinstance(node, yaml.MappingNode):
         return {}
     return {key.value: (key, value) for key, value in node.value}
+
+
+def find_key_node(mapping: yaml.Node | None, key: Any) -> yaml.Node | None:
+    """The key node of a mapping whose plain value is `key` (None, a number, a bool), or None."""
+    if not isinstance(mapping, yaml.MappingNode):
+        return None
+    for key_node, _ in mapping.value:
+        tag = key_node.tag
+        if type(key_node) is yaml.ScalarNode and tag != _STR and tag in _SCALAR_CONSTRUCTORS:
+            try:
+                value = _SCALAR_CONSTRUCTORS[tag](_constructor, key_node)
+            except (ValueError, LookupError, ArithmeticError):
+                continue
+            if value == key and type(value) is type(key):
+                return key_node
+    return None

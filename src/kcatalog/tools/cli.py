@@ -336,7 +336,11 @@ def _cache(options: argparse.Namespace) -> int:
         print(f"cache: off: {cache.default_dir().why_off}")
         return 0
     if options.clear:
-        print(f"removed {_entries(cache.clear(directory))} from {directory}")
+        cleared = cache.clear(directory)
+        if cleared.refused:
+            print(f"error: not cleared: {cleared.refused}", file=sys.stderr)
+            return 1
+        print(f"removed {_entries(cleared.removed)} from {directory}")
         return 0
     found = cache.entries(directory)
     size = sum(path.stat().st_size for path in found)

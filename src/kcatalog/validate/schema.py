@@ -41,16 +41,17 @@ NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 OP_ID_PATTERN = r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$"
 SIGNATURE_PATTERN = r"^\(.*\)( -> .+)?$"
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_TARGET = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
-_CUDA_ARCH = re.compile(r"^\d{1,2}\.\d$")
+# Whole-string matches (fullmatch): '$' would also match before a final newline, '\d' any Unicode digit.
+_TARGET = re.compile(rf"{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*")
+_CUDA_ARCH = re.compile(r"[0-9]{1,2}\.[0-9]")
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower_snake_case name")]
 OpId = Annotated[str, Field(pattern=OP_ID_PATTERN, description="'<group>.<name>'")]
 
 
 def _check_target(value: str) -> str:
-    if not _TARGET.match(value):
-        raise ValueError(f"target '{value}' is not 'package.module:attr' (attr may be dotted: 'mod:Class.method')")
+    if not _TARGET.fullmatch(value):
+        raise ValueError(f"target {value!r} is not 'package.module:attr' (attr may be dotted: 'mod:Class.method')")
     return value
 
 
@@ -64,8 +65,8 @@ def _arch_key(arch: str) -> tuple[int, ...]:
 
 
 def _check_cuda_arch(value: str) -> str:
-    if not _CUDA_ARCH.match(value):
-        raise ValueError(f"arch '{value}' is not a CUDA compute capability 'major.minor' such as '8.0' or '9.0'")
+    if not _CUDA_ARCH.fullmatch(value):
+        raise ValueError(f"arch {value!r} is not a CUDA compute capability 'major.minor' such as '8.0' or '9.0'")
     return value
 
 
@@ -88,7 +89,7 @@ class Capability(_Strict):
     min_arch: CudaArch | None = Field(None, description="lowest CUDA compute capability, inclusive (cuda only)")
     max_arch: CudaArch | None = Field(None, description="highest CUDA compute capability, inclusive (cuda only)")
     archs: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:+-]+$")], ...] | None = Field(
-        None, description="exact architectures, e.g. ROCm gfx names [gfx942, gfx950]"
+        None, min_length=1, description="exact architectures, e.g. ROCm gfx names [gfx942, gfx950]"
     )
 
     @model_validator(mode="after")
@@ -110,7 +111,9 @@ class Backend(_Strict):
         (), description="distributions that must be installed (found, never imported, when selecting)"
     )
     capabilities: tuple[Capability, ...] = Field((), description="where it runs, any of these; empty: anywhere")
-    dtypes: tuple[DType, ...] | None = Field(None, description="dtypes it supports; default: all of the op's")
+    dtypes: tuple[DType, ...] | None = Field(
+        None, min_length=1, description="dtypes it supports; default (left out): all of the op's"
+    )
     description: str | None = None
 
 

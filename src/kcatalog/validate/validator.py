@@ -12,8 +12,8 @@ import pydantic
 
 from .. import codes
 from ..errors import Diagnostic, did_you_mean
-from ..read.files import SETTINGS_FILE, SourceFile
-from ..read.yaml_nodes import ParsedFile, find_node, node_location, parse_yaml
+from ..read.files import SourceFile
+from ..read.yaml_nodes import ParsedFile, find_key_node, find_node, node_location, parse_yaml
 from .schema import FORMAT_VERSION, NAME_PATTERN, OP_ID_PATTERN, SIGNATURE_PATTERN, Manifest, Settings
 
 
@@ -36,7 +36,7 @@ def validate_sources(sources: Iterable[SourceFile]) -> Iterator[ValidatedFile | 
         if isinstance(parsed, Diagnostic):
             yield parsed
             continue
-        yield from validate(parsed, is_settings=source.path.name == SETTINGS_FILE)
+        yield from validate(parsed, is_settings=source.is_settings)
 
 
 def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile | Diagnostic]:
@@ -98,6 +98,14 @@ def _schema_diagnostic(parsed: ParsedFile, model_cls: type, error: Any) -> Diagn
         loc.pop()
         node = find_node(parsed.root, loc, key=True)
         field = f"key '{loc[-1]}'"
+    elif kind == "invalid_key":  # a key that is not text (`~: a`, `1: a`): its loc is the key's str()
+        node = find_key_node(find_node(parsed.root, loc[:-1]), error.get("input"))
+        return Diagnostic(
+            codes.INVALID_VALUE,
+            f"key '{node.value if node is not None else loc[-1]}': keys should be text, "
+            f"got {_describe_input(error.get('input'))}",
+            node_location(parsed.path, node),
+        )
     else:
         node = find_node(parsed.root, loc, key=kind == "extra_forbidden")
         field = _field_label(loc)
