@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -12,8 +11,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from catalog_builder import Workspace, child_env
 
-from kcatalog.tools import cli
+from kcatalog.tools import cli  # the CLI's module, to make one of its calls fail (main's error handling)
 from kcatalog.tools.cli import main
 
 SETTINGS = """\
@@ -95,14 +95,13 @@ def run(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
 
 
 @pytest.fixture
-def catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Path]:
+def catalog(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Path]:
     """`catalog(manifest_text)`: a catalog directory with that norm.yaml, made the working directory."""
-    monkeypatch.chdir(tmp_path)
 
     def write(manifest: str = NORM, name: str = "norm.yaml") -> Path:
-        (tmp_path / "kcatalog.yaml").write_text(SETTINGS, encoding="utf-8")
-        (tmp_path / name).write_text(manifest, encoding="utf-8")
-        return tmp_path
+        directory = workspace.files({"kcatalog.yaml": SETTINGS, name: manifest})
+        monkeypatch.chdir(directory)
+        return directory
 
     return write
 
@@ -183,17 +182,13 @@ def test_json_report(run: Callable[..., Run], catalog: Callable[..., Path]) -> N
 )
 def test_json_is_valid_whatever_happens(
     run: Callable[..., Run],
-    tmp_path: Path,
+    workspace: Workspace,
     monkeypatch: pytest.MonkeyPatch,
     files: dict[str, str | bytes],
     code: int,
     summary: dict[str, int],
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    if files:
-        (tmp_path / "kcatalog.yaml").write_text(SETTINGS, encoding="utf-8")
-    for name, content in files.items():
-        (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    monkeypatch.chdir(workspace.files({"kcatalog.yaml": SETTINGS, **files} if files else {}))
     target = "." if files else "norm.yaml"
     result = run("validate", target, "--output-format", "json")
     assert result.code == code
@@ -224,13 +219,12 @@ def test_github_escapes_properties(run: Callable[..., Run], catalog: Callable[..
 
 def test_python_dash_m_validates(catalog: Callable[..., Path]) -> None:
     directory = catalog(BROKEN)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KCATALOG_")}
     result = subprocess.run(
         [sys.executable, "-m", "kcatalog", "validate", "."],
         capture_output=True,
         text=True,
         cwd=directory,
-        env=env,
+        env=child_env(),
         timeout=120,
     )
     assert (result.returncode, result.stdout.splitlines(), result.stderr) == (1, BROKEN_CONCISE, "")
@@ -466,9 +460,7 @@ def test_explain_unknown_op_names_the_ops(run: Callable[..., Run], catalog: Call
 
 def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     # `kcatalog list | head -1`: the pipe closes while the command still writes.
-    script = (
-        "import sys\nfrom kcatalog.tools.cli import main\nsys.stdout.close = lambda: None\nraise SystemExit(main(['list']))"
-    )
+    script = "import sys\nfrom kcatalog.tools.cli import main\nsys.stdout.close = lambda: None\nraise SystemExit(main(['list']))"
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader is gone before the first line

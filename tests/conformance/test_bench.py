@@ -10,10 +10,11 @@ from typing import Any, NamedTuple
 
 import pytest
 import torch
-from conformance_support import Run, Workspace, declare_op, one_torch_thread, run_cli
+from catalog_builder import Workspace
+from conformance_support import Run, declare_op, one_torch_thread, run_cli
 
-from kcatalog.tools.bench import bytes_moved
-from kcatalog.tools.inputs import Call
+from kcatalog.tools.bench import bytes_moved  # unit test of the byte count: internal on purpose
+from kcatalog.tools.inputs import Call  # its input, as the bench builds it
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -148,6 +149,7 @@ def bench_catalog(workspace: Workspace, backends: dict[str, str]) -> Path:
             )
         },
         backends=list(backends),
+        group="t",
     )
 
 
@@ -214,6 +216,7 @@ def test_a_shape_that_cannot_be_built_is_an_error_row(workspace: Workspace) -> N
             )
         },
         backends=["torch"],
+        group="t",
     )
     result = run_cli("bench", "--catalog", catalog, "--device", "cpu")
     assert result.code == 1, result.err

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
-from conformance_support import Workspace, declare_op, run_cli
+from catalog_builder import Workspace
+from conformance_support import declare_op, run_cli
 
 import kcatalog
 from kcatalog import check_catalog
-from kcatalog.link.samples import evaluate, expression_names
-from kcatalog.tools.inputs import build_call, size_sets
+from kcatalog.link.samples import evaluate, expression_names  # unit tests of sample expressions: internal on purpose
+from kcatalog.tools.inputs import build_call, size_sets  # and of the size sets and inputs built from samples: likewise
 from kcatalog.validate.schema import Samples, TensorArg
 
 
@@ -221,6 +221,7 @@ def test_a_size_set_that_cannot_be_built_fails_its_check_and_the_run_goes_on(wor
             )
         },
         backends=["torch", "same"],
+        group="t",
     )
     result = run_cli("test", "--catalog", catalog, "--seed", "1")
     assert result.code == 1, result.err
@@ -258,14 +259,13 @@ ops:
 
 
 def test_malformed_size_expressions_are_refused_at_load_with_kc210(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "kcatalog.yaml").write_text(
-        "kcatalog: 1\nbackends: {torch: {description: r}}\npriority: [torch]\n", encoding="utf-8"
+    directory = workspace.files(
+        {"kcatalog.yaml": "kcatalog: 1\nbackends: {torch: {description: r}}\npriority: [torch]\n", "t.yaml": MALFORMED}
     )
-    (tmp_path / "t.yaml").write_text(MALFORMED, encoding="utf-8")
-    catalog, diagnostics = check_catalog([tmp_path])
+    monkeypatch.chdir(directory)
+    catalog, diagnostics = check_catalog([directory])
     assert catalog is None
     assert [str(d) for d in diagnostics] == [
         "t.yaml:12:9: KC210 samples of op 't.a', argument 'x': '2**H' uses Pow; only + - * / // and unary - on names and numbers",
@@ -275,7 +275,7 @@ def test_malformed_size_expressions_are_refused_at_load_with_kc210(
         "names and numbers",
         "t.yaml:15:16: KC210 samples of op 't.a': decode sets size 'B', which 'sizes' does not define (H, T)",
     ]
-    refused = run_cli("test", "--catalog", tmp_path)
+    refused = run_cli("test", "--catalog", directory)
     assert refused.code == 1
     assert refused.out == ""
     assert "t.yaml:12:9: KC210 " in refused.err

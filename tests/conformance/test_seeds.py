@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 import torch
-from conformance_support import child_env, run_cli
+from catalog_builder import child_env
+from conformance_support import run_cli
 
 import kcatalog
-from kcatalog.tools import conformance
-from kcatalog.tools.inputs import build_call, size_sets
+from kcatalog.tools import conformance  # unit tests of the planner's case seeds: internal on purpose
+from kcatalog.tools.inputs import build_call, size_sets  # and of the inputs built from a seed: likewise
 
 # ATen's float16 softmax differs from the float32-accumulating reference in the last bits: figures
 # that are not zero, and so change with the data.

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from conformance_support import Run, Workspace, child_env, declare_op, run_cli, workspace_at
+from catalog_builder import Workspace, workspace_at
+from conformance_support import Run, declare_op, run_cli
 
 SEED = 7
 MODULE = "kc_conformance_wrong_kernels"
@@ -122,9 +123,9 @@ class Fixture(NamedTuple):
 @pytest.fixture(scope="module")
 def wrong(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fixture]:
     """The throwaway catalog, and `kcatalog test` over it once in each output format."""
-    with workspace_at(tmp_path_factory.mktemp("wrong")) as ws:
-        ws.module(MODULE, KERNELS)
-        ws.write(
+    with workspace_at(tmp_path_factory.mktemp("wrong")) as workspace:
+        workspace.module(MODULE, KERNELS)
+        workspace.write(
             {
                 "scale2": declare_op(MODULE, SCALE2, samples=SAMPLES),
                 "inplace": declare_op(
@@ -136,12 +137,13 @@ def wrong(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fixture]:
                 ),
             },
             backends=list(dict.fromkeys([*SCALE2, *INPLACE])),
+            group="t",
         )
-        argv = ["test", "--catalog", ws.catalog_dir, "--seed", str(SEED)]
+        argv = ["test", "--catalog", workspace.catalog_dir, "--seed", str(SEED)]
         # The JSON run leaves out the backend that leaves memory unwritten: after the first run, the CPU
         # allocator may hand it a block holding the right answer (test_unwritten_memory_is_always_caught_as_nan).
         json_backends = ["--backend", "scaled", "--backend", "raising", "--backend", "noisy", "--backend", "forgetful"]
-        yield Fixture(ws, run_cli(*argv), run_cli(*argv, *json_backends, "--output-format", "json"))
+        yield Fixture(workspace, run_cli(*argv), run_cli(*argv, *json_backends, "--output-format", "json"))
 
 
 def backend_ids(cases: dict[tuple[str, str], str] | list[tuple[str, str]]) -> list[str]:
@@ -209,6 +211,7 @@ def test_cli_catches_an_output_of_the_wrong_dtype(workspace: Workspace) -> None:
     catalog = workspace.write(
         {"scale2": declare_op(SINGLE, {"torch": "twice", "wrong_dtype": "float64_output"}, samples=SAMPLES)},
         backends=["torch", "wrong_dtype"],
+        group="t",
     )
     result = run_cli("test", "--catalog", catalog, "--seed", str(SEED))
     assert result.code == 1, result.out
@@ -229,6 +232,7 @@ def test_unwritten_memory_is_always_caught_as_nan(workspace: Workspace) -> None:
             )
         },
         backends=["torch", "good", "unwritten"],
+        group="t",
     )
     for _ in range(3):  # later runs find the good backend's outputs, for the same inputs, freed
         result = run_cli("test", "--catalog", catalog, "--seed", str(SEED))
@@ -275,7 +279,7 @@ def plugin(wrong: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PluginRu
             f"--junitxml={report}",
         ],
         cwd=cwd,
-        env=child_env(wrong.workspace.modules_dir),
+        env=wrong.workspace.child_env(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -337,7 +341,7 @@ def test_plugin_header_shows_the_seed(wrong: Fixture, tmp_path: Path) -> None:
             "--collect-only",
         ],
         cwd=tmp_path,
-        env=child_env(wrong.workspace.modules_dir),
+        env=wrong.workspace.child_env(),
         capture_output=True,
         text=True,
         timeout=300,

@@ -9,13 +9,16 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 import kcatalog
 from kcatalog import CacheOutcome, CacheStatus, Catalog, CatalogError
-from kcatalog.cache import store as _cache
+from kcatalog.cache import store as _cache  # the store's key inputs and MAX_ENTRIES: internal on purpose
+
+if TYPE_CHECKING:
+    from catalog_builder import Workspace
 
 SETTINGS = """\
 kcatalog: 1
@@ -86,14 +89,10 @@ def cache_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def catalog_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def catalog_dir(workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A three-file catalog (settings, a group, a vendor extension) in tmp_path/catalog; cwd is tmp_path."""
     monkeypatch.chdir(tmp_path)
-    root = tmp_path / "catalog"
-    root.mkdir()
-    for name, text in {"kcatalog.yaml": SETTINGS, "norm.yaml": NORM, "vendor.yaml": VENDOR}.items():
-        (root / name).write_text(text, encoding="utf-8")
-    return root
+    return workspace.files({"kcatalog.yaml": SETTINGS, "norm.yaml": NORM, "vendor.yaml": VENDOR})
 
 
 @pytest.fixture
@@ -199,13 +198,13 @@ def test_a_change_of_kcatalog_code_or_of_the_parsers_misses(
 
 
 def test_targets_are_checked_on_a_warm_load(
-    catalog_dir: Path, load: Callable[..., Catalog], tmp_path: Path, kernel_module: Callable[[str, str], str]
+    catalog_dir: Path, load: Callable[..., Catalog], workspace: Workspace
 ) -> None:
-    module = kernel_module("cache_test_kernels", "def rms_norm(x, weight, eps=1e-6):\n    return x\n")
+    module = workspace.module("cache_test_kernels", "def rms_norm(x, weight, eps=1e-6):\n    return x\n")
     norm = catalog_dir / "norm.yaml"
     norm.write_text(NORM.replace("kcatalog.kernels.torch.layernorm", module), encoding="utf-8")
     assert [w.code for w in load([catalog_dir]).warnings] == ["KC303"]  # the vendor's package is not installed
-    (tmp_path / "kernel_modules" / f"{module}.py").write_text("def renamed(x, weight, eps=1e-6):\n    return x\n")
+    (workspace.modules_dir / f"{module}.py").write_text("def renamed(x, weight, eps=1e-6):\n    return x\n")
     with pytest.raises(CatalogError) as caught:
         load([catalog_dir])
     assert [d.code for d in caught.value.diagnostics if d.is_error] == ["KC302"]
@@ -213,22 +212,22 @@ def test_targets_are_checked_on_a_warm_load(
 
 
 def test_target_checks_are_reused_while_their_modules_are_unchanged(
-    catalog_dir: Path, load: Callable[..., Catalog], tmp_path: Path, kernel_module: Callable[[str, str], str]
+    catalog_dir: Path, load: Callable[..., Catalog], workspace: Workspace
 ) -> None:
-    module = kernel_module("cache_test_kernels2", "def rms_norm(x, weight, eps=1e-6):\n    return x\n")
+    module = workspace.module("cache_test_kernels2", "def rms_norm(x, weight, eps=1e-6):\n    return x\n")
     (catalog_dir / "norm.yaml").write_text(NORM.replace("kcatalog.kernels.torch.layernorm", module))
     load([catalog_dir])
     assert load([catalog_dir]).cache_status.outcome is CacheOutcome.HIT
-    (tmp_path / "kernel_modules" / f"{module}.py").write_text("def rms_norm(x, weight, eps=1e-5):\n    return x\n")
+    (workspace.modules_dir / f"{module}.py").write_text("def rms_norm(x, weight, eps=1e-5):\n    return x\n")
     edited = load([catalog_dir])  # same size, maybe the same time: the source's bytes differ
     assert outcome(edited) == (CacheOutcome.REFRESHED, "target modules changed")
     assert load([catalog_dir]).cache_status.outcome is CacheOutcome.HIT
     assert [w.code for w in edited.warnings] == ["KC303"]
-    vendor = kernel_module("vendor_kernels_not_installed", "def rms_norm(x, weight, eps=1e-6):\n    return x\n")
+    vendor = workspace.module("vendor_kernels_not_installed", "def rms_norm(x, weight, eps=1e-6):\n    return x\n")
     installed = load([catalog_dir])  # the vendor's package appeared: its KC303 warning must go
     assert outcome(installed) == (CacheOutcome.REFRESHED, "target modules changed")
     assert installed.warnings == ()
-    (tmp_path / "kernel_modules" / f"{vendor}.py").unlink()
+    (workspace.modules_dir / f"{vendor}.py").unlink()
     assert [w.code for w in load([catalog_dir]).warnings] == ["KC303"]
 
 
@@ -287,6 +286,17 @@ def test_a_catalog_with_errors_is_never_stored(
 # -- a bad entry costs a cold load, with the reason recorded ---------------------------------------------
 
 
+def _body(entry: bytes) -> bytes:
+    """The marshal data of an entry, after its header and checksum."""
+    assert entry.startswith(_cache.MAGIC)
+    return entry[len(_cache.MAGIC) + len(_cache.digest(b"")) :]
+
+
+def _sealed(body: bytes) -> bytes:
+    """An entry with a valid header and checksum around `body`: what a kcatalog of another layout writes."""
+    return _cache.MAGIC + _cache.digest(body).encode() + body
+
+
 def _truncated(entry: bytes) -> bytes:
     return entry[: len(entry) // 2]
 
@@ -295,28 +305,40 @@ def _garbage(entry: bytes) -> bytes:
     return b"\x00" + entry
 
 
+def _target_rewritten(entry: bytes) -> bytes:  # the key intact, one target string changed in place
+    target = b"kcatalog.kernels.torch.layernorm:rms_norm"
+    assert target in entry
+    return entry.replace(target, b"kcatalog.kernels.torch.layernorm:rms_nrom")
+
+
+def _sealed_garbage(entry: bytes) -> bytes:
+    return _sealed(b"\x00" + _body(entry))
+
+
 def _wrong_shape(entry: bytes) -> bytes:
-    return marshal.dumps([1, 2])
+    return _sealed(marshal.dumps([1, 2]))
 
 
 def _other_key(entry: bytes) -> bytes:
-    _, files, data = marshal.loads(entry)
-    return marshal.dumps(("0" * 64, files, data))
+    _, files, data = marshal.loads(_body(entry))
+    return _sealed(marshal.dumps(("0" * 64, files, data)))
 
 
 def _right_key_wrong_data(entry: bytes) -> bytes:  # what a kcatalog with another layout would write
-    key, files, (linked, targets) = marshal.loads(entry)
+    key, files, (linked, targets) = marshal.loads(_body(entry))
     number, settings, ops, declared = linked
     wrong = [number, settings, {op_id: op[:5] for op_id, op in ops.items()}, declared]
-    return marshal.dumps((key, files, (wrong, targets)))
+    return _sealed(marshal.dumps((key, files, (wrong, targets))))
 
 
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
-        (lambda entry: b"", "entry unreadable (EOFError: "),
-        (_truncated, "entry unreadable ("),
-        (_garbage, "entry unreadable (ValueError: bad marshal data"),
+        (lambda entry: b"", "entry damaged (checksum mismatch)"),
+        (_truncated, "entry damaged (checksum mismatch)"),
+        (_garbage, "entry damaged (checksum mismatch)"),
+        (_target_rewritten, "entry damaged (checksum mismatch)"),
+        (_sealed_garbage, "entry unreadable (ValueError: bad marshal data"),
         (_wrong_shape, "files or versions changed"),
         (_other_key, "files or versions changed"),
         (_right_key_wrong_data, "entry malformed (TypeError: "),
@@ -385,7 +407,9 @@ def test_the_environment_chooses_or_disables_the_cache(
     assert (chosen.stat().st_mode & 0o777) == 0o700
     assert (entries(chosen)[0].stat().st_mode & 0o777) == 0o600
     monkeypatch.setenv("KCATALOG_NO_CACHE", "1")
-    assert kcatalog.load_catalog([catalog_dir]).cache_status == CacheStatus(CacheOutcome.OFF, "KCATALOG_NO_CACHE is set")
+    assert kcatalog.load_catalog([catalog_dir]).cache_status == CacheStatus(
+        CacheOutcome.OFF, "KCATALOG_NO_CACHE is set"
+    )
     monkeypatch.delenv("KCATALOG_CACHE_DIR")
     monkeypatch.setenv("KCATALOG_NO_CACHE", "0")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

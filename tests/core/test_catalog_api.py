@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from catalog_builder import child_env
 
 import kcatalog
 from kcatalog import (
@@ -21,9 +22,11 @@ from kcatalog import (
     UnknownBackendError,
     UnknownOpError,
 )
-from kcatalog.read.files import shipped_catalog_dir
 
-WriteModule = Callable[[str, str], str]
+if TYPE_CHECKING:
+    from catalog_builder import Workspace
+
+SHIPPED_CATALOG = Path(kcatalog.__file__).resolve().parent / "catalog"  # package data: the manifests in the wheel
 
 SETTINGS = """\
 kcatalog: 1
@@ -62,14 +65,13 @@ ops:
 
 
 @pytest.fixture
-def small_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Catalog]:
-    """`make(torch_target, **load_options)`: load a two-op catalog written to tmp_path (the cwd, for short paths)."""
-    monkeypatch.chdir(tmp_path)
+def small_catalog(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Catalog]:
+    """`make(torch_target, **load_options)`: load a two-op catalog written by the workspace (the cwd, for short paths)."""
 
     def make(torch_target: str = "kcatalog.kernels.torch.layernorm:rms_norm", **options: object) -> Catalog:
-        (tmp_path / "kcatalog.yaml").write_text(SETTINGS, encoding="utf-8")
-        (tmp_path / "norm.yaml").write_text(manifest(torch_target), encoding="utf-8")
-        return kcatalog.load_catalog([tmp_path], **options)
+        directory = workspace.files({"kcatalog.yaml": SETTINGS, "norm.yaml": manifest(torch_target)})
+        monkeypatch.chdir(directory)
+        return kcatalog.load_catalog([directory], **options)
 
     return make
 
@@ -135,7 +137,7 @@ def test_info_describes_the_op(shipped: Catalog) -> None:
 
 
 def test_locations_point_at_the_declarations(shipped: Catalog) -> None:
-    manifest_path = shipped_catalog_dir() / "layernorm.yaml"
+    manifest_path = SHIPPED_CATALOG / "layernorm.yaml"
     info = shipped.info("layernorm.rms_norm")
     assert Path(info.location.path).resolve() == manifest_path.resolve()
     assert (info.location.line, info.location.col) == (line_of(manifest_path, "  rms_norm:"), 3)
@@ -214,9 +216,9 @@ def test_a_failed_load_raises_with_every_diagnostic(small_catalog: Callable[...,
 
 @pytest.mark.usefixtures("on_cpu")
 def test_kernel_is_imported_on_first_use_and_cached(
-    small_catalog: Callable[..., Catalog], kernel_module: WriteModule
+    small_catalog: Callable[..., Catalog], workspace: Workspace
 ) -> None:
-    kernel_module(
+    workspace.module(
         "kc_api_lazy",
         """\
         def rms_norm(x, weight, eps=1e-6):
@@ -234,9 +236,9 @@ def test_kernel_is_imported_on_first_use_and_cached(
 
 @pytest.mark.usefixtures("on_cpu")
 def test_a_kernel_that_fails_to_import_names_op_backend_and_target(
-    small_catalog: Callable[..., Catalog], kernel_module: WriteModule
+    small_catalog: Callable[..., Catalog], workspace: Workspace
 ) -> None:
-    kernel_module(
+    workspace.module(
         "kc_api_broken",
         """\
         raise RuntimeError("boom")
@@ -259,9 +261,9 @@ def test_a_kernel_that_fails_to_import_names_op_backend_and_target(
 
 @pytest.mark.usefixtures("on_cpu")
 def test_an_attribute_gone_at_import_time_is_a_kernel_import_error(
-    small_catalog: Callable[..., Catalog], kernel_module: WriteModule
+    small_catalog: Callable[..., Catalog], workspace: Workspace
 ) -> None:
-    kernel_module(
+    workspace.module(
         "kc_api_renamed",
         """\
         def rms_norm_v2(x, weight, eps=1e-6):
@@ -302,9 +304,13 @@ print("ok")
 
 
 def test_loading_imports_no_kernel_and_the_kernel_runs(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KCATALOG_")}
     result = subprocess.run(
-        [sys.executable, "-c", LAZY_LOAD_SCRIPT], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+        [sys.executable, "-c", LAZY_LOAD_SCRIPT],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=child_env(),
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"

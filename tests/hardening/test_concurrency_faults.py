@@ -19,7 +19,7 @@ import kcatalog
 from kcatalog import KernelImportError, NoEligibleBackendError, Rejected
 
 if TYPE_CHECKING:
-    from conftest import Catalogs, Modules
+    from catalog_builder import Workspace
 
 THREADS = 16
 FAILURE = "RuntimeError: boom: libkernel.so not found"
@@ -84,9 +84,9 @@ def race(calls: Sequence[Callable[[], Any]]) -> list[Any]:
 
 
 @pytest.fixture
-def imports(modules: Modules) -> list[str]:
+def imports(workspace: Workspace) -> list[str]:
     """The import log: every kernel module written by these tests appends its name on each import."""
-    modules.module(IMPORT_LOG, "imports = []\n")
+    workspace.module(IMPORT_LOG, "imports = []\n")
     __import__(IMPORT_LOG)
     return sys.modules[IMPORT_LOG].imports  # type: ignore[no-any-return]
 
@@ -112,12 +112,12 @@ def test_loads_of_the_shipped_catalog_racing_in_16_threads_agree() -> None:
 
 
 def test_first_calls_of_kernels_and_handles_racing_in_16_threads_agree(
-    catalogs: Catalogs, modules: Modules, imports: list[str]
+    workspace: Workspace, imports: list[str]
 ) -> None:
     torch = pytest.importorskip("torch")
-    names = [modules.module(f"kc_hard_op{i}", GOOD.replace('"good"', f'"op{i}"')) for i in range(4)]
-    ops = {f"op{i}": catalogs.op({"only": f"{name}:kernel"}) for i, name in enumerate(names)}
-    catalog = kcatalog.load_catalog([catalogs.write("catalog", ops, backends=["only"])])
+    names = [workspace.module(f"kc_hard_op{i}", GOOD.replace('"good"', f'"op{i}"')) for i in range(4)]
+    ops = {f"op{i}": workspace.op({"only": f"{name}:kernel"}) for i, name in enumerate(names)}
+    catalog = kcatalog.load_catalog([workspace.write(ops, backends=["only"])])
     handles = {op: catalog.op(f"g.{op}") for op in ops}  # shared: their first calls race too
     x = torch.zeros(2)
 
@@ -135,19 +135,17 @@ def test_first_calls_of_kernels_and_handles_racing_in_16_threads_agree(
 
 
 @pytest.fixture(params=["at-once", "half-way", "half-way-in-a-package"])
-def broken(
-    request: pytest.FixtureRequest, catalogs: Catalogs, modules: Modules, imports: list[str]
-) -> tuple[Path, str]:
+def broken(request: pytest.FixtureRequest, workspace: Workspace, imports: list[str]) -> tuple[Path, str]:
     """A catalog where g.op's first-ranked backend 'broken' raises on import, and 'good' works; and the broken
     module's name."""
     if request.param == "half-way-in-a-package":
-        modules.package("kc_hard_pkg", {"__init__": "", "broken": BROKEN["half-way"]})
+        workspace.package("kc_hard_pkg", {"__init__": "", "broken": BROKEN["half-way"]})
         name = "kc_hard_pkg.broken"
     else:
-        name = modules.module("kc_hard_broken", BROKEN[request.param])
-    modules.module("kc_hard_good", GOOD)
-    op = catalogs.op({"broken": f"{name}:kernel", "good": "kc_hard_good:kernel"}, reference="good")
-    return catalogs.write("catalog", {"op": op}, backends=["broken", "good"]), name
+        name = workspace.module("kc_hard_broken", BROKEN[request.param])
+    workspace.module("kc_hard_good", GOOD)
+    op = workspace.op({"broken": f"{name}:kernel", "good": "kc_hard_good:kernel"}, reference="good")
+    return workspace.write({"op": op}, backends=["broken", "good"]), name
 
 
 def _assert_not_left_behind(name: str) -> None:
@@ -193,11 +191,11 @@ def kernel(*args, **kwargs):
 """
 
 
-def test_racing_first_calls_run_a_failing_import_once(catalogs: Catalogs, modules: Modules, imports: list[str]) -> None:
-    name = modules.module("kc_hard_slow_broken", SLOW_TO_FAIL)
-    modules.module("kc_hard_good", GOOD)
-    op = catalogs.op({"broken": f"{name}:kernel", "good": "kc_hard_good:kernel"}, reference="good")
-    catalog = kcatalog.load_catalog([catalogs.write("catalog", {"op": op}, backends=["broken", "good"])])
+def test_racing_first_calls_run_a_failing_import_once(workspace: Workspace, imports: list[str]) -> None:
+    name = workspace.module("kc_hard_slow_broken", SLOW_TO_FAIL)
+    workspace.module("kc_hard_good", GOOD)
+    op = workspace.op({"broken": f"{name}:kernel", "good": "kc_hard_good:kernel"}, reference="good")
+    catalog = kcatalog.load_catalog([workspace.write({"op": op}, backends=["broken", "good"])])
     catalog.platform()  # detected before the race, which is about the kernel's import
     assert race([lambda: catalog.kernel("g.op")()] * THREADS) == ["good"] * THREADS
     assert imports.count(name) == 1
@@ -237,13 +235,13 @@ FLAKY_FAILURE = "RuntimeError: boom: the flag file is missing"
 
 
 @pytest.fixture
-def flaky(catalogs: Catalogs, modules: Modules, imports: list[str], tmp_path: Path) -> tuple[Path, Path]:
+def flaky(workspace: Workspace, imports: list[str], tmp_path: Path) -> tuple[Path, Path]:
     """A catalog where g.op's first-ranked backend 'flaky' fails to import until the flag file exists; and the flag."""
     flag = tmp_path / "flag"
-    modules.module("kc_hard_flaky", FLAKY.replace("FLAG", repr(str(flag))))
-    modules.module("kc_hard_good", GOOD)
-    op = catalogs.op({"flaky": "kc_hard_flaky:kernel", "good": "kc_hard_good:kernel"}, reference="good")
-    return catalogs.write("catalog", {"op": op}, backends=["flaky", "good"]), flag
+    workspace.module("kc_hard_flaky", FLAKY.replace("FLAG", repr(str(flag))))
+    workspace.module("kc_hard_good", GOOD)
+    op = workspace.op({"flaky": "kc_hard_flaky:kernel", "good": "kc_hard_good:kernel"}, reference="good")
+    return workspace.write({"op": op}, backends=["flaky", "good"]), flag
 
 
 def test_strict_a_failed_import_is_not_cached_and_is_retried(flaky: tuple[Path, Path], imports: list[str]) -> None:

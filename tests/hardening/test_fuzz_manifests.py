@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from catalog_builder import Workspace
 from hypothesis import HealthCheck, Phase, event, find, given, settings
 from hypothesis import strategies as st
 
@@ -296,17 +297,12 @@ def mutants(draw: Draw, mutations: list[Callable[[Draw, Files], Files]], most: i
 
 @pytest.fixture(scope="module")
 def directories(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Files], Path]:
-    """`write(files)`: a fresh catalog directory for each example, all under one module-wide tmp dir."""
-    root = tmp_path_factory.mktemp("fuzz")
+    """`write(files)`: a fresh catalog directory for each example, all in one module-wide workspace."""
+    workspace = Workspace(tmp_path_factory.mktemp("fuzz"))  # catalogs only: its site/ never goes on sys.path
     counter = itertools.count()
 
     def write(files: Files) -> Path:
-        directory = root / f"example-{next(counter)}"
-        for name, content in files.items():
-            (directory / name).parent.mkdir(parents=True, exist_ok=True)
-            (directory / name).write_bytes(content)
-        directory.mkdir(exist_ok=True)
-        return directory
+        return workspace.files(files, name=f"example-{next(counter)}")
 
     return write
 
@@ -356,12 +352,9 @@ def test_every_mutation_changes_catalogs(mutation: Callable[[Draw, Files], Files
     )
 
 
-def test_seeds_are_clean(tmp_path: Path) -> None:
+def test_seeds_are_clean(workspace: Workspace) -> None:
     for seed, files in SEEDS.items():
-        directory = tmp_path / seed
-        directory.mkdir()
-        for name, content in files.items():
-            (directory / name).write_bytes(content)
+        directory = workspace.files(files, name=seed)
         catalog, diagnostics = check_catalog([directory])
         assert catalog is not None and [d for d in diagnostics if d.is_error] == [], seed
 
@@ -399,10 +392,9 @@ def test_mixed_mutants_never_crash(files: Files, check_targets: bool, directorie
     ids=["plain-key", "unclosed-flow"],
 )
 def test_a_problem_at_the_end_of_the_file_points_inside_it(
-    text: str, where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    text: str, where: str, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "kcatalog.yaml").write_text(text, encoding="utf-8")
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(workspace.files({"kcatalog.yaml": text}))
     catalog, diagnostics = check_catalog(["."])
     assert catalog is None
     assert [str(d).partition(" KC")[0] for d in diagnostics] == [f"kcatalog.yaml:{where}:"]

@@ -19,14 +19,14 @@ from yaml.parser import Parser
 from yaml.reader import Reader
 from yaml.scanner import Scanner
 
-import kcatalog.read.yaml_nodes
+import kcatalog.read.yaml_nodes  # the reader's pure-Python loader, patched below: internal on purpose
 from kcatalog import Location, check_catalog
-from kcatalog.read.files import MAX_FILE_BYTES
-from kcatalog.read.yaml_nodes import MAX_DEPTH, MAX_NODES
+from kcatalog.read.files import MAX_FILE_BYTES  # the reader's limits, tested at and past them: internal on purpose
+from kcatalog.read.yaml_nodes import MAX_DEPTH, MAX_NODES  # likewise
 from kcatalog.tools.cli import main
 
 if TYPE_CHECKING:
-    from conftest import Catalogs
+    from catalog_builder import Workspace
 
 HOSTILE = "hostile.yaml"
 HEAD = "kcatalog: 1\ngroup: hostile\n"  # the hostile part starts on line 3
@@ -138,13 +138,13 @@ def marker(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def hostile_dir(catalogs: Catalogs, marker: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str | bytes], Path]:
+def hostile_dir(workspace: Workspace, marker: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str | bytes], Path]:
     """`write(content)`: a catalog of the clean settings plus hostile.yaml, made the working directory."""
 
     def write(content: str | bytes) -> Path:
-        directory = catalogs.minimal("catalog", with_manifest=False)
+        workspace.minimal(with_manifest=False)
         raw = content.encode() if isinstance(content, str) else content
-        (directory / HOSTILE).write_bytes(raw.replace(b"MARKER", str(marker).encode()))
+        directory = workspace.files({HOSTILE: raw.replace(b"MARKER", str(marker).encode())})
         monkeypatch.chdir(directory)
         return directory
 
@@ -231,9 +231,9 @@ def test_deep_nesting_without_libyaml_is_refused_not_a_recursion_error(
 
 
 def test_a_file_over_the_size_limit_is_refused_unread(
-    catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    directory = catalogs.minimal("catalog", with_manifest=False)
+    directory = workspace.minimal(with_manifest=False)
     with open(directory / HOSTILE, "wb") as handle:
         handle.truncate(MAX_FILE_BYTES + 1)  # sparse: quick to write, and the size check must come before reading
     monkeypatch.chdir(directory)
@@ -242,8 +242,8 @@ def test_a_file_over_the_size_limit_is_refused_unread(
     cli_refuses(expected, capsys)
 
 
-def test_a_file_exactly_at_the_size_limit_is_read(catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch) -> None:
-    directory = catalogs.minimal("catalog")
+def test_a_file_exactly_at_the_size_limit_is_read(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = workspace.minimal()
     text = HEAD + "# "
     (directory / HOSTILE).write_text(text + "x" * (MAX_FILE_BYTES - len(text) - 1) + "\n", encoding="utf-8")
     assert (directory / HOSTILE).stat().st_size == MAX_FILE_BYTES
@@ -257,9 +257,9 @@ def test_a_file_exactly_at_the_size_limit_is_read(catalogs: Catalogs, monkeypatc
 
 
 def test_a_utf8_byte_order_mark_is_accepted(
-    catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    directory = catalogs.minimal("catalog")
+    directory = workspace.minimal()
     manifest = directory / "norm.yaml"
     manifest.write_bytes(b"\xef\xbb\xbf" + manifest.read_bytes())
     monkeypatch.chdir(directory)
@@ -309,13 +309,13 @@ def test_a_control_character_gets_one_diagnostic_line_at_its_position(
 
 
 def test_a_symlink_to_a_file_outside_the_catalog_is_refused_unread(
-    catalogs: Catalogs,
+    workspace: Workspace,
     tmp_path: Path,
     marker: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    directory = catalogs.minimal("catalog")
+    directory = workspace.minimal()
     outside = tmp_path / "outside.yaml"
     outside.write_text(HEAD + f"ops: !!python/object/apply:os.system [touch {marker}]\n", encoding="utf-8")
     (directory / "link.yaml").symlink_to(outside)
@@ -326,9 +326,9 @@ def test_a_symlink_to_a_file_outside_the_catalog_is_refused_unread(
 
 
 def test_a_symlink_to_a_directory_outside_the_catalog_is_not_followed(
-    catalogs: Catalogs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    directory = catalogs.minimal("catalog")
+    directory = workspace.minimal()
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "vendor.yaml").write_text(HEAD + "ops: !!python/name:os.system ''\n", encoding="utf-8")
@@ -340,9 +340,9 @@ def test_a_symlink_to_a_directory_outside_the_catalog_is_not_followed(
 
 
 def test_a_symlink_to_a_file_inside_the_catalog_is_read_once(
-    catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    directory = catalogs.minimal("catalog")
+    directory = workspace.minimal()
     (directory / "alias.yaml").symlink_to("norm.yaml")
     monkeypatch.chdir(directory)
     catalog, diagnostics = check_catalog(["."])
@@ -351,9 +351,9 @@ def test_a_symlink_to_a_file_inside_the_catalog_is_read_once(
 
 
 def test_directory_symlink_loops_end(
-    catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    directory = catalogs.minimal("catalog")
+    directory = workspace.minimal()
     (directory / "loop").symlink_to(".", target_is_directory=True)
     (directory / "sub").mkdir()
     (directory / "sub" / "up").symlink_to("..", target_is_directory=True)
@@ -382,9 +382,9 @@ def test_a_catalog_path_that_is_a_symlink_loop_is_a_diagnostic(
 
 @pytest.mark.parametrize("kind", ["loop", "dangling"])
 def test_an_unreadable_manifest_symlink_is_reported(
-    kind: str, catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch
+    kind: str, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    directory = catalogs.minimal("catalog")
+    directory = workspace.minimal()
     if kind == "loop":
         (directory / "a.yaml").symlink_to("b.yaml")
         (directory / "b.yaml").symlink_to("a.yaml")
@@ -397,8 +397,8 @@ def test_an_unreadable_manifest_symlink_is_reported(
     assert diagnostics[0].location == Location("a.yaml", 1, 1)
 
 
-def test_special_files_are_never_opened(catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch) -> None:
-    directory = catalogs.minimal("catalog")
+def test_special_files_are_never_opened(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = workspace.minimal()
     fifo = directory / "fifo.yaml"
     os.mkfifo(fifo)  # opening it for reading would block until a writer comes
     monkeypatch.chdir(directory)

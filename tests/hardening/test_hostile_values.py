@@ -18,7 +18,7 @@ from kcatalog import check_catalog
 from kcatalog.tools.cli import main
 
 if TYPE_CHECKING:
-    from conftest import Catalogs, Modules
+    from catalog_builder import Workspace
 
 HOSTILE = "hostile.yaml"
 HEAD = "kcatalog: 1\ngroup: hostile\n"  # the hostile part starts on line 3
@@ -45,12 +45,12 @@ def minimal_op(
 
 
 @pytest.fixture
-def catalog_with(catalogs: Catalogs, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], Path]:
+def catalog_with(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], Path]:
     """`write(name, text)`: the clean settings plus one manifest, made the working directory."""
 
     def write(name: str, text: str) -> Path:
-        directory = catalogs.minimal("catalog", with_manifest=False)
-        (directory / name).write_text(text, encoding="utf-8")
+        workspace.minimal(with_manifest=False)
+        directory = workspace.files({name: text})
         monkeypatch.chdir(directory)
         return directory
 
@@ -191,9 +191,9 @@ def test_a_size_expression_too_complex_to_parse_is_a_diagnostic(
 
 
 def test_a_target_module_too_complex_to_parse_is_a_diagnostic(
-    catalog_with: Callable[[str, str], Path], modules: Modules, capsys: pytest.CaptureFixture[str]
+    catalog_with: Callable[[str, str], Path], workspace: Workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    modules.module("kc_hard_nested", "x = 1" + " + 1" * 10_000 + "\n\n\ndef kernel(x):\n    return x\n")
+    workspace.module("kc_hard_nested", "x = 1" + " + 1" * 10_000 + "\n\n\ndef kernel(x):\n    return x\n")
     catalog_with("norm.yaml", minimal_op(target="kc_hard_nested:kernel"))
     refused(
         r"^norm\.yaml:11:17: KC306 module 'kc_hard_nested' cannot be imported: kc_hard_nested\.py is too deeply "

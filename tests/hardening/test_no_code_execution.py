@@ -8,19 +8,17 @@ the kernel whatever the parameters are called."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-import yaml
 
 import kcatalog
 
 if TYPE_CHECKING:
-    from conftest import Catalogs, Modules
+    from catalog_builder import Workspace
 
 TRAP = """\
 import os
@@ -109,24 +107,18 @@ KERNEL_RAN_ONCE = {"markers": {"kc_trap": 1, "kc_trap.kern": 1}, "modules": ["kc
 
 
 @pytest.fixture
-def trap_catalog(tmp_path: Path) -> Path:
-    """A catalog whose kernels live in kc_trap (under tmp_path/site), every module of which leaves a marker."""
-    package = tmp_path / "site" / "kc_trap"
-    package.mkdir(parents=True)
-    for module in ("__init__", "kern", "hopper"):
-        (package / f"{module}.py").write_text(TRAP, encoding="utf-8")
-    directory = tmp_path / "catalog"
-    directory.mkdir()
-    for name, content in CATALOG.items():
-        (directory / name).write_text(yaml.safe_dump(content, sort_keys=False), encoding="utf-8")
+def trap_catalog(workspace: Workspace, tmp_path: Path) -> Path:
+    """A catalog whose kernels live in kc_trap (in the workspace's site/), every module of which leaves a marker."""
+    workspace.package("kc_trap", dict.fromkeys(("__init__", "kern", "hopper"), TRAP))
     (tmp_path / "markers").mkdir()
-    return directory
+    return workspace.files(CATALOG)
 
 
 @pytest.mark.parametrize("first_call", ["kernel", "handle"])
-def test_only_the_first_call_imports_the_kernel(first_call: str, trap_catalog: Path, tmp_path: Path) -> None:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("KCATALOG_")}
-    env |= {"PYTHONPATH": str(tmp_path / "site"), "KC_TRAP_MARKERS": str(tmp_path / "markers")}
+def test_only_the_first_call_imports_the_kernel(
+    first_call: str, trap_catalog: Path, workspace: Workspace, tmp_path: Path
+) -> None:
+    env = workspace.child_env() | {"KC_TRAP_MARKERS": str(tmp_path / "markers")}
     report = tmp_path / "report.json"
     child = subprocess.run(
         [sys.executable, "-c", CHILD, str(trap_catalog), first_call, str(report)],
@@ -170,15 +162,13 @@ def kernel(*args, **kwargs):
         "[open('MARKER', 'w') for _ in '1'][0]",
     ],
 )
-def test_signature_defaults_are_never_evaluated(
-    default: str, catalogs: Catalogs, modules: Modules, tmp_path: Path
-) -> None:
+def test_signature_defaults_are_never_evaluated(default: str, workspace: Workspace, tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     marker = tmp_path / "MARKER-created-by-a-signature-default"
-    modules.module("kc_hard_echo", ECHO)
+    workspace.module("kc_hard_echo", ECHO)
     signature = f"(x: Tensor, y: int = {default.replace('MARKER', str(marker))}) -> Tensor"
-    op = catalogs.op({"only": "kc_hard_echo:kernel"}, signature=signature)
-    catalog = kcatalog.load_catalog([catalogs.write("catalog", {"op": op}, backends=["only"])])
+    op = workspace.op({"only": "kc_hard_echo:kernel"}, signature=signature)
+    catalog = kcatalog.load_catalog([workspace.write({"op": op}, backends=["only"])])
     handle = catalog.op("g.op")
     x = torch.zeros(1)
     assert handle(x) == ((x,), {})  # the default is the kernel's business: the handle passes what it was given
@@ -202,13 +192,13 @@ def test_signature_defaults_are_never_evaluated(
         "fn",
     ],
 )
-def test_handles_pass_every_argument_whatever_its_name(name: str, catalogs: Catalogs, modules: Modules) -> None:
+def test_handles_pass_every_argument_whatever_its_name(name: str, workspace: Workspace) -> None:
     torch = pytest.importorskip("torch")
-    modules.module("kc_hard_echo", ECHO)
-    op = catalogs.op(
+    workspace.module("kc_hard_echo", ECHO)
+    op = workspace.op(
         {"only": "kc_hard_echo:kernel"}, signature=f"(x: Tensor, {name}: int = 0, *, k: int = 1) -> Tensor"
     )
-    catalog = kcatalog.load_catalog([catalogs.write("catalog", {"op": op}, backends=["only"])])
+    catalog = kcatalog.load_catalog([workspace.write({"op": op}, backends=["only"])])
     handle = catalog.op("g.op")
     x = torch.zeros(1)
     for _ in range(2):  # the first call resolves the kernel, the second takes the cached path

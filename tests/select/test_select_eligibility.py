@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from kcatalog import CatalogError, NoEligibleBackendError, Platform, Rejected
-from kcatalog.select.selection import ineligibility
 
 if TYPE_CHECKING:
-    from conftest import Workspace
+    from catalog_builder import Workspace
 
 MISSING_DIST = "kcatalog-test-no-such-distribution"
 
@@ -80,40 +79,41 @@ ELIGIBLE = {
 }
 
 
-def _catalog(ws: Workspace, restriction: dict[str, Any], *, fallback: bool) -> Any:
+def _catalog(workspace: Workspace, restriction: dict[str, Any], *, fallback: bool) -> Any:
     """Op g.op: backend 'x' with the restriction (ranked first), plus an unrestricted 'ref' if `fallback`."""
-    ws.named_functions("kc_sel_elig", ["x", "ref"])
+    workspace.named_functions("kc_sel_elig", ["x", "ref"])
     backends: dict[str, Any] = {"x": {"target": "kc_sel_elig:x", **restriction}}
     if fallback:
         backends["ref"] = "kc_sel_elig:ref"
-    ws.write({"op": ws.op(backends, dtypes=["float32", "float16"])}, backends=["x", "ref"])
-    return ws.load()
+    workspace.write({"op": workspace.op(backends, dtypes=["float32", "float16"])}, backends=["x", "ref"])
+    return workspace.load()
 
 
 @pytest.mark.parametrize(("restriction", "platform", "dtype", "reason"), INELIGIBLE.values(), ids=INELIGIBLE.keys())
 def test_ineligible_spec_gives_its_reason(
-    ws: Workspace, restriction: dict[str, Any], platform: str, dtype: str | None, reason: str
+    workspace: Workspace, restriction: dict[str, Any], platform: str, dtype: str | None, reason: str
 ) -> None:
-    catalog = _catalog(ws, restriction, fallback=True)
-    assert ineligibility(catalog.get_backend("g.op", "x"), Platform.parse(platform), dtype) == reason
+    catalog = _catalog(workspace, restriction, fallback=True)
     selection = catalog.select("g.op", platform, dtype)
     assert selection.chosen is not None and selection.chosen.backend == "ref"
     assert selection.rejected == (Rejected("x", reason),)
 
 
 @pytest.mark.parametrize(("restriction", "platform", "dtype"), ELIGIBLE.values(), ids=ELIGIBLE.keys())
-def test_eligible_spec_gives_none(ws: Workspace, restriction: dict[str, Any], platform: str, dtype: str | None) -> None:
-    catalog = _catalog(ws, restriction, fallback=True)
-    assert ineligibility(catalog.get_backend("g.op", "x"), Platform.parse(platform), dtype) is None
+def test_eligible_spec_gives_none(
+    workspace: Workspace, restriction: dict[str, Any], platform: str, dtype: str | None
+) -> None:
+    catalog = _catalog(workspace, restriction, fallback=True)
     selection = catalog.select("g.op", platform, dtype)
     assert selection.chosen is not None and selection.chosen.backend == "x"
+    assert selection.rejected == (Rejected("ref", f"ranked below x by {selection.decided_by}"),)  # x: no reason
 
 
 @pytest.mark.parametrize(("restriction", "platform", "dtype", "reason"), INELIGIBLE.values(), ids=INELIGIBLE.keys())
 def test_explicit_backend_that_cannot_run_raises_with_its_reason(
-    ws: Workspace, restriction: dict[str, Any], platform: str, dtype: str | None, reason: str
+    workspace: Workspace, restriction: dict[str, Any], platform: str, dtype: str | None, reason: str
 ) -> None:
-    catalog = _catalog(ws, restriction, fallback=True)
+    catalog = _catalog(workspace, restriction, fallback=True)
     message = rf"^no backend of op 'g\.op' can run on {re.escape(platform)}: x: {re.escape(reason)}$"
     with pytest.raises(NoEligibleBackendError, match=message) as info:
         catalog.select("g.op", platform, dtype, backend="x")
@@ -124,9 +124,9 @@ def test_explicit_backend_that_cannot_run_raises_with_its_reason(
 
 @pytest.mark.parametrize(("restriction", "platform", "dtype", "reason"), INELIGIBLE.values(), ids=INELIGIBLE.keys())
 def test_single_backend_that_cannot_run_raises_with_its_reason(
-    ws: Workspace, restriction: dict[str, Any], platform: str, dtype: str | None, reason: str
+    workspace: Workspace, restriction: dict[str, Any], platform: str, dtype: str | None, reason: str
 ) -> None:
-    catalog = _catalog(ws, restriction, fallback=False)
+    catalog = _catalog(workspace, restriction, fallback=False)
     selection = catalog.select("g.op", platform, dtype)
     assert selection.chosen is None  # no silent pick of the only backend
     assert selection.rejected == (Rejected("x", reason),)
@@ -138,10 +138,12 @@ def test_single_backend_that_cannot_run_raises_with_its_reason(
 
 
 @pytest.mark.parametrize("case", ["wrong-device", "distribution-not-installed"])
-def test_kernel_on_this_machine_checks_eligibility(ws: Workspace, case: str) -> None:
+def test_kernel_on_this_machine_checks_eligibility(
+    workspace: Workspace, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     restriction, platform, _, reason = INELIGIBLE[case]
-    catalog = _catalog(ws, restriction, fallback=False)
-    catalog._platform = Platform.parse(platform)  # as detected; the cases are cpu ones
+    catalog = _catalog(workspace, restriction, fallback=False)
+    monkeypatch.setattr(Platform, "detect", classmethod(lambda cls: cls.parse(platform)))  # the cases are cpu ones
     with pytest.raises(
         NoEligibleBackendError, match=rf"^no backend of op 'g\.op' can run on cpu: x: {re.escape(reason)}$"
     ):
@@ -150,11 +152,11 @@ def test_kernel_on_this_machine_checks_eligibility(ws: Workspace, case: str) -> 
         catalog.kernel("g.op", backend="x")
 
 
-def test_the_error_for_nothing_eligible_lists_every_backend(ws: Workspace) -> None:
-    ws.named_functions("kc_sel_elig", ["x", "y"])
-    ws.write(
+def test_the_error_for_nothing_eligible_lists_every_backend(workspace: Workspace) -> None:
+    workspace.named_functions("kc_sel_elig", ["x", "y"])
+    workspace.write(
         {
-            "op": ws.op(
+            "op": workspace.op(
                 {
                     "x": {"target": "kc_sel_elig:x", "capabilities": [{"device": "cuda"}]},
                     "y": {"target": "kc_sel_elig:y", "requires": [MISSING_DIST]},
@@ -164,7 +166,7 @@ def test_the_error_for_nothing_eligible_lists_every_backend(ws: Workspace) -> No
         backends=["x", "y"],
     )
     with pytest.raises(NoEligibleBackendError) as info:
-        ws.load().select("g.op", "hip:gfx942").require()
+        workspace.load().select("g.op", "hip:gfx942").require()
     assert str(info.value) == (
         f"no backend of op 'g.op' can run on hip:gfx942: x: runs on cuda, not hip; "
         f"y: needs {MISSING_DIST}, not installed"
@@ -172,13 +174,13 @@ def test_the_error_for_nothing_eligible_lists_every_backend(ws: Workspace) -> No
     assert [r.backend for r in info.value.rejected] == ["x", "y"]
 
 
-def test_arch_window_on_a_device_without_numeric_archs_is_refused_at_load(ws: Workspace) -> None:
+def test_arch_window_on_a_device_without_numeric_archs_is_refused_at_load(workspace: Workspace) -> None:
     # min_arch/max_arch are CUDA compute capabilities; on hip they would be compared with 'gfx942'.
     # It must be a load-time diagnostic, not a ValueError from int('gfx942') at selection time.
-    ws.named_functions("kc_sel_elig", ["x", "ref"])
-    ws.write(
+    workspace.named_functions("kc_sel_elig", ["x", "ref"])
+    workspace.write(
         {
-            "op": ws.op(
+            "op": workspace.op(
                 {
                     "x": {"target": "kc_sel_elig:x", "capabilities": [{"device": "hip", "min_arch": "9.0"}]},
                     "ref": "kc_sel_elig:ref",
@@ -188,7 +190,7 @@ def test_arch_window_on_a_device_without_numeric_archs_is_refused_at_load(ws: Wo
         backends=["x", "ref"],
     )
     with pytest.raises(CatalogError) as info:
-        ws.load()
+        workspace.load()
     errors = [d for d in info.value.diagnostics if d.is_error]
     assert [d.code for d in errors] == ["KC103"]
     assert "min_arch" in errors[0].message and "cuda" in errors[0].message

@@ -12,7 +12,7 @@ import kcatalog
 from kcatalog.tools.cli import main
 
 if TYPE_CHECKING:
-    from conftest import Workspace
+    from catalog_builder import Workspace
 
 try:
     importlib.metadata.distribution("triton")
@@ -127,12 +127,12 @@ def test_default_platform_is_this_machine(capsys: pytest.CaptureFixture[str]) ->
 
 
 @pytest.fixture
-def nothing_on_cpu(ws: Workspace) -> Workspace:
+def nothing_on_cpu(workspace: Workspace) -> Workspace:
     """g.op: 'cu' (cuda >= 8.0), 'rocm' (hip gfx942), 'f32' (float32 only); nothing runs on cpu but f32."""
-    ws.named_functions("kc_sel_explain", ["cu", "rocm", "f32"])
-    ws.write(
+    workspace.named_functions("kc_sel_explain", ["cu", "rocm", "f32"])
+    workspace.write(
         {
-            "op": ws.op(
+            "op": workspace.op(
                 {
                     "cu": {"target": "kc_sel_explain:cu", "capabilities": [{"device": "cuda", "min_arch": "8.0"}]},
                     "rocm": {"target": "kc_sel_explain:rocm", "capabilities": [{"device": "hip", "archs": ["gfx942"]}]},
@@ -143,7 +143,7 @@ def nothing_on_cpu(ws: Workspace) -> Workspace:
         },
         backends=["cu", "rocm", "f32"],
     )
-    return ws
+    return workspace
 
 
 def test_nothing_eligible_exits_1_with_every_reason(
@@ -184,16 +184,16 @@ def test_nothing_eligible_json(nothing_on_cpu: Workspace, capsys: pytest.Capture
     ]
 
 
-def test_explain_all_fails_when_one_op_has_nothing(ws: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
-    ws.named_functions("kc_sel_explain", ["cu", "ref"])
-    ws.write(
+def test_explain_all_fails_when_one_op_has_nothing(workspace: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
+    workspace.named_functions("kc_sel_explain", ["cu", "ref"])
+    workspace.write(
         {
-            "fine": ws.op({"ref": "kc_sel_explain:ref"}),
-            "gpu_only": ws.op({"cu": {"target": "kc_sel_explain:cu", "capabilities": [{"device": "cuda"}]}}),
+            "fine": workspace.op({"ref": "kc_sel_explain:ref"}),
+            "gpu_only": workspace.op({"cu": {"target": "kc_sel_explain:cu", "capabilities": [{"device": "cuda"}]}}),
         },
         backends=["cu", "ref"],
     )
-    code, entries = _explain_json(capsys, "--all", "--platform", "cpu", "--catalog", str(ws.catalog_dir))
+    code, entries = _explain_json(capsys, "--all", "--platform", "cpu", "--catalog", str(workspace.catalog_dir))
     assert code == 1
     assert {e["op"]: e["chosen"] for e in entries} == {"g.fine": "ref", "g.gpu_only": None}
 

@@ -10,7 +10,7 @@ import pytest
 from kcatalog import CatalogError, KernelImportError, NoEligibleBackendError, Rejected
 
 if TYPE_CHECKING:
-    from conftest import Workspace
+    from catalog_builder import Workspace
 
 BROKEN = """
 def kernel(*args, **kwargs):
@@ -23,14 +23,15 @@ FAILURE = "RuntimeError: boom: libkernel.so not found"
 
 
 @pytest.fixture
-def catalog_dir(ws: Workspace) -> Workspace:
+def catalog_dir(workspace: Workspace) -> Workspace:
     """g.op: 'broken' (ranked first, its module raises on import), then 'good'."""
-    ws.module("kc_sel_broken", BROKEN)
-    ws.named_functions("kc_sel_good", ["kernel"])
-    ws.write(
-        {"op": ws.op({"broken": "kc_sel_broken:kernel", "good": "kc_sel_good:kernel"})}, backends=["broken", "good"]
+    workspace.module("kc_sel_broken", BROKEN)
+    workspace.named_functions("kc_sel_good", ["kernel"])
+    workspace.write(
+        {"op": workspace.op({"broken": "kc_sel_broken:kernel", "good": "kc_sel_good:kernel"})},
+        backends=["broken", "good"],
     )
-    return ws
+    return workspace
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -93,11 +94,15 @@ def test_explicitly_named_backend_known_to_have_failed_raises_with_the_failure(c
         catalog.select("g.op", "cpu", backend="broken")
 
 
-def test_when_every_import_fails_the_error_lists_every_failure(ws: Workspace, caplog: pytest.LogCaptureFixture) -> None:
-    ws.module("kc_sel_broken", BROKEN)
-    ws.module("kc_sel_broken2", "import kc_sel_no_such_module\n\n\ndef kernel():\n    pass\n")
-    ws.write({"op": ws.op({"one": "kc_sel_broken:kernel", "two": "kc_sel_broken2:kernel"})}, backends=["one", "two"])
-    catalog = ws.load()
+def test_when_every_import_fails_the_error_lists_every_failure(
+    workspace: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    workspace.module("kc_sel_broken", BROKEN)
+    workspace.module("kc_sel_broken2", "import kc_sel_no_such_module\n\n\ndef kernel():\n    pass\n")
+    workspace.write(
+        {"op": workspace.op({"one": "kc_sel_broken:kernel", "two": "kc_sel_broken2:kernel"})}, backends=["one", "two"]
+    )
+    catalog = workspace.load()
     with pytest.raises(NoEligibleBackendError) as info:
         catalog.kernel("g.op")
     assert info.value.rejected == (

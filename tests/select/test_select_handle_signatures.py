@@ -10,7 +10,7 @@ import pytest
 import torch
 
 if TYPE_CHECKING:
-    from conftest import Workspace
+    from catalog_builder import Workspace
 
 ECHO = "def echo(*args, **kwargs):\n    return args, kwargs\n"
 
@@ -26,40 +26,41 @@ ECHO = "def echo(*args, **kwargs):\n    return args, kwargs\n"
     ],
     ids=["defaults", "positional-only", "keyword-only", "variadic", "non-literal-default"],
 )
-def test_handle_signature(ws: Workspace, signature: str, expected: str) -> None:
-    ws.module("kc_sig_echo", ECHO)
-    ws.write({"op": ws.op({"ref": "kc_sig_echo:echo"}, signature=signature)}, backends=["ref"])
-    handle = ws.load().op("g.op")
+def test_handle_signature(workspace: Workspace, signature: str, expected: str) -> None:
+    workspace.module("kc_sig_echo", ECHO)
+    workspace.write({"op": workspace.op({"ref": "kc_sig_echo:echo"}, signature=signature)}, backends=["ref"])
+    handle = workspace.load().op("g.op")
     assert str(inspect.signature(handle)) == expected
 
 
-def test_declared_defaults_are_passed_and_overridable(ws: Workspace) -> None:
-    ws.module("kc_sig_echo", ECHO)
-    ws.write(
-        {"op": ws.op({"ref": "kc_sig_echo:echo"}, signature="(x: Tensor, *, k: int = 3) -> Tensor")}, backends=["ref"]
+def test_declared_defaults_are_passed_and_overridable(workspace: Workspace) -> None:
+    workspace.module("kc_sig_echo", ECHO)
+    workspace.write(
+        {"op": workspace.op({"ref": "kc_sig_echo:echo"}, signature="(x: Tensor, *, k: int = 3) -> Tensor")},
+        backends=["ref"],
     )
-    handle = ws.load().op("g.op")
+    handle = workspace.load().op("g.op")
     x = torch.ones(2)
     assert handle(x) == ((x,), {"k": 3})
     assert handle(x, k=5) == ((x,), {"k": 5})
 
 
-def test_variadic_handles_forward_what_was_given(ws: Workspace) -> None:
-    ws.module("kc_sig_echo", ECHO)
-    ws.write(
-        {"op": ws.op({"ref": "kc_sig_echo:echo"}, signature="(x: Tensor, *rest, **options) -> Tensor")},
+def test_variadic_handles_forward_what_was_given(workspace: Workspace) -> None:
+    workspace.module("kc_sig_echo", ECHO)
+    workspace.write(
+        {"op": workspace.op({"ref": "kc_sig_echo:echo"}, signature="(x: Tensor, *rest, **options) -> Tensor")},
         backends=["ref"],
     )
-    handle = ws.load().op("g.op")
+    handle = workspace.load().op("g.op")
     x = torch.ones(2)
     assert handle(x, 1, 2, flag=True) == ((x, 1, 2), {"flag": True})
 
 
-def test_a_default_that_is_code_is_never_run(ws: Workspace, tmp_path: Path) -> None:
+def test_a_default_that_is_code_is_never_run(workspace: Workspace, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    ws.module("kc_sig_echo", ECHO)
+    workspace.module("kc_sig_echo", ECHO)
     signature = f"(x: Tensor, eps: float = open({str(marker)!r}, 'w')) -> Tensor"
-    ws.write({"op": ws.op({"ref": "kc_sig_echo:echo"}, signature=signature)}, backends=["ref"])
-    handle = ws.load().op("g.op")
+    workspace.write({"op": workspace.op({"ref": "kc_sig_echo:echo"}, signature=signature)}, backends=["ref"])
+    handle = workspace.load().op("g.op")
     handle(torch.ones(2))
     assert not marker.exists()

@@ -13,7 +13,7 @@ import pytest
 from kcatalog import CatalogError, NoEligibleBackendError
 
 if TYPE_CHECKING:
-    from conftest import Workspace
+    from catalog_builder import Workspace
 
     from kcatalog import Catalog
 
@@ -37,12 +37,12 @@ def kernel(*args, **kwargs):
 
 
 @pytest.fixture
-def by_dtype(ws: Workspace) -> Workspace:
+def by_dtype(workspace: Workspace) -> Workspace:
     """g.op over float32/float16: 'f32' only float32, 'f16' only float16, 'anyd' both; ranked in that order."""
-    ws.named_functions("kc_sel_dtype", ["f32", "f16", "anyd"])
-    ws.write(
+    workspace.named_functions("kc_sel_dtype", ["f32", "f16", "anyd"])
+    workspace.write(
         {
-            "op": ws.op(
+            "op": workspace.op(
                 {
                     "f32": {"target": "kc_sel_dtype:f32", "dtypes": ["float32"]},
                     "f16": {"target": "kc_sel_dtype:f16", "dtypes": ["float16"]},
@@ -54,7 +54,7 @@ def by_dtype(ws: Workspace) -> Workspace:
         },
         backends=["f32", "f16", "anyd"],
     )
-    return ws
+    return workspace
 
 
 def _spy_on_resolve(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
@@ -94,11 +94,11 @@ def test_handle_checks_eligibility_of_the_dtype(by_dtype: Workspace) -> None:
     ["(w: Tensor, x: Tensor) -> Tensor", "(w: Tensor, /, x: Tensor) -> Tensor", "(w: Tensor, *, x: Tensor) -> Tensor"],
     ids=["positional", "after-positional-only", "keyword-only"],
 )
-def test_handle_dispatches_on_the_declared_dispatch_arg(ws: Workspace, signature: str) -> None:
-    ws.named_functions("kc_sel_dtype", ["f32", "f16"])
-    ws.write(
+def test_handle_dispatches_on_the_declared_dispatch_arg(workspace: Workspace, signature: str) -> None:
+    workspace.named_functions("kc_sel_dtype", ["f32", "f16"])
+    workspace.write(
         {
-            "op": ws.op(
+            "op": workspace.op(
                 {
                     "f32": {"target": "kc_sel_dtype:f32", "dtypes": ["float32"]},
                     "f16": {"target": "kc_sel_dtype:f16", "dtypes": ["float16"]},
@@ -110,21 +110,25 @@ def test_handle_dispatches_on_the_declared_dispatch_arg(ws: Workspace, signature
         },
         backends=["f32", "f16"],
     )
-    handle = ws.load().op("g.op")
+    handle = workspace.load().op("g.op")
     w16, x32 = torch.ones(2, dtype=torch.float16), torch.ones(2, dtype=torch.float32)
     assert handle(w16, x=x32) == "f32"
     if "*" not in signature:
         assert handle(w16, x32) == "f32"
 
 
-def test_dispatch_arg_missing_from_the_signature_is_a_load_time_error(ws: Workspace) -> None:
-    ws.named_functions("kc_sel_dtype", ["f32"])
-    ws.write(
-        {"op": ws.op({"f32": "kc_sel_dtype:f32"}, signature="(x: Tensor, w: Tensor) -> Tensor", dispatch_arg="weight")},
+def test_dispatch_arg_missing_from_the_signature_is_a_load_time_error(workspace: Workspace) -> None:
+    workspace.named_functions("kc_sel_dtype", ["f32"])
+    workspace.write(
+        {
+            "op": workspace.op(
+                {"f32": "kc_sel_dtype:f32"}, signature="(x: Tensor, w: Tensor) -> Tensor", dispatch_arg="weight"
+            )
+        },
         backends=["f32"],
     )
     with pytest.raises(CatalogError) as info:
-        ws.load()
+        workspace.load()
     [error] = [d for d in info.value.diagnostics if d.is_error]
     assert (error.code, error.message) == (
         "KC208",
@@ -175,12 +179,12 @@ def test_handle_in_another_thread_does_not_see_a_scope(by_dtype: Workspace) -> N
 
 
 @pytest.fixture
-def counted(ws: Workspace) -> tuple[Catalog, list[str]]:
+def counted(workspace: Workspace) -> tuple[Catalog, list[str]]:
     """A catalog whose one backend's module records each import of itself in kc_sel_import_log.imports."""
-    ws.module("kc_sel_import_log", "imports = []\n")
-    ws.module("kc_sel_counted", COUNTED)
-    ws.write({"op": ws.op({"only": "kc_sel_counted:kernel"})}, backends=["only"])
-    catalog = ws.load()
+    workspace.module("kc_sel_import_log", "imports = []\n")
+    workspace.module("kc_sel_counted", COUNTED)
+    workspace.write({"op": workspace.op({"only": "kc_sel_counted:kernel"})}, backends=["only"])
+    catalog = workspace.load()
     import kc_sel_import_log  # type: ignore[import-not-found]
 
     return catalog, kc_sel_import_log.imports

@@ -14,7 +14,7 @@ import pytest
 from kcatalog import CatalogError, NoEligibleBackendError, UnknownBackendError
 
 if TYPE_CHECKING:
-    from conftest import Workspace
+    from catalog_builder import Workspace
 
     from kcatalog import Catalog
 
@@ -24,17 +24,17 @@ KNOWN = ", ".join(BACKENDS)
 
 # Known bug, strict so the test fails once fixed and the mark must go (fix in the select report).
 @pytest.fixture
-def catalog_dir(ws: Workspace) -> Workspace:
+def catalog_dir(workspace: Workspace) -> Workspace:
     """g.op has every backend (a first by priority); g.other only a and b; all run anywhere."""
-    ws.named_functions("kc_sel_ovr", BACKENDS)
-    ws.write(
+    workspace.named_functions("kc_sel_ovr", BACKENDS)
+    workspace.write(
         {
-            "op": ws.op({name: f"kc_sel_ovr:{name}" for name in BACKENDS}),
-            "other": ws.op({name: f"kc_sel_ovr:{name}" for name in ("a", "b")}),
+            "op": workspace.op({name: f"kc_sel_ovr:{name}" for name in BACKENDS}),
+            "other": workspace.op({name: f"kc_sel_ovr:{name}" for name in ("a", "b")}),
         },
         backends=BACKENDS,
     )
-    return ws
+    return workspace
 
 
 def _chosen(catalog: Catalog, op: str = "g.op") -> tuple[str, str]:
@@ -360,14 +360,18 @@ def test_forced_backend_an_op_lacks_raises_when_strict(catalog_dir: Workspace, m
 
 
 @pytest.fixture
-def with_cuda_only(ws: Workspace) -> Workspace:
+def with_cuda_only(workspace: Workspace) -> Workspace:
     """g.op: 'cu' (cuda only) and 'a'."""
-    ws.named_functions("kc_sel_ovr", ["a", "cu"])
-    ws.write(
-        {"op": ws.op({"a": "kc_sel_ovr:a", "cu": {"target": "kc_sel_ovr:cu", "capabilities": [{"device": "cuda"}]}})},
+    workspace.named_functions("kc_sel_ovr", ["a", "cu"])
+    workspace.write(
+        {
+            "op": workspace.op(
+                {"a": "kc_sel_ovr:a", "cu": {"target": "kc_sel_ovr:cu", "capabilities": [{"device": "cuda"}]}}
+            )
+        },
         backends=["a", "cu"],
     )
-    return ws
+    return workspace
 
 
 def test_override_to_a_backend_that_cannot_run_falls_back_with_one_warning(

@@ -8,20 +8,20 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from conftest import Workspace
+    from catalog_builder import Workspace
 
 MODULES = ("kc_sel_prep_one_a", "kc_sel_prep_one_b", "kc_sel_prep_two_a", "kc_sel_prep_two_b")
 
 
 @pytest.fixture
-def catalog_dir(ws: Workspace) -> Workspace:
+def catalog_dir(workspace: Workspace) -> Workspace:
     """Priority [a, b]. g.one: a and b run anywhere. g.two: a runs on cuda >= 8.0 only. One module per spec."""
     for name in MODULES:
-        ws.named_functions(name, ["kernel"])
-    ws.write(
+        workspace.named_functions(name, ["kernel"])
+    workspace.write(
         {
-            "one": ws.op({"a": "kc_sel_prep_one_a:kernel", "b": "kc_sel_prep_one_b:kernel"}),
-            "two": ws.op(
+            "one": workspace.op({"a": "kc_sel_prep_one_a:kernel", "b": "kc_sel_prep_one_b:kernel"}),
+            "two": workspace.op(
                 {
                     "a": {
                         "target": "kc_sel_prep_two_a:kernel",
@@ -33,7 +33,7 @@ def catalog_dir(ws: Workspace) -> Workspace:
         },
         backends=["a", "b"],
     )
-    return ws
+    return workspace
 
 
 def _imported() -> set[str]:

@@ -10,13 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kcatalog import Platform, Rejected
-from kcatalog.select.selection import priority_order
+from kcatalog import Catalog, Rejected
 
 if TYPE_CHECKING:
-    from conftest import Workspace
-
-    from kcatalog import Catalog
+    from catalog_builder import Workspace
 
 BACKENDS = ["a", "b", "c", "d"]
 OP_PLATFORM = "priority of op 'g.op' on cpu"
@@ -26,10 +23,15 @@ DEFAULT = "catalog default priority"
 
 
 def _catalog(
-    ws: Workspace, *, op_platform: bool, catalog_platform: bool, op: bool, extra_backends: dict[str, Any] | None = None
+    workspace: Workspace,
+    *,
+    op_platform: bool,
+    catalog_platform: bool,
+    op: bool,
+    extra_backends: dict[str, Any] | None = None,
 ) -> Catalog:
     """Default [a, b, c, d]; the op prefers b; the catalog prefers c on cpu; the op prefers d on cpu."""
-    ws.named_functions("kc_sel_prio", [*BACKENDS, "cu"])
+    workspace.named_functions("kc_sel_prio", [*BACKENDS, "cu"])
     backends: dict[str, Any] = {name: f"kc_sel_prio:{name}" for name in BACKENDS}
     backends.update(extra_backends or {})
     extra: dict[str, Any] = {}
@@ -37,13 +39,13 @@ def _catalog(
         extra["priority"] = ["b"]
     if op_platform:
         extra["platform_priority"] = {"cpu": ["d"]}
-    ws.write(
-        {"op": ws.op(backends, **extra)},
+    workspace.write(
+        {"op": workspace.op(backends, **extra)},
         backends=[*BACKENDS, "cu"],
         priority=BACKENDS,
         platform_priority={"cpu": ["c"]} if catalog_platform else None,
     )
-    return ws.load()
+    return workspace.load()
 
 
 @pytest.mark.parametrize(
@@ -56,8 +58,10 @@ def _catalog(
     ],
     ids=["op-platform-beats-catalog-platform", "catalog-platform-beats-op", "op-beats-default", "default"],
 )
-def test_most_specific_priority_wins(ws: Workspace, levels: dict[str, bool], chosen: str, decided_by: str) -> None:
-    selection = _catalog(ws, **levels).select("g.op", "cpu")
+def test_most_specific_priority_wins(
+    workspace: Workspace, levels: dict[str, bool], chosen: str, decided_by: str
+) -> None:
+    selection = _catalog(workspace, **levels).select("g.op", "cpu")
     assert selection.chosen is not None and selection.chosen.backend == chosen
     assert selection.decided_by == decided_by
     assert selection.order[0] == chosen
@@ -65,48 +69,48 @@ def test_most_specific_priority_wins(ws: Workspace, levels: dict[str, bool], cho
     assert sorted(r.backend for r in selection.rejected) == sorted(set(BACKENDS) - {chosen})
 
 
-def test_per_device_priorities_apply_only_on_their_device(ws: Workspace) -> None:
-    catalog = _catalog(ws, op_platform=True, catalog_platform=True, op=True)
+def test_per_device_priorities_apply_only_on_their_device(workspace: Workspace) -> None:
+    catalog = _catalog(workspace, op_platform=True, catalog_platform=True, op=True)
     selection = catalog.select("g.op", "cuda:9.0")
     assert (selection.chosen.backend, selection.decided_by) == ("b", OP)  # type: ignore[union-attr]
 
 
-def test_backends_a_priority_does_not_list_come_after_the_listed_ones(ws: Workspace) -> None:
-    selection = _catalog(ws, op_platform=True, catalog_platform=False, op=False).select("g.op", "cpu")
+def test_backends_a_priority_does_not_list_come_after_the_listed_ones(workspace: Workspace) -> None:
+    selection = _catalog(workspace, op_platform=True, catalog_platform=False, op=False).select("g.op", "cpu")
     assert selection.order == ("d", "a", "b", "c")
 
 
-def test_the_deciding_list_skips_a_backend_that_cannot_run_here(ws: Workspace) -> None:
+def test_the_deciding_list_skips_a_backend_that_cannot_run_here(workspace: Workspace) -> None:
     # The op's cpu list puts a cuda-only backend first: the next one of that same list runs.
-    ws.named_functions("kc_sel_prio", [*BACKENDS, "cu"])
+    workspace.named_functions("kc_sel_prio", [*BACKENDS, "cu"])
     backends: dict[str, Any] = {name: f"kc_sel_prio:{name}" for name in BACKENDS}
     backends["cu"] = {"target": "kc_sel_prio:cu", "capabilities": [{"device": "cuda"}]}
-    ws.write(
-        {"op": ws.op(backends, priority=["b"], platform_priority={"cpu": ["cu", "d"]})},
+    workspace.write(
+        {"op": workspace.op(backends, priority=["b"], platform_priority={"cpu": ["cu", "d"]})},
         backends=[*BACKENDS, "cu"],
         priority=BACKENDS,
     )
-    selection = ws.load().select("g.op", "cpu")
+    selection = workspace.load().select("g.op", "cpu")
     assert (selection.chosen.backend, selection.decided_by) == ("d", OP_PLATFORM)  # type: ignore[union-attr]
     assert selection.rejected[0] == Rejected("cu", "runs on cuda, not cpu")
 
 
-def test_catalog_lists_may_name_backends_an_op_lacks(ws: Workspace) -> None:
-    ws.named_functions("kc_sel_prio", ["a", "b"])
-    ws.write(
-        {"op": ws.op({"a": "kc_sel_prio:a", "b": "kc_sel_prio:b"})},
+def test_catalog_lists_may_name_backends_an_op_lacks(workspace: Workspace) -> None:
+    workspace.named_functions("kc_sel_prio", ["a", "b"])
+    workspace.write(
+        {"op": workspace.op({"a": "kc_sel_prio:a", "b": "kc_sel_prio:b"})},
         backends=["z", "a", "b"],
         priority=["z", "b", "a"],
         platform_priority={"cpu": ["z", "a"]},
     )
-    catalog = ws.load()
+    catalog = workspace.load()
     assert catalog.select("g.op", "cpu").order == ("a", "b")
     assert catalog.select("g.op", "cuda:9.0").order == ("b", "a")
 
 
 @pytest.fixture
-def base_catalog(ws: Workspace) -> Catalog:
-    return _catalog(ws, op_platform=False, catalog_platform=False, op=False)
+def base_catalog(workspace: Workspace) -> Catalog:
+    return _catalog(workspace, op_platform=False, catalog_platform=False, op=False)
 
 
 _order = st.one_of(
@@ -136,7 +140,8 @@ def test_priority_order_property(
         priority=default or (),
         platform_priority=MappingProxyType({"cpu": catalog_platform} if catalog_platform is not None else {}),
     )
-    order, decided_by = priority_order(settings_, info, Platform.parse(device))
+    selection = Catalog({"g.op": info}, settings_, ()).select("g.op", device)  # a catalog built from the model
+    order, decided_by = selection.order, selection.decided_by
     levels = [(op, OP), (default, DEFAULT)]
     if device == "cpu":
         levels[:0] = [(op_platform, OP_PLATFORM), (catalog_platform, CATALOG_PLATFORM)]
