@@ -10,7 +10,7 @@ import pytest
 import kcatalog
 from kcatalog import CacheOutcome, CacheStatus, LoadOptions
 from kcatalog.cache.codec import MODEL_TYPES, Codec  # unit test of the cache's codec: internal on purpose
-from kcatalog.load import LoadKeywords
+from kcatalog.load import LoadKeywords  # the keywords of load_catalog, checked against LoadOptions: internal on purpose
 from kcatalog.model import LinkedCatalog, OpInfo
 
 

@@ -9,9 +9,11 @@ from pathlib import Path
 import pydantic
 import pytest
 
+import kcatalog
 from kcatalog.tools.cli import main
 from kcatalog.validate import schema
-from kcatalog.validate.jsonschema import render_schemas, shipped_schema_dir, write_schemas
+
+SHIPPED_SCHEMAS = Path(kcatalog.__file__).resolve().parent / "schemas"  # package data: the schemas in the wheel
 
 MODELS = sorted(
     (
@@ -68,13 +70,21 @@ def test_the_committed_schemas_are_fresh(capsys: pytest.CaptureFixture[str]) -> 
     assert capsys.readouterr().out == "Schemas are up to date.\n"
 
 
-def test_committed_schemas_match_the_models_byte_for_byte() -> None:
-    for name, text in render_schemas().items():
-        assert (shipped_schema_dir() / name).read_text(encoding="utf-8") == text, name
+def rendered(directory: Path) -> dict[str, bytes]:
+    """`kcatalog schema --dir DIRECTORY`: the schemas generated from the models, by file name."""
+    assert main(["schema", "--dir", str(directory)]) == 0
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
+
+
+def test_committed_schemas_match_the_models_byte_for_byte(tmp_path: Path) -> None:
+    schemas = rendered(tmp_path)
+    assert sorted(schemas) == ["manifest.v1.json", "settings.v1.json"]
+    for name, content in schemas.items():
+        assert (SHIPPED_SCHEMAS / name).read_bytes() == content, name
 
 
 def test_a_modified_schema_fails_the_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_schemas(tmp_path)
+    rendered(tmp_path)
     assert main(["schema", "--check", "--dir", str(tmp_path)]) == 0
     edited = tmp_path / "manifest.v1.json"
     document = json.loads(edited.read_text(encoding="utf-8"))
@@ -86,7 +96,7 @@ def test_a_modified_schema_fails_the_check(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_a_missing_schema_fails_the_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_schemas(tmp_path)
+    rendered(tmp_path)
     (tmp_path / "settings.v1.json").unlink()
     assert main(["schema", "--check", "--dir", str(tmp_path)]) == 1
     assert "settings.v1.json: stale or missing" in capsys.readouterr().err
@@ -94,13 +104,13 @@ def test_a_missing_schema_fails_the_check(tmp_path: Path, capsys: pytest.Capture
 
 def test_schema_writes_what_the_check_accepts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema", "--dir", str(tmp_path)]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(render_schemas())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in SHIPPED_SCHEMAS.iterdir())
     assert main(["schema", "--check", "--dir", str(tmp_path)]) == 0
 
 
-def test_schemas_are_json_schema_2020_12_documents() -> None:
-    for name, text in render_schemas().items():
-        document = json.loads(text)
+def test_schemas_are_json_schema_2020_12_documents(tmp_path: Path) -> None:
+    for name, content in rendered(tmp_path).items():
+        document = json.loads(content)
         assert document["$schema"] == "https://json-schema.org/draft/2020-12/schema"
         assert document["$id"] == name
         assert document["additionalProperties"] is False  # extra="forbid" reaches the editor too

@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kcatalog import Diagnostic, Location
-from kcatalog.read.yaml_nodes import MAX_DEPTH, MAX_NODES, ParsedFile, find_node, node_location, parse_yaml
+from kcatalog.read.yaml_nodes import (  # unit tests of the YAML reader: internal on purpose
+    MAX_DEPTH,
+    MAX_NODES,
+    ParsedFile,
+    find_node,
+    node_location,
+    parse_yaml,
+)
 
 
 def data(text: str) -> object:
