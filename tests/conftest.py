@@ -1,14 +1,18 @@
 """Suite-wide setup: Triton kernels run under the interpreter unless a GPU run asks otherwise; one test
-environment (no backend overrides, a private load cache); throwaway workspaces."""
+environment (no backend overrides, a private load cache); throwaway workspaces; and a check, at the end of the
+session, that the user's own load cache was left alone."""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from catalog_builder import CACHE_VARIABLE, SHELL_VARIABLES, Workspace, workspace_at
+
+pytest_plugins = ["pytester"]  # tests/test_isolation.py runs sessions of this conftest
 
 # Must be set before any Triton kernel is decorated: triton.jit reads it at definition time.
 if os.environ.get("KCATALOG_TEST_DEVICE", "cpu") == "cpu":
@@ -36,3 +40,71 @@ def workspace(tmp_path: Path) -> Iterator[Workspace]:
     """Throwaway catalogs and kernel modules under tmp_path (see catalog_builder)."""
     with workspace_at(tmp_path) as written:
         yield written
+
+
+# -- the user's load cache is never touched --------------------------------------------------------------------
+
+UserCacheState = tuple[bool, dict[str, tuple[int, int]], int] | None
+
+
+def user_cache_dir() -> Path:
+    """Where load_catalog() caches without KCATALOG_CACHE_DIR: $XDG_CACHE_HOME/kcatalog or ~/.cache/kcatalog."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kcatalog"
+
+
+def user_cache_state(directory: Path) -> UserCacheState:
+    """None if the directory is absent; else whether it could be listed, its entries' sizes and modification
+    times, and its own modification time (an entry created, renamed or removed changes it)."""
+    try:
+        entries = {path.name: (path.lstat().st_size, path.lstat().st_mtime_ns) for path in directory.iterdir()}
+        return True, entries, directory.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # unreadable: compare what can be seen
+        return False, {type(exc).__name__: (0, 0)}, 0
+
+
+_USER_CACHE = pytest.StashKey[tuple[Path, UserCacheState]]()
+_USER_CACHE_CHANGED = pytest.StashKey[str]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    directory = user_cache_dir()
+    session.config.stash[_USER_CACHE] = directory, user_cache_state(directory)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session if anything in it created, changed or removed an entry of the user's load cache."""
+    recorded = session.config.stash.get(_USER_CACHE, None)
+    if recorded is None:  # this conftest was loaded after the session started: nothing to compare
+        return
+    directory, before = recorded
+    after = user_cache_state(directory)
+    if after == before:
+        return
+    message = (
+        f"this test session changed the user's load cache {directory} ({_difference(before, after)}): a test "
+        f"or a child process ran without the session's private {CACHE_VARIABLE} (or another process of this "
+        "user loaded a catalog meanwhile)"
+    )
+    session.config.stash[_USER_CACHE_CHANGED] = message
+    if session.config.pluginmanager.get_plugin("terminalreporter") is None:
+        print(f"ERROR: {message}", file=sys.stderr)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    message = terminalreporter.config.stash.get(_USER_CACHE_CHANGED, None)
+    if message is not None:
+        terminalreporter.write_sep("=", "the user's load cache changed", red=True, bold=True)
+        terminalreporter.write_line(f"ERROR: {message}", red=True)
+
+
+def _difference(before: UserCacheState, after: UserCacheState) -> str:
+    if before is None or after is None:
+        return "created" if before is None else "removed"
+    old, new = before[1], after[1]
+    added, removed = len(new.keys() - old.keys()), len(old.keys() - new.keys())
+    rewritten = sum(old[name] != new[name] for name in old.keys() & new.keys())
+    return f"{added} added, {removed} removed, {rewritten} rewritten entries"

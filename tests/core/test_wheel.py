@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from catalog_builder import child_env
 
 import kcatalog
 
@@ -23,7 +23,7 @@ NOT_BUILT = shutil.ignore_patterns(
 
 def pip(*args: str, cwd: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-cache-dir", *args],  # no ~/.cache/pip
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -91,8 +91,7 @@ print(json.dumps({"file": kcatalog.__file__, "ops": catalog.ops(), "warnings": [
 
 def python_in(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run python with only the installed wheel's kcatalog importable, from a directory outside the repo."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KCATALOG_")}
-    env["PYTHONPATH"] = str(site)
+    env = child_env() | {"PYTHONPATH": str(site)}
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, cwd=site.parent, env=env, timeout=120
     )
