@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .. import codes
-from ..errors import Diagnostic, KernelImportError
+from ..errors import Diagnostic, KernelImportError, Severity
 from ..link.signature import signature_params
 
 if TYPE_CHECKING:
@@ -16,17 +16,32 @@ if TYPE_CHECKING:
 
 def import_problems(spec: KernelSpec, signature: str) -> Iterator[Diagnostic]:
     """A diagnostic (the caller locates it) for a target that fails to import (KC307), is not callable
-    (KC308), or whose parameters differ from the op's declared signature (KC309). Runs kernel modules' code."""
+    (KC308), or whose parameters differ from the op's declared signature (KC309). Runs kernel modules' code.
+
+    A target whose top-level package is not installed here is unavailable (KC303, a warning), as the
+    static check says of it: importing it cannot tell more."""
+    target = spec.target
     try:
         obj = spec.load()
     except KernelImportError as exc:
+        cause = exc.__cause__
+        module = target.partition(":")[0]
+        top = module.partition(".")[0]
+        if isinstance(cause, ModuleNotFoundError) and cause.name == top:
+            yield Diagnostic(
+                codes.TARGET_UNAVAILABLE,
+                f"module {module!r} unavailable here: top-level package {top!r} is not installed "
+                f"(importing target {target!r} raised ModuleNotFoundError)",
+                severity=Severity.WARNING,
+            )
+            return
         yield Diagnostic(
             codes.TARGET_IMPORT_FAILED,
-            f"importing target '{spec.target}' failed: {type(exc.__cause__).__name__}: {exc.__cause__}",
+            f"importing target {target!r} failed: {type(cause).__name__}: {_one_line(str(cause))}",
         )
         return
     if not callable(obj):
-        yield Diagnostic(codes.TARGET_NOT_CALLABLE, f"target '{spec.target}' is a {type(obj).__name__}, not callable")
+        yield Diagnostic(codes.TARGET_NOT_CALLABLE, f"target {target!r} is a {type(obj).__name__}, not callable")
         return
     try:
         parameters = inspect.signature(obj).parameters.values()
@@ -39,5 +54,10 @@ def import_problems(spec: KernelSpec, signature: str) -> Iterator[Diagnostic]:
     if actual != declared:
         yield Diagnostic(
             codes.TARGET_SIGNATURE_MISMATCH,
-            (f"target '{spec.target}' takes ({', '.join(actual)}); op '{spec.op}' declares ({', '.join(declared)})"),
+            f"target {target!r} takes ({', '.join(actual)}); op '{spec.op}' declares ({', '.join(declared)})",
         )
+
+
+def _one_line(text: str) -> str:
+    """An exception's text on one line: messages never hold raw line breaks."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")

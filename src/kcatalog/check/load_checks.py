@@ -94,13 +94,15 @@ def _check_targets(
             fresh = checks
     for spec in wanted:
         problem = checks.problems[spec.target]
-        if problem is not None:
-            out.append(dataclasses.replace(problem, location=spec.target_location))
-        elif import_targets:
+        if import_targets and (problem is None or not problem.is_error):
+            # The deeper check imports what the static one could not verify (KC304) or found unavailable
+            # (KC303) too; what importing finds replaces that warning.
             from .imports import import_problems  # runs kernel modules' code: only when asked
 
             signature = linked.ops[spec.op].signature
             out.extend(dataclasses.replace(p, location=spec.target_location) for p in import_problems(spec, signature))
+        elif problem is not None:
+            out.append(dataclasses.replace(problem, location=spec.target_location))
     return fresh
 
 
