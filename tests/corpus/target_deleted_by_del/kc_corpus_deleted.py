@@ -1,0 +1,5 @@
+def rms_norm(x, weight):
+    return x
+
+
+del rms_norm

@@ -1,0 +1,3 @@
+class Base:
+    def forward(self, x, weight):
+        return x

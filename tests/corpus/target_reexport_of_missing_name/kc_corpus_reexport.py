@@ -1,0 +1,1 @@
+from kc_corpus_reexport_source import rms_norm

@@ -1,0 +1,2 @@
+def rms_norm2(x, weight):
+    return x

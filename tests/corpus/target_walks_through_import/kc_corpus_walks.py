@@ -1,0 +1,5 @@
+import os
+
+
+def rms_norm(x, weight):
+    return x
