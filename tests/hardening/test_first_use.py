@@ -83,8 +83,14 @@ def test_a_catalog_below_a_thousand_directories_is_found(workspace: Workspace) -
         deep = deep / "d"
         deep.mkdir()
     (directory / "norm.yaml").rename(deep / "norm.yaml")
-    result = kcatalog.check_catalog([directory])
-    assert result.catalog is not None and result.catalog.ops() == ["norm.rms_norm"]
+    try:
+        result = kcatalog.check_catalog([directory])
+        assert result.catalog is not None and result.catalog.ops() == ["norm.rms_norm"]
+    finally:  # innermost first: rmtree, like makedirs, recurses, and pytest's cleanup would fail on this tree
+        (deep / "norm.yaml").unlink()
+        while deep != directory:
+            deep.rmdir()
+            deep = deep.parent
 
 
 def test_a_new_load_sees_a_distribution_installed_since(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
