@@ -28,6 +28,9 @@ ARGUMENT_NOT_IN_SIGNATURE: Final = "KC208"
 SAMPLE_ARGUMENTS: Final = "KC209"
 SAMPLE_SIZE: Final = "KC210"
 SAMPLE_COMPARE: Final = "KC211"
+TORCH_SCHEMA_UNSUPPORTED: Final = "KC212"
+TORCH_FAKE_MISSING: Final = "KC213"
+TORCH_NAME_COLLISION: Final = "KC214"
 # KC3xx check: import targets.
 TARGET_MODULE_NOT_FOUND: Final = "KC301"
 TARGET_ATTRIBUTE_MISSING: Final = "KC302"
@@ -74,6 +77,9 @@ CODES: Final[dict[str, str]] = {
     SAMPLE_ARGUMENTS: "samples: arguments do not match the signature",
     SAMPLE_SIZE: "samples: unknown size name or malformed size expression",
     SAMPLE_COMPARE: "samples: compare names no output of the op",
+    TORCH_SCHEMA_UNSUPPORTED: "signature torch.library cannot express as a torch op schema",
+    TORCH_FAKE_MISSING: "op returns something but declares no fake implementation for torch.compile",
+    TORCH_NAME_COLLISION: "two ops map to one torch op name",
     TARGET_MODULE_NOT_FOUND: "target module not found",
     TARGET_ATTRIBUTE_MISSING: "target attribute not defined by its module",
     TARGET_UNAVAILABLE: "target unavailable here: its top-level package is not installed",

@@ -122,6 +122,9 @@ class KernelSpec:
         return self._lazy.get(self)  # type: ignore[no-any-return]
 
 
+FAKE_REFERENCE = "reference"  # `fake: reference`: the op's reference backend, run on fake (meta) tensors
+
+
 @dataclass(frozen=True)
 class OpInfo:
     """An op as declared: its contract and its backends in declaration order (extensions included).
@@ -144,6 +147,12 @@ class OpInfo:
     samples_json: str | None
     location: Location
     backends: Mapping[str, KernelSpec]
+    # As a torch.library op (select/torch_ops.py): its fake implementation ('reference', a target, or None), its
+    # schema derived from the signature (None when torch.library cannot express it), and why it cannot be
+    # registered (KC212-KC214, located; warnings at load where the policy asks for torch ops).
+    fake: str | None = None
+    torch_schema: str | None = None
+    torch_problems: tuple[Diagnostic, ...] = ()
 
     @functools.cached_property
     def samples(self) -> Samples | None:
@@ -168,6 +177,7 @@ class Policy:
 
     required_backends: tuple[str, ...] = ()
     required_platforms: tuple[str, ...] = ()
+    torch_ops: bool = False  # every op should become a torch op: its KC212-KC214 problems are warnings at load
 
 
 @dataclass(frozen=True)
@@ -187,8 +197,12 @@ class LinkedCatalog:
 
     settings: CatalogSettings | None  # None when the settings file is missing or invalid
     ops: Mapping[str, OpInfo]
-    # Every backend declaration, duplicates included (they are reported, and their targets checked too).
+    # Every backend declaration, duplicates included (they are reported, and their targets checked too), and
+    # every fake given as a target (backend 'fake'), checked as targets are.
     declared: tuple[KernelSpec, ...]
+    # The linker's warnings (KC212-KC214 where the policy asks for torch ops), for a load from the cache to report
+    # as a load that links the files does.
+    warnings: tuple[Diagnostic, ...] = ()
 
     @property
     def known(self) -> tuple[str, ...]:

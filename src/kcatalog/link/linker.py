@@ -13,14 +13,24 @@ from types import MappingProxyType
 import yaml
 
 from .. import codes
-from ..errors import Diagnostic, Location, did_you_mean
-from ..model import BackendInfo, Capability, CatalogSettings, KernelSpec, LinkedCatalog, OpInfo, Policy
+from ..errors import Diagnostic, Location, Severity, did_you_mean
+from ..model import (
+    FAKE_REFERENCE,
+    BackendInfo,
+    Capability,
+    CatalogSettings,
+    KernelSpec,
+    LinkedCatalog,
+    OpInfo,
+    Policy,
+)
 from ..platform import Platform
 from ..read.yaml_nodes import children, find_node, node_location
 from ..validate.schema import Backend, Manifest, Op, Settings
 from ..validate.validator import ValidatedFile
 from .samples import sample_problems
 from .signature import signature_params
+from .torch_schema import torch_op_name, torch_schema
 
 
 @dataclass
@@ -33,6 +43,8 @@ class _PendingOp:
     op: Op
     location: Location
     specs: dict[str, KernelSpec] = field(default_factory=dict)
+    torch_schema: str | None = None
+    torch_problems: list[Diagnostic] = field(default_factory=list)
 
     def freeze(self, group: str) -> OpInfo:
         op = self.op
@@ -51,6 +63,9 @@ class _PendingOp:
             samples_json=None if op.samples is None else op.samples.model_dump_json(),
             location=self.location,
             backends=MappingProxyType(dict(self.specs)),
+            fake=op.fake,
+            torch_schema=self.torch_schema,
+            torch_problems=tuple(self.torch_problems),
         )
 
 
@@ -59,7 +74,7 @@ def _settings_model(settings: Settings) -> CatalogSettings:
         backends=MappingProxyType({name: BackendInfo(info.description) for name, info in settings.backends.items()}),
         priority=settings.priority,
         platform_priority=MappingProxyType(dict(settings.platform_priority)),
-        policy=Policy(settings.policy.required_backends, settings.policy.required_platforms),
+        policy=Policy(settings.policy.required_backends, settings.policy.required_platforms, settings.policy.torch_ops),
         allowed_modules=settings.allowed_modules,
     )
 
@@ -160,6 +175,7 @@ class _Linker:
                 op_id = f"{manifest.group}.{name}"
                 location = node_location(file.path, key_node)
                 specs = self.backend_specs(file, op_id, op.dtypes, op.backends, value_node)
+                self.declare_fake(file, op_id, op, value_node)
                 if op.reference not in op.backends:
                     self.error_at(
                         file,
@@ -176,13 +192,92 @@ class _Linker:
                     first = self.pending[op_id].location
                     self.error(codes.DUPLICATE_OP, f"op '{op_id}' already declared at {first}", location)
                     continue
-                self.pending[op_id] = _PendingOp(file, name, op_id, op, location, specs)
+                pending = self.pending[op_id] = _PendingOp(file, name, op_id, op, location, specs)
+                self.link_torch_op(pending, value_node)
                 groups[op_id] = manifest.group
         for file, manifest in manifests:
             self.link_extensions(file, manifest)
         for pending in self.pending.values():  # after extensions, which may add the backends an order names
             self.check_op_priorities(pending)
+        self.check_torch_names()
+        if self.settings is not None and self.settings.policy.torch_ops:
+            self.diagnostics.extend(d for pending in self.pending.values() for d in pending.torch_problems)
         self.ops = {op_id: pending.freeze(groups[op_id]) for op_id, pending in self.pending.items()}
+
+    # -- as torch ops ---------------------------------------------------------------------------------
+
+    def link_torch_op(self, pending: _PendingOp, op_node: yaml.Node) -> None:
+        """The op's torch.library schema, its fake target (declared, so that its target is checked like every
+        other), and why it cannot become a torch op (kept on the op; warnings where the policy asks)."""
+        op, op_id, file = pending.op, pending.op_id, pending.file
+        entries = children(op_node)
+        try:
+            params = signature_params(op.signature)
+        except ValueError:
+            return  # reported by check_arguments
+        if any(name not in params for name in op.mutates):
+            return  # reported by check_arguments
+        try:
+            schema = torch_schema(op.signature, op.mutates)
+        except ValueError as exc:
+            pending.torch_problems.append(
+                Diagnostic(
+                    codes.TORCH_SCHEMA_UNSUPPORTED,
+                    f"op '{op_id}' cannot be a torch op: {exc}",
+                    node_location(file.path, entries["signature"][1]),
+                    Severity.WARNING,
+                )
+            )
+            return
+        pending.torch_schema = schema.schema
+        if op.fake is None and not schema.returns_nothing:
+            returns = schema.schema.rpartition(" -> ")[2]
+            pending.torch_problems.append(
+                Diagnostic(
+                    codes.TORCH_FAKE_MISSING,
+                    f"op '{op_id}' returns {returns} but declares no fake implementation, so torch.compile "
+                    f"cannot trace it as a torch op; declare 'fake: {FAKE_REFERENCE}' where its torch reference "
+                    "runs on meta tensors, or 'fake: package.module:attr'",
+                    pending.location,
+                    Severity.WARNING,
+                )
+            )
+
+    def declare_fake(self, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
+        """A fake given as a target is declared with the backends, so that it is checked as every target is."""
+        if op.fake is None or op.fake == FAKE_REFERENCE:
+            return
+        key_node, value_node = children(op_node)["fake"]
+        self.declared.append(
+            KernelSpec(
+                op=op_id,
+                backend="fake",
+                target=op.fake,
+                requires=(),
+                capabilities=(),
+                dtypes=op.dtypes,
+                location=node_location(file.path, key_node),
+                target_location=node_location(file.path, value_node),
+                allowed_modules=self.allow_lists,
+            )
+        )
+
+    def check_torch_names(self) -> None:
+        """Two ops whose ids differ only in where the dot is ('a_b.c', 'a.b_c') would be one torch op."""
+        first: dict[str, str] = {}
+        for op_id, pending in self.pending.items():
+            name = torch_op_name(op_id)
+            other = first.setdefault(name, op_id)
+            if other != op_id:
+                pending.torch_problems.append(
+                    Diagnostic(
+                        codes.TORCH_NAME_COLLISION,
+                        f"op '{op_id}' and op '{other}' (declared at {self.pending[other].location}) "
+                        f"would both be torch op '{name}'",
+                        pending.location,
+                        Severity.WARNING,
+                    )
+                )
 
     def check_op_priorities(self, pending: _PendingOp) -> None:
         op, op_id, name, backends = pending.op, pending.op_id, pending.name, list(pending.specs)
@@ -356,9 +451,11 @@ def link_files(
 ) -> LinkedCatalog:
     """Link validated files, adding what is wrong to `diagnostics`; the result is complete only when none
     of them is an error."""
+    start = len(diagnostics)
     linker = _Linker(files, settings_found, diagnostics)
     linker.link_settings()
     linker.link_ops()
     linker.check_policy()
     settings = None if linker.settings is None else _settings_model(linker.settings)
-    return LinkedCatalog(settings, MappingProxyType(linker.ops), tuple(linker.declared))
+    warnings = tuple(d for d in diagnostics[start:] if not d.is_error)
+    return LinkedCatalog(settings, MappingProxyType(linker.ops), tuple(linker.declared), warnings)

@@ -17,6 +17,7 @@ from ..platform import Platform
 if TYPE_CHECKING:
     from ..errors import Diagnostic
     from ..select.selection import Selection
+    from ..select.torch_ops import TorchOps
 
 
 _NOT_LOADED = CacheStatus(CacheOutcome.OFF, "catalog built directly, not loaded")
@@ -61,6 +62,8 @@ class Catalog:
         self._kernels: dict[tuple[str, str | None], Callable[..., Any]] = {}
         self._failed: dict[tuple[str, str], str] = {}
         self._noted: set[str] = set()
+        self._torch_ops: TorchOps | None = None  # made with the first torch op registration
+        self._torch_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<Catalog {len(self._ops)} ops, {len(self.all_specs())} backend specs>"
@@ -210,6 +213,43 @@ class Catalog:
         from ..select.handles import make_handle
 
         return make_handle(self, self.info(op), self._scopes)
+
+    # -- torch ops ------------------------------------------------------------------------------------
+
+    def register_torch_ops(
+        self, namespace: str = "kcatalog", ops: Iterable[str] | str | None = None
+    ) -> Mapping[str, Any]:
+        """Define each op (default: every op) as a torch op, `torch.ops.<namespace>.<group>_<name>`, for
+        torch.compile and CUDA graphs; returns op id -> that op (an OpOverloadPacket).
+
+        The schema comes from the op's signature (arguments in `mutates` are `Tensor(a!)`, `-> None` returns
+        nothing); per device type (CPU, CUDA, which ROCm builds of torch use too) the implementation is the one
+        this catalog selects there for the call's dtype, with its overrides, fallback and `strict`, resolved once
+        per dtype; the fake implementation is the op's `fake:` (its target, or its reference run on fake tensors).
+        Imports torch. Idempotent and thread-safe: a second call returns the same ops, and registers only those
+        not registered yet. Raises CatalogError, registering none of them, for an op that cannot be a torch op
+        (its KC212-KC214 diagnostics, located) and for a name already defined in the namespace by other code or
+        another Catalog.
+        """
+        return self._torch().register(namespace, ops)
+
+    def torch_op(self, op: str, namespace: str = "kcatalog") -> Any | None:
+        """`torch.ops.<namespace>.<name>` of an op this catalog registered there, or None."""
+        self.info(op)
+        torch_ops = self._torch_ops
+        registered = None if torch_ops is None else torch_ops.registered(op, namespace)
+        return None if registered is None else registered.packet
+
+    def _torch(self) -> TorchOps:
+        torch_ops = self._torch_ops
+        if torch_ops is None:
+            with self._torch_lock:
+                if self._torch_ops is None:
+                    from ..select.torch_ops import TorchOps
+
+                    self._torch_ops = TorchOps(self, self._scopes)
+                torch_ops = self._torch_ops
+        return torch_ops
 
     def prepare(
         self, platform: Platform | str | None = None, ops: Iterable[str] | None = None

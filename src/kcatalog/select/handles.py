@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import keyword
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..link.signature import parse_signature
@@ -33,8 +34,19 @@ def handle({params}):
 """
 
 
-def _source(info: OpInfo) -> tuple[str, dict[str, Any]]:
-    """The handle's source and the default values it refers to."""
+@dataclass(frozen=True)
+class CallCode:
+    """The pieces of generated source that take and forward an op's parameters."""
+
+    params: str  # the parameter list, defaults named '_kc_default_<name>'
+    call: str  # the arguments forwarded, positional as positional and keyword-only as keywords
+    tensor: str  # the expression of the argument dispatched on
+    bind: str  # a statement binding `tensor` first, when the parameters are forwarded as *args, **kwargs
+    defaults: dict[str, Any]
+
+
+def call_code(info: OpInfo, *, exact: bool = False) -> CallCode:
+    """How generated code takes the op's parameters; `exact` refuses the *args/**kwargs fallback (ValueError)."""
     args = parse_signature(info.signature)
     positional = [*args.posonlyargs, *args.args]
     names = [a.arg for a in (*positional, *args.kwonlyargs)]
@@ -42,14 +54,16 @@ def _source(info: OpInfo) -> tuple[str, dict[str, Any]]:
     if dispatch not in names:
         raise ValueError(f"op '{info.id}': dispatch argument '{dispatch}' is not in its signature {info.signature}")
     try:
-        return _exact_source(args, positional, dispatch)
+        return _exact_code(args, positional, dispatch)
     except ValueError:  # variadic parameters or non-literal defaults: forward everything as given
+        if exact:
+            raise
         index = names.index(dispatch)
         bind = f"tensor = args[{index}] if len(args) > {index} else kwargs[{dispatch!r}]\n    "
-        return _TEMPLATE.format(params="*args, **kwargs", bind=bind, tensor="tensor", call="*args, **kwargs"), {}
+        return CallCode("*args, **kwargs", "*args, **kwargs", "tensor", bind, {})
 
 
-def _exact_source(args: ast.arguments, positional: list[ast.arg], dispatch: str) -> tuple[str, dict[str, Any]]:
+def _exact_code(args: ast.arguments, positional: list[ast.arg], dispatch: str) -> CallCode:
     if args.vararg or args.kwarg:
         raise ValueError("variadic signature")
     defaults: dict[str, Any] = {}
@@ -71,8 +85,16 @@ def _exact_source(args: ast.arguments, positional: list[ast.arg], dispatch: str)
             defaults[f"_kc_default_{name}"] = ast.literal_eval(default)  # ValueError unless a literal
             params.append(f"{name}=_kc_default_{name}")
         call.append(name if index < len(declared) else f"{name}={name}")
-    source = _TEMPLATE.format(params=", ".join(params), bind="", tensor=dispatch, call=", ".join(call))
-    return source, defaults
+    return CallCode(", ".join(params), ", ".join(call), dispatch, "", defaults)
+
+
+def generate(template: str, code: CallCode, namespace: dict[str, Any], name: str, filename: str) -> Callable[..., Any]:
+    """Compile `template` (with {params}, {bind}, {tensor}, {call}) in `namespace`; the function `name` it defines."""
+    source = template.format(params=code.params, bind=code.bind, tensor=code.tensor, call=code.call)
+    namespace.update(code.defaults)
+    exec(compile(source, filename, "exec"), namespace)
+    function: Callable[..., Any] = namespace[name]
+    return function
 
 
 def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Callable[..., Any]:
@@ -84,14 +106,9 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
     by_device: dict[tuple[str, Any], Callable[..., Any]] = {}
 
     def resolve(tensor: Any) -> Callable[..., Any]:
-        device = tensor.device.type
-        here = catalog.platform()
-        # torch calls ROCm devices 'cuda' too; the detected platform knows which this is.
-        if device == "cuda" and here.device in ("cuda", "hip"):
-            platform = here
-        else:
-            platform = here if device == here.device else Platform(device)
-        return catalog.resolve(op_id, platform, str(tensor.dtype).removeprefix("torch."))
+        return catalog.resolve(
+            op_id, platform_of(catalog, tensor.device.type), str(tensor.dtype).removeprefix("torch.")
+        )
 
     def resolve_locked(tensor: Any) -> Callable[..., Any]:
         with lock:
@@ -110,7 +127,6 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
                 fn = table[key] = resolve(tensor)
         return fn
 
-    source, defaults = _source(info)
     namespace: dict[str, Any] = {
         "_kc_scopes": scopes,
         "_kc_resolve": resolve_locked,
@@ -118,10 +134,17 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
         "_kc_by_cuda": by_cuda,
         "_kc_by_cpu": by_cpu,
         "_kc_by_device": by_device,
-        **defaults,
     }
-    exec(compile(source, f"<kcatalog op handle {op_id}>", "exec"), namespace)
-    handle: Callable[..., Any] = namespace["handle"]
+    handle = generate(_TEMPLATE, call_code(info), namespace, "handle", f"<kcatalog op handle {op_id}>")
     handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")
     handle.__doc__ = f"{op_id}{info.signature}: {info.description} (dispatching op handle)"
     return handle
+
+
+def platform_of(catalog: Catalog, device: str) -> Platform:
+    """The platform a tensor's device type means here: torch calls ROCm devices 'cuda' too, and the detected
+    platform knows which this is (and its architecture)."""
+    here = catalog.platform()
+    if device == "cuda" and here.device in ("cuda", "hip"):
+        return here
+    return here if device == here.device else Platform(device)

@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import CatalogError
 from ..load import check_catalog
@@ -64,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--all", action="store_true", help="explain every op")
     explain.add_argument("--platform", help="e.g. cuda:9.0, hip:gfx942, cpu (default: this machine)")
     explain.add_argument("--dtype", help="the call's dtype, e.g. bfloat16")
+    explain.add_argument(
+        "--torch-ops",
+        action="store_true",
+        help="also show each op as a torch op: its schema, its fake, and what each device type binds",
+    )
     catalog_option(explain)
     explain.add_argument("--output-format", choices=["text", "json"], default="text")
 
@@ -195,25 +201,28 @@ def _explain(options: argparse.Namespace) -> int:
         return 1
     ops = catalog.ops() if options.all else [options.op]
     selections = [catalog.select(op, platform, options.dtype) for op in ops]
+    torch_ops = {}
+    if options.torch_ops:
+        from ..select.torch_ops import describe
+
+        torch_ops = {op: describe(catalog, op, platform=platform) for op in ops}
     if options.output_format == "json":
-        print(
-            json.dumps(
-                [
-                    {
-                        "op": s.op,
-                        "platform": str(s.platform),
-                        "chosen": s.chosen.backend if s.chosen else None,
-                        "target": s.chosen.target if s.chosen else None,
-                        "decided_by": s.decided_by,
-                        "notes": list(s.notes),
-                        "order": list(s.order),
-                        "rejected": [{"backend": r.backend, "reason": r.reason} for r in s.rejected],
-                    }
-                    for s in selections
-                ],
-                indent=2,
-            )
-        )
+        entries: list[dict[str, Any]] = [
+            {
+                "op": s.op,
+                "platform": str(s.platform),
+                "chosen": s.chosen.backend if s.chosen else None,
+                "target": s.chosen.target if s.chosen else None,
+                "decided_by": s.decided_by,
+                "notes": list(s.notes),
+                "order": list(s.order),
+                "rejected": [{"backend": r.backend, "reason": r.reason} for r in s.rejected],
+            }
+            for s in selections
+        ]
+        for entry in entries if torch_ops else ():
+            entry["torch_op"] = torch_ops[str(entry["op"])].as_dict()
+        print(json.dumps(entries, indent=2))
     else:
         for s in selections:
             chosen = f"{s.chosen.backend} ({s.chosen.target}), by {s.decided_by}" if s.chosen else "nothing eligible"
@@ -222,6 +231,8 @@ def _explain(options: argparse.Namespace) -> int:
                 print(f"  note: {note}")
             for r in s.rejected:
                 print(f"  {r.backend}: {r.reason}")
+            for line in torch_ops[s.op].lines() if torch_ops else ():
+                print(line)
     return 0 if all(s.chosen for s in selections) else 1
 
 

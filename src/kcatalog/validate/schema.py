@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..model import FAKE_REFERENCE
 from ..platform import DEVICES
 
 FORMAT_VERSION = 1
@@ -74,6 +75,27 @@ Target = Annotated[
     str,
     AfterValidator(_check_target),
     Field(description="import target 'package.module:attr'", examples=["kcatalog.kernels.torch.layernorm:rms_norm"]),
+]
+
+
+def _check_fake(value: str) -> str:
+    if value != FAKE_REFERENCE and not _TARGET.fullmatch(value):
+        raise ValueError(
+            f"fake {value!r} is neither '{FAKE_REFERENCE}' nor a target 'package.module:attr' "
+            "(attr may be dotted: 'mod:Class.method')"
+        )
+    return value
+
+
+Fake = Annotated[
+    str,
+    AfterValidator(_check_fake),
+    Field(
+        description="the op's fake (meta) implementation for torch.compile: 'reference' runs the op's torch "
+        "reference on the fake tensors (declare it where the reference is meta-safe), or a target "
+        "'package.module:attr' taking the op's arguments; ops that return nothing need none",
+        examples=["reference", "my_kernels.fakes:rms_norm"],
+    ),
 ]
 CudaArch = Annotated[str, BeforeValidator(_arch_text), AfterValidator(_check_cuda_arch)]
 
@@ -178,6 +200,7 @@ class Op(_Strict):
         None, description="argument whose device and dtype select the backend in op handles (default: the first)"
     )
     samples: Samples | None = Field(None, description="test and benchmark inputs for this op")
+    fake: Fake | None = None
     backends: dict[Name, Backend] = Field(min_length=1)
 
 
@@ -203,6 +226,12 @@ class Policy(_Strict):
     required_backends: tuple[Name, ...] = Field((), description="backends every op must have")
     required_platforms: tuple[Annotated[str, Field(pattern=r"^[a-z]+(:[A-Za-z0-9_.+-]+)?$")], ...] = Field(
         (), description="platforms ('cpu', 'cuda:9.0', 'hip:gfx942') every op must have an eligible backend on"
+    )
+    torch_ops: StrictBool = Field(
+        False,
+        description="every op should become a torch.library op (Catalog.register_torch_ops): a signature "
+        "torch.library can express, and a fake implementation where it returns something; "
+        "warnings at load, since most applications never register torch ops",
     )
 
 

@@ -1,0 +1,288 @@
+"""Catalog ops as torch.library ops (Catalog.register_torch_ops): one torch op per catalog op, its schema derived
+from the manifest, per device type the implementation the catalog selects there, and a fake for torch.compile.
+
+Torch is imported only when ops are registered; `describe` (what `kcatalog explain --torch-ops` prints) needs none.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CatalogError, Diagnostic
+from ..link.torch_schema import torch_op_name
+from ..model import FAKE_REFERENCE, KernelSpec, OpInfo
+from ..platform import Platform
+from .handles import CallCode, call_code, generate, platform_of
+
+if TYPE_CHECKING:
+    from ..registry.catalog import Catalog, OverrideScopes
+
+# The dispatch keys an op gets an implementation for, and the device type each one means. Torch's ROCm build
+# dispatches HIP tensors through the CUDA key too; the detected platform says which of the two this is.
+DEVICE_TYPES: Mapping[str, str] = MappingProxyType({"CPU": "cpu", "CUDA": "cuda"})
+_NAMESPACE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# Torch's operator registry is process-wide: which registry defined each qualified name, for the collision error.
+_DEFINED: dict[str, TorchOps] = {}
+_DEFINED_LOCK = threading.Lock()
+
+# One implementation per device type, generated with the op's parameter list like the op handle: the dispatcher
+# passes every argument (defaults filled in), keyword-only ones as keywords.
+_IMPL = """\
+def impl({params}):
+    if _kc_scopes.active:  # a `with catalog.use(...)` is open somewhere: honour it, uncached
+        return _kc_resolve({tensor}.dtype)({call})
+    _kc_fn = _kc_by_dtype.get({tensor}.dtype)
+    if _kc_fn is None:
+        _kc_fn = _kc_first_call({tensor}.dtype)
+    return _kc_fn({call})
+"""
+
+
+@dataclass(frozen=True)
+class TorchOp:
+    """One catalog op registered as a torch op."""
+
+    op: str  # the catalog op id
+    qualname: str  # 'kcatalog::layernorm_rms_norm'
+    schema: str  # without the name: '(Tensor x, Tensor weight, float eps=1e-06) -> Tensor'
+    packet: Any  # torch.ops.kcatalog.layernorm_rms_norm
+
+
+class TorchOps:
+    """The torch ops one catalog has registered, by namespace."""
+
+    def __init__(self, catalog: Catalog, scopes: OverrideScopes) -> None:
+        # Registered torch ops live as long as the process, and their implementations use the catalog: held here.
+        self._catalog = catalog
+        self._scopes = scopes
+        self.lock = threading.Lock()
+        self.ops: dict[tuple[str, str], TorchOp] = {}  # (namespace, op id) -> op
+        self._libraries: list[Any] = []  # torch.library.Library objects: a registration lives as long as its own
+
+    def registered(self, op: str, namespace: str) -> TorchOp | None:
+        """The op as registered under the namespace, or None."""
+        return self.ops.get((namespace, op))
+
+    def register(self, namespace: str, ops: Iterable[str] | str | None) -> Mapping[str, Any]:
+        """See Catalog.register_torch_ops."""
+        catalog = self._catalog
+        if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
+            raise CatalogError(f"torch op namespace {namespace!r} is not an identifier")
+        wanted = [ops] if isinstance(ops, str) else list(catalog.ops() if ops is None else ops)
+        infos = [catalog.info(op) for op in dict.fromkeys(wanted)]  # UnknownOpError names what exists
+        import torch
+
+        with self.lock:
+            new = [info for info in infos if (namespace, info.id) not in self.ops]
+            if new:
+                self._define(torch, namespace, new)
+            return MappingProxyType({info.id: self.ops[(namespace, info.id)].packet for info in infos})
+
+    def _define(self, torch: Any, namespace: str, infos: list[OpInfo]) -> None:
+        problems = [problem for info in infos for problem in info.torch_problems]
+        if problems:
+            shown = "\n".join(f"  {problem}" for problem in problems)
+            ops = ", ".join(dict.fromkeys(info.id for info in infos if info.torch_problems))
+            raise CatalogError(f"cannot register {ops} as torch ops:\n{shown}", problems)
+        with _DEFINED_LOCK:
+            self._check_names(torch, namespace, infos)
+            library = torch.library.Library(namespace, "FRAGMENT")
+            defined: list[TorchOp] = []
+            try:
+                for info in infos:
+                    defined.append(self._define_one(torch, library, namespace, info))
+            except Exception as exc:
+                library._destroy()  # none of this call's ops stays half-registered
+                raise CatalogError(f"torch.library refused op '{info.id}' ({info.location}): {exc}") from exc
+            self._libraries.append(library)
+            for op in defined:
+                _DEFINED[op.qualname] = self
+                self.ops[(namespace, op.op)] = op
+
+    def _check_names(self, torch: Any, namespace: str, infos: list[OpInfo]) -> None:
+        taken = []
+        for info in infos:
+            qualname = f"{namespace}::{torch_op_name(info.id)}"
+            owner = _DEFINED.get(qualname)
+            if owner is not None or hasattr(getattr(torch.ops, namespace), torch_op_name(info.id)):
+                by = "another Catalog" if owner is not None else "code outside this catalog"
+                taken.append(f"op '{info.id}' ({info.location}): torch op '{qualname}' is already defined by {by}")
+        if taken:
+            raise CatalogError(
+                "torch op names already taken; register under another namespace=:\n"
+                + "\n".join(f"  {line}" for line in taken)
+            )
+
+    def _define_one(self, torch: Any, library: Any, namespace: str, info: OpInfo) -> TorchOp:
+        name = torch_op_name(info.id)
+        assert info.torch_schema is not None  # an op without one has a torch problem, refused above
+        library.define(f"{name}{info.torch_schema}", tags=(torch.Tag.pt2_compliant_tag,))
+        code = call_code(info, exact=True)  # a schema torch.library expresses has an exact parameter list
+        for key, device in DEVICE_TYPES.items():
+            library.impl(name, self._impl(info, device, code), key)
+        torch.library.register_fake(f"{namespace}::{name}", _fake(info), lib=library)
+        return TorchOp(info.id, f"{namespace}::{name}", info.torch_schema, getattr(getattr(torch.ops, namespace), name))
+
+    def _impl(self, info: OpInfo, device: str, code: CallCode) -> Callable[..., Any]:
+        """The implementation for one device type: the catalog's choice for each dtype, resolved on first use."""
+        catalog, op_id = self._catalog, info.id
+        lock = threading.Lock()
+        by_dtype: dict[Any, Callable[..., Any]] = {}
+
+        def resolve(dtype: Any) -> Callable[..., Any]:
+            return catalog.resolve(op_id, platform_of(catalog, device), str(dtype).removeprefix("torch."))
+
+        def resolve_locked(dtype: Any) -> Callable[..., Any]:
+            with lock:
+                return resolve(dtype)
+
+        def first_call(dtype: Any) -> Callable[..., Any]:
+            with lock:  # one resolution (and import) per dtype, however many threads make the first call
+                fn = by_dtype.get(dtype)
+                if fn is None:
+                    fn = by_dtype[dtype] = resolve(dtype)
+            return fn
+
+        namespace: dict[str, Any] = {
+            "_kc_scopes": self._scopes,
+            "_kc_resolve": resolve_locked,
+            "_kc_first_call": first_call,
+            "_kc_by_dtype": by_dtype,
+        }
+        impl = generate(_IMPL, code, namespace, "impl", f"<kcatalog torch op {op_id} {device}>")
+        impl.__name__ = impl.__qualname__ = f"{torch_op_name(op_id)}_{device}"
+        return impl
+
+
+def _fake(info: OpInfo) -> Callable[..., Any]:
+    """The op's fake: its declared target, its reference run on the fake tensors, or nothing for no outputs."""
+    if info.fake is None:
+
+        def returns_nothing(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        return returns_nothing
+    reference = info.backends[info.reference]
+    spec = reference if info.fake == FAKE_REFERENCE else _fake_spec(info, reference)
+
+    def fake(*args: Any, **kwargs: Any) -> Any:
+        return spec.load()(*args, **kwargs)  # imported on first trace, under the catalog's allow-lists
+
+    return fake
+
+
+def _fake_spec(info: OpInfo, reference: KernelSpec) -> KernelSpec:
+    # Every spec of one load carries the same allow-lists (the settings file's and the caller's): the fake's
+    # target is imported under those of the op's reference backend.
+    assert info.fake is not None
+    return KernelSpec(
+        op=info.id,
+        backend="fake",
+        target=info.fake,
+        requires=(),
+        capabilities=(),
+        dtypes=info.dtypes,
+        location=info.location,
+        target_location=info.location,
+        allowed_modules=reference.allowed_modules,
+    )
+
+
+# -- what explain shows ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceBinding:
+    """What one dispatch key of a torch op runs: the platform it means here, and the backend for each dtype."""
+
+    key: str  # 'CPU', 'CUDA'
+    platform: Platform | None  # None: no such device on this platform
+    chosen: tuple[tuple[str, str | None], ...]  # (dtype, backend; None where nothing is eligible)
+
+    def __str__(self) -> str:
+        if self.platform is None:
+            return f"{self.key}: no {DEVICE_TYPES[self.key]} device here"
+        by_backend: dict[str | None, list[str]] = {}
+        for dtype, backend in self.chosen:
+            by_backend.setdefault(backend, []).append(dtype)
+        parts = [f"{backend or 'nothing eligible'} ({', '.join(dtypes)})" for backend, dtypes in by_backend.items()]
+        return f"{self.key} ({self.platform}): {'; '.join(parts)}"
+
+
+@dataclass(frozen=True)
+class TorchOpReport:
+    """An op as a torch op: its name, schema, fake, what each device type binds, and why it cannot be one."""
+
+    op: str
+    qualname: str
+    schema: str | None
+    fake: str
+    bindings: tuple[DeviceBinding, ...]
+    problems: tuple[Diagnostic, ...]
+    registered: bool
+
+    def lines(self) -> list[str]:
+        """The report as `kcatalog explain --torch-ops` prints it, under the op's selection."""
+        head = f"torch op {self.qualname}{self.schema}" if self.schema else f"torch op {self.qualname}: no schema"
+        lines = [f"  {head}{' (registered)' if self.registered else ''}", f"    fake: {self.fake}"]
+        lines += [f"    {binding}" for binding in self.bindings]
+        lines += [f"    {problem}" for problem in self.problems]
+        return lines
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as `explain --output-format json --torch-ops` writes it."""
+        return {
+            "qualname": self.qualname,
+            "schema": self.schema,
+            "fake": self.fake,
+            "registered": self.registered,
+            "bindings": {
+                b.key: None if b.platform is None else {"platform": str(b.platform), "chosen": dict(b.chosen)}
+                for b in self.bindings
+            },
+            "problems": [str(problem) for problem in self.problems],
+        }
+
+
+def describe(catalog: Catalog, op: str, namespace: str = "kcatalog", platform: Platform | None = None) -> TorchOpReport:
+    """How the op is (or would be) registered: per device type, the backend the catalog selects for each dtype on
+    `platform` (default: this machine's); the CPU key always means the CPU."""
+    info = catalog.info(op)
+    here = platform or catalog.platform()
+    bindings = []
+    for key, device in DEVICE_TYPES.items():
+        if device == "cpu":
+            bound: Platform | None = here if here.device == "cpu" else Platform("cpu")
+        else:
+            bound = here if here.device in ("cuda", "hip") else None
+        chosen: tuple[tuple[str, str | None], ...] = ()
+        if bound is not None:
+            chosen = tuple((dtype, _chosen(catalog, op, bound, dtype)) for dtype in info.dtypes)
+        bindings.append(DeviceBinding(key, bound, chosen))
+    registered = catalog.torch_op(op, namespace) is not None
+    qualname = f"{namespace}::{torch_op_name(op)}"
+    return TorchOpReport(
+        op, qualname, info.torch_schema, _fake_text(info), tuple(bindings), info.torch_problems, registered
+    )
+
+
+def _chosen(catalog: Catalog, op: str, platform: Platform, dtype: str) -> str | None:
+    chosen = catalog.select(op, platform, dtype).chosen
+    return None if chosen is None else chosen.backend
+
+
+def _fake_text(info: OpInfo) -> str:
+    if info.fake == FAKE_REFERENCE:
+        target = info.backends[info.reference].target if info.reference in info.backends else "?"
+        return f"reference: the '{info.reference}' backend ({target}) run on fake tensors"
+    if info.fake is not None:
+        return info.fake
+    if info.torch_schema is not None and info.torch_schema.endswith("-> ()"):
+        return "none needed: the op returns nothing"
+    return "none: torch.compile cannot trace the op"
