@@ -62,7 +62,7 @@ class Catalog:
         self._kernels: dict[tuple[str, str | None], Callable[..., Any]] = {}
         self._failed: dict[tuple[str, str], str] = {}
         self._noted: set[str] = set()
-        self._torch_ops: TorchOps | None = None  # made with the first torch op registration
+        self._torch_ops: TorchOps | None = None  # made with the first op handle or torch op registration
         self._torch_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -210,9 +210,16 @@ class Catalog:
 
         Resolution happens once per (device, dtype) and is cached; scoped overrides are honoured.
         """
+        torch_ops = self._torch_ops
+        if torch_ops is not None:  # inside a function torch.compile traces, the registered torch op itself
+            traced = torch_ops.when_compiling(op)
+            if traced is not None:
+                return traced  # type: ignore[no-any-return]
         from ..select.handles import make_handle
 
-        return make_handle(self, self.info(op), self._scopes)
+        handle = make_handle(self, self.info(op), self._scopes)
+        self._torch().track(handle, op)  # under torch.compile, it calls the op's torch op once registered
+        return handle
 
     # -- torch ops ------------------------------------------------------------------------------------
 
@@ -229,7 +236,7 @@ class Catalog:
         Imports torch. Idempotent and thread-safe: a second call returns the same ops, and registers only those
         not registered yet. Raises CatalogError, registering none of them, for an op that cannot be a torch op
         (its KC212-KC214 diagnostics, located) and for a name already defined in the namespace by other code or
-        another Catalog.
+        another Catalog. Op handles call the registered op while torch.compile traces them.
         """
         return self._torch().register(namespace, ops)
 

@@ -1,4 +1,5 @@
-"""Op handles: hot-path callables that resolve a backend once per (device, dtype) and then just call it."""
+"""Op handles: hot-path callables that resolve a backend once per (device, dtype) and then just call it; under
+torch.compile they call the op's registered torch op instead, so that the graph keeps one opaque node."""
 
 from __future__ import annotations
 
@@ -18,9 +19,14 @@ if TYPE_CHECKING:
 # The handle is generated with the op's own parameter list, because forwarding through
 # *args/**kwargs costs more than everything else the handle does. Only identifiers of the parsed
 # signature enter the source; default values are bound as objects, never pasted in as text.
+# `_kc_torch_op` is None until the op is registered as a torch op (Catalog.register_torch_ops); then, while
+# torch.compile traces the handle (torch.compiler.is_compiling() is constant True there), the graph gets the
+# torch op. In eager mode that costs one global read, or one is_compiling() call once registered.
 _TEMPLATE = """\
 def handle({params}):
-    {bind}if _kc_scopes.active:  # a `with catalog.use(...)` is open somewhere: honour it, uncached
+    {bind}if _kc_torch_op is not None and _kc_compiling():
+        return _kc_torch_op({call})
+    if _kc_scopes.active:  # a `with catalog.use(...)` is open somewhere: honour it, uncached
         return _kc_resolve({tensor})({call})
     if {tensor}.is_cuda:
         _kc_fn = _kc_by_cuda.get({tensor}.dtype)
@@ -97,6 +103,17 @@ def generate(template: str, code: CallCode, namespace: dict[str, Any], name: str
     return function
 
 
+def _not_compiling() -> bool:
+    return False
+
+
+def bind_torch_op(handle: Callable[..., Any], torch_op: Any, is_compiling: Callable[[], bool]) -> None:
+    """Route the handle through `torch_op` while torch.compile traces it (set once it is registered)."""
+    namespace: dict[str, Any] = handle.__globals__
+    namespace["_kc_compiling"] = is_compiling  # first: a concurrent call must never see the op without it
+    namespace["_kc_torch_op"] = torch_op
+
+
 def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Callable[..., Any]:
     """Build the dispatching callable for one op."""
     lock = threading.Lock()
@@ -134,6 +151,8 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
         "_kc_by_cuda": by_cuda,
         "_kc_by_cpu": by_cpu,
         "_kc_by_device": by_device,
+        "_kc_torch_op": None,
+        "_kc_compiling": _not_compiling,
     }
     handle = generate(_TEMPLATE, call_code(info), namespace, "handle", f"<kcatalog op handle {op_id}>")
     handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")

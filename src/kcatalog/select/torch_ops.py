@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -17,7 +18,7 @@ from ..errors import CatalogError, Diagnostic
 from ..link.torch_schema import torch_op_name
 from ..model import FAKE_REFERENCE, KernelSpec, OpInfo
 from ..platform import Platform
-from .handles import CallCode, call_code, generate, platform_of
+from .handles import CallCode, bind_torch_op, call_code, generate, platform_of
 
 if TYPE_CHECKING:
     from ..registry.catalog import Catalog, OverrideScopes
@@ -55,7 +56,7 @@ class TorchOp:
 
 
 class TorchOps:
-    """The torch ops one catalog has registered, by namespace."""
+    """The torch ops one catalog has registered, by namespace, and the op handles to route through them."""
 
     def __init__(self, catalog: Catalog, scopes: OverrideScopes) -> None:
         # Registered torch ops live as long as the process, and their implementations use the catalog: held here.
@@ -64,6 +65,21 @@ class TorchOps:
         self.lock = threading.Lock()
         self.ops: dict[tuple[str, str], TorchOp] = {}  # (namespace, op id) -> op
         self._libraries: list[Any] = []  # torch.library.Library objects: a registration lives as long as its own
+        self._routed: dict[str, Any] = {}  # op id -> the overload handles call under torch.compile (the first)
+        self._handles: dict[str, weakref.WeakSet[Callable[..., Any]]] = {}
+        self._is_compiling: Callable[[], bool] | None = None
+
+    def track(self, handle: Callable[..., Any], op: str) -> None:
+        """Route a new op handle through the op's torch op under torch.compile, now or once it is registered."""
+        with self.lock:
+            self._handles.setdefault(op, weakref.WeakSet()).add(handle)
+            if op in self._routed and self._is_compiling is not None:
+                bind_torch_op(handle, self._routed[op], self._is_compiling)
+
+    def when_compiling(self, op: str) -> Any | None:
+        """The torch op a handle of `op` calls, while torch.compile traces the caller; None otherwise."""
+        is_compiling = self._is_compiling
+        return self._routed.get(op) if is_compiling is not None and is_compiling() else None
 
     def registered(self, op: str, namespace: str) -> TorchOp | None:
         """The op as registered under the namespace, or None."""
@@ -104,6 +120,12 @@ class TorchOps:
             for op in defined:
                 _DEFINED[op.qualname] = self
                 self.ops[(namespace, op.op)] = op
+        self._is_compiling = torch.compiler.is_compiling
+        for op in defined:
+            if op.op not in self._routed:
+                self._routed[op.op] = op.packet.default
+                for handle in list(self._handles.get(op.op, ())):
+                    bind_torch_op(handle, op.packet.default, torch.compiler.is_compiling)
 
     def _check_names(self, torch: Any, namespace: str, infos: list[OpInfo]) -> None:
         taken = []
