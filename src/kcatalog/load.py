@@ -137,6 +137,7 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
     read = store.read() if not isinstance(store, CacheStatus) else None
     if read is not None and read.entry is not None:
         linked, known_targets = read.entry.linked, read.entry.targets
+        diagnostics.extend(linked.warnings)  # what linking warned about, as a cold load would report it
         status = CacheStatus(CacheOutcome.HIT, "", read.path)
     else:
         linked, known_targets = _link(sources, diagnostics), None

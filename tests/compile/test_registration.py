@@ -193,7 +193,6 @@ def test_the_policy_makes_them_warnings_at_load(workspace: Workspace) -> None:
     assert [(w.code, str(w.location)) for w in cold.warnings] == [("KC213", f"{directory / 'g.yaml'}:4:3")]
 
 
-@pytest.mark.xfail(strict=True, reason="load.py does not yet report LinkedCatalog.warnings on a cache hit")
 def test_the_policys_warnings_are_reported_by_a_warm_load_too(workspace: Workspace, tmp_path: Any) -> None:
     workspace.module("kc_tops_bad", "def f(x):\n    return x\n")
     directory = workspace.write({"no_fake": workspace.op({"t": "kc_tops_bad:f"})}, backends=["t"])
