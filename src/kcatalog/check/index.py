@@ -23,9 +23,10 @@ import ast
 import operator
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 # How a name is bound.
 DEF = "def"
@@ -96,7 +97,7 @@ State = dict[str, tuple[Binding, ...]]
 def index_module(tree: ast.Module, name: str, is_package: bool, source: bytes = b"") -> ModuleIndex:
     """The index of a parsed module named `name` (a package's __init__ when `is_package`)."""
     package = name if is_package else name.rpartition(".")[0]
-    walker = _Walker(package, top=True)
+    walker = _Walker(package, top=True, walrus_seen=b":=" in source or not source)
     state = walker.block(tree.body, {}, certain=True)
     names = {key: value for key, value in state.items()}
     return ModuleIndex(
@@ -118,6 +119,7 @@ class _Walker:
 
     package: str  # for relative imports
     top: bool  # the module body (star imports, __all__ and attribute assignments are only recorded there)
+    walrus_seen: bool = True  # the source holds ':=' somewhere: expressions are searched for assignments
     stars: list[Star] = field(default_factory=list)
     all: list[str] | None = None
     all_dynamic: bool = False
@@ -146,118 +148,117 @@ class _Walker:
             if name not in state:
                 self.unbound.setdefault(name, self._dead or why)
 
-    def statement(self, stmt: ast.stmt, state: State, certain: bool) -> State:  # noqa: C901 - one case per statement
-        line = stmt.lineno
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return _bind(state, stmt.name, Binding(DEF, line))
-        if isinstance(stmt, ast.ClassDef):
-            return _bind(state, stmt.name, Binding(CLASS, line, cls=self.class_index(stmt)))
-        if isinstance(stmt, ast.Assign):
-            self.walrus(stmt.value, state)
-            for target in stmt.targets:
-                state = self.assign(target, state, line, stmt.value)
-            return state
-        if isinstance(stmt, ast.AnnAssign):
-            if stmt.value is None:  # `x: int` annotates, binds nothing
-                if isinstance(stmt.target, ast.Name) and stmt.target.id not in state:
-                    self.unbound.setdefault(stmt.target.id, f"only annotated (line {line}), never assigned")
-                return state
-            self.walrus(stmt.value, state)
-            return self.assign(stmt.target, state, line, stmt.value)
-        if isinstance(stmt, ast.AugAssign):
-            self.walrus(stmt.value, state)
-            if isinstance(stmt.target, ast.Name) and stmt.target.id == "__all__" and self.top:
-                self.extend_all(stmt.value)
-                return state
-            return self.assign(stmt.target, state, line, None)
-        if isinstance(stmt, ast.Import):
-            for alias in stmt.names:
-                if alias.asname:
-                    state = _bind(state, alias.asname, Binding(MODULE, line, alias.name))
-                else:
-                    top = alias.name.partition(".")[0]
-                    state = _bind(state, top, Binding(MODULE, line, top))
-            return state
-        if isinstance(stmt, ast.ImportFrom):
-            module = self.absolute(stmt.module, stmt.level)
-            for alias in stmt.names:
-                if alias.name == "*":
-                    if self.top and self._dead is None:
-                        self.stars.append(Star(module, line, certain))
-                else:
-                    state = _bind(state, alias.asname or alias.name, Binding(FROM, line, module, alias.name))
-            return state
-        if isinstance(stmt, ast.Delete):
-            for target in stmt.targets:
-                for name in _target_names(target):
-                    if name in state:
-                        state = dict(state)
-                        del state[name]
-                        self.unbound[name] = f"deleted by 'del' at line {line}"
-            return state
-        if isinstance(stmt, ast.If):
-            self.walrus(stmt.test, state)
-            decided = decide(stmt.test)
-            if decided is True:
-                self.dead(stmt.orelse, state, _why_dead(stmt.test, False))
-                return self.block(stmt.body, state, certain)
-            if decided is False:
-                self.dead(stmt.body, state, _why_dead(stmt.test, True))
-                return self.block(stmt.orelse, state, certain)
-            return _merge(self.block(stmt.body, dict(state), False), self.block(stmt.orelse, dict(state), False))
-        if isinstance(stmt, (ast.For, ast.AsyncFor)):
-            self.walrus(stmt.iter, state)
-            looped = self.block(stmt.body, self.assign(stmt.target, dict(state), line, None), False)
-            after = _merge(state, looped)
-            return _merge(after, self.block(stmt.orelse, dict(after), False)) if stmt.orelse else after
-        if isinstance(stmt, ast.While):
-            self.walrus(stmt.test, state)
-            if decide(stmt.test) is False:
-                self.dead(stmt.body, state, _why_dead(stmt.test, True))
-                return self.block(stmt.orelse, state, certain)
-            after = _merge(state, self.block(stmt.body, dict(state), False))
-            return _merge(after, self.block(stmt.orelse, dict(after), False)) if stmt.orelse else after
-        if isinstance(stmt, (ast.With, ast.AsyncWith)):
-            for item in stmt.items:
-                self.walrus(item.context_expr, state)
-                if item.optional_vars is not None:
-                    state = self.assign(item.optional_vars, state, line, None)
-            return self.block(stmt.body, state, certain)
-        if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            return self.try_(stmt, state, certain)
-        if type(stmt).__name__ == "Match":
-            return self.match(stmt, state)
-        if type(stmt).__name__ == "TypeAlias":  # `type X = ...` (3.12)
-            return _bind(state, stmt.name.id, Binding(VALUE, line))  # type: ignore[attr-defined]
-        if isinstance(stmt, ast.Expr):
-            self.walrus(stmt.value, state)
-            if self.top:
-                self.call_on_all(stmt.value)
-                self.setattr_call(stmt.value)
+    def statement(self, stmt: ast.stmt, state: State, certain: bool) -> State:
+        handler = _HANDLERS.get(type(stmt))  # by exact type: the ast classes are never subclassed
+        return handler(self, stmt, state, certain) if handler is not None else state
+
+    def on_def(self, stmt: ast.FunctionDef | ast.AsyncFunctionDef, state: State, certain: bool) -> State:
+        return _bind(state, stmt.name, Binding(DEF, stmt.lineno))
+
+    def on_class(self, stmt: ast.ClassDef, state: State, certain: bool) -> State:
+        return _bind(state, stmt.name, Binding(CLASS, stmt.lineno, cls=self.class_index(stmt)))
+
+    def on_assign(self, stmt: ast.Assign, state: State, certain: bool) -> State:
+        self.walrus(stmt.value, state)
+        for target in stmt.targets:
+            state = self.assign(target, state, stmt.lineno, stmt.value)
         return state
 
-    def try_(self, stmt: ast.stmt, state: State, certain: bool) -> State:
-        body = self.block(stmt.body, dict(state), False)  # type: ignore[attr-defined]
+    def on_annotated(self, stmt: ast.AnnAssign, state: State, certain: bool) -> State:
+        if stmt.value is None:  # `x: int` annotates, binds nothing
+            if isinstance(stmt.target, ast.Name) and stmt.target.id not in state:
+                self.unbound.setdefault(stmt.target.id, f"only annotated (line {stmt.lineno}), never assigned")
+            return state
+        self.walrus(stmt.value, state)
+        return self.assign(stmt.target, state, stmt.lineno, stmt.value)
+
+    def on_augmented(self, stmt: ast.AugAssign, state: State, certain: bool) -> State:
+        self.walrus(stmt.value, state)
+        if isinstance(stmt.target, ast.Name) and stmt.target.id == "__all__" and self.top:
+            self.extend_all(stmt.value)
+            return state
+        return self.assign(stmt.target, state, stmt.lineno, None)
+
+    def on_import(self, stmt: ast.Import, state: State, certain: bool) -> State:
+        for alias in stmt.names:
+            if alias.asname:
+                state = _bind(state, alias.asname, Binding(MODULE, stmt.lineno, alias.name))
+            else:
+                top = alias.name.partition(".")[0]
+                state = _bind(state, top, Binding(MODULE, stmt.lineno, top))
+        return state
+
+    def on_import_from(self, stmt: ast.ImportFrom, state: State, certain: bool) -> State:
+        module = self.absolute(stmt.module, stmt.level)
+        for alias in stmt.names:
+            if alias.name == "*":
+                if self.top and self._dead is None:
+                    self.stars.append(Star(module, stmt.lineno, certain))
+            else:
+                state = _bind(state, alias.asname or alias.name, Binding(FROM, stmt.lineno, module, alias.name))
+        return state
+
+    def on_delete(self, stmt: ast.Delete, state: State, certain: bool) -> State:
+        for target in stmt.targets:
+            for name in _target_names(target):
+                if name in state:
+                    del state[name]
+                    self.unbound[name] = f"deleted by 'del' at line {stmt.lineno}"
+        return state
+
+    def on_if(self, stmt: ast.If, state: State, certain: bool) -> State:
+        self.walrus(stmt.test, state)
+        decided = decide(stmt.test)
+        if decided is True:
+            self.dead(stmt.orelse, state, _why_dead(stmt.test, False))
+            return self.block(stmt.body, state, certain)
+        if decided is False:
+            self.dead(stmt.body, state, _why_dead(stmt.test, True))
+            return self.block(stmt.orelse, state, certain)
+        return _merge(self.block(stmt.body, dict(state), False), self.block(stmt.orelse, dict(state), False))
+
+    def on_for(self, stmt: ast.For | ast.AsyncFor, state: State, certain: bool) -> State:
+        self.walrus(stmt.iter, state)
+        looped = self.block(stmt.body, self.assign(stmt.target, dict(state), stmt.lineno, None), False)
+        after = _merge(state, looped)
+        return _merge(after, self.block(stmt.orelse, dict(after), False)) if stmt.orelse else after
+
+    def on_while(self, stmt: ast.While, state: State, certain: bool) -> State:
+        self.walrus(stmt.test, state)
+        if decide(stmt.test) is False:
+            self.dead(stmt.body, state, _why_dead(stmt.test, True))
+            return self.block(stmt.orelse, state, certain)
+        after = _merge(state, self.block(stmt.body, dict(state), False))
+        return _merge(after, self.block(stmt.orelse, dict(after), False)) if stmt.orelse else after
+
+    def on_with(self, stmt: ast.With | ast.AsyncWith, state: State, certain: bool) -> State:
+        for item in stmt.items:
+            self.walrus(item.context_expr, state)
+            if item.optional_vars is not None:
+                state = self.assign(item.optional_vars, state, stmt.lineno, None)
+        return self.block(stmt.body, state, certain)
+
+    def on_try(self, stmt: ast.Try, state: State, certain: bool) -> State:  # also TryStar, of the same shape
+        body = self.block(stmt.body, dict(state), False)
         ran = _merge(state, body)  # a handler may start anywhere in the body
-        outcomes = [self.block(stmt.orelse, body, False)]  # type: ignore[attr-defined]
-        for handler in stmt.handlers:  # type: ignore[attr-defined]
+        outcomes = [self.block(stmt.orelse, body, False)]
+        for handler in stmt.handlers:
             handled = dict(ran)
             if handler.name:
                 handled = _bind(handled, handler.name, Binding(VALUE, handler.lineno))
             handled = self.block(handler.body, handled, False)
             if handler.name and handler.name in handled:  # `except E as e` unbinds e at the handler's end
-                handled = dict(handled)
                 del handled[handler.name]
             outcomes.append(handled)
         merged = outcomes[0]
         for outcome in outcomes[1:]:
             merged = _merge(merged, outcome)
-        return self.block(stmt.finalbody, merged, certain)  # type: ignore[attr-defined]
+        return self.block(stmt.finalbody, merged, certain)
 
-    def match(self, stmt: ast.stmt, state: State) -> State:
-        self.walrus(stmt.subject, state)  # type: ignore[attr-defined]
+    def on_match(self, stmt: Any, state: State, certain: bool) -> State:  # ast.Match (3.10+)
+        self.walrus(stmt.subject, state)
         merged = state
-        for case in stmt.cases:  # type: ignore[attr-defined]
+        for case in stmt.cases:
             bound = dict(state)
             for node in ast.walk(case.pattern):
                 for attr in ("name", "rest"):
@@ -266,6 +267,16 @@ class _Walker:
                         bound = _bind(bound, captured, Binding(VALUE, stmt.lineno))
             merged = _merge(merged, self.block(case.body, bound, False))
         return merged
+
+    def on_type_alias(self, stmt: Any, state: State, certain: bool) -> State:  # `type X = ...` (3.12)
+        return _bind(state, stmt.name.id, Binding(VALUE, stmt.lineno))
+
+    def on_expression(self, stmt: ast.Expr, state: State, certain: bool) -> State:
+        self.walrus(stmt.value, state)
+        if self.top:
+            self.call_on_all(stmt.value)
+            self.setattr_call(stmt.value)
+        return state
 
     def assign(self, target: ast.expr, state: State, line: int, value: ast.expr | None) -> State:
         if isinstance(target, ast.Name):
@@ -284,7 +295,7 @@ class _Walker:
 
     def walrus(self, expr: ast.expr | None, state: State) -> None:
         """`(name := value)` in a top-level expression binds name here (also inside comprehensions)."""
-        if expr is None:
+        if expr is None or not self.walrus_seen:
             return
         stack: list[ast.AST] = [expr]
         while stack:
@@ -343,7 +354,7 @@ class _Walker:
     # -- classes and imports ----------------------------------------------------------------------------
 
     def class_index(self, node: ast.ClassDef) -> ClassIndex:
-        walker = _Walker(self.package, top=False)
+        walker = _Walker(self.package, top=False, walrus_seen=self.walrus_seen)
         members = walker.block(node.body, {}, certain=True)
         slots = next(
             (
@@ -378,6 +389,30 @@ class _Walker:
         if not base:
             return ""
         return ".".join([*base, module] if module else base)
+
+
+_HANDLERS: dict[type, Callable[[_Walker, Any, State, bool], State]] = {
+    ast.FunctionDef: _Walker.on_def,
+    ast.AsyncFunctionDef: _Walker.on_def,
+    ast.ClassDef: _Walker.on_class,
+    ast.Assign: _Walker.on_assign,
+    ast.AnnAssign: _Walker.on_annotated,
+    ast.AugAssign: _Walker.on_augmented,
+    ast.Import: _Walker.on_import,
+    ast.ImportFrom: _Walker.on_import_from,
+    ast.Delete: _Walker.on_delete,
+    ast.If: _Walker.on_if,
+    ast.For: _Walker.on_for,
+    ast.AsyncFor: _Walker.on_for,
+    ast.While: _Walker.on_while,
+    ast.With: _Walker.on_with,
+    ast.AsyncWith: _Walker.on_with,
+    ast.Try: _Walker.on_try,
+    ast.Expr: _Walker.on_expression,
+}
+for _name, _handler in (("TryStar", _Walker.on_try), ("Match", _Walker.on_match), ("TypeAlias", _Walker.on_type_alias)):
+    if hasattr(ast, _name):  # TryStar 3.11, TypeAlias 3.12
+        _HANDLERS[getattr(ast, _name)] = _handler
 
 
 def _bind(state: State, name: str, binding: Binding) -> State:
@@ -449,6 +484,8 @@ def _global_names(source: bytes) -> dict[str, int]:
 
 def _dynamic(source: bytes) -> str | None:
     """Why the module may bind names no statement shows."""
+    if b"globals()" not in source and b"sys.modules" not in source:
+        return None
     match = _DYNAMIC.search(source)
     if match is None:
         return None

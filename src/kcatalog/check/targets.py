@@ -302,11 +302,11 @@ class TargetChecker:
                 exported = self._star_export(star.module, attr, hops + 1, visiting | {key})
                 if isinstance(exported, _Problem):
                     source = _q(star.module) if star.module else "beyond the top-level package"
-                    why = _reason(exported.text).partition("; its modules:")[0]
+                    reason = _reason(exported.text).partition("; its modules:")[0]
                     star_problem = star_problem or _Problem(
                         codes.TARGET_UNVERIFIABLE,
                         f"{_q(attr)} not found in the source of {_q(name)}, whose star import of {source} "
-                        f"(line {star.line}) cannot be followed: {why}; {_UNVERIFIABLE}",
+                        f"(line {star.line}) cannot be followed: {reason}; {_UNVERIFIABLE}",
                     )
                 elif exported is not None:
                     return exported
