@@ -8,9 +8,10 @@ Run from the repository root (the GPU machine's ``python3``: torch 2.11, triton 
     PYTHONPATH=src python benchmarks/kernels_gpu.py --device cpu --quick   # CPU smoke: checks only,
                                                                 # Triton under TRITON_INTERPRET=1
 
-The kernels are the ``target: "module:attr"`` entries of ``catalog/*.yaml`` (read with PyYAML; op ids
-are ``<group>.<op>``); this file only knows how to drive each op (the ``BENCHES`` table: inputs for a
-shape, the outputs to compare, the fewest bytes the op must move). In order (benchmarks/BENCH_METHOD.md):
+The ops, their backends, dtypes, tolerances and what they mutate come from ``kcatalog.load_catalog()``
+(the public API; each backend imported by ``KernelSpec.load``); this file only knows how to drive each
+op (the ``BENCHES`` table: inputs for a shape, the outputs to compare, the fewest bytes the op must
+move). In order (benchmarks/BENCH_METHOD.md):
 
 1. copy bandwidth: a large device-to-device copy, bytes read + written: the ceiling for every op;
 2. correctness: each op x backend x declared dtype at small awkward shapes (odd and non-power-of-two
@@ -37,7 +38,6 @@ import argparse
 import dataclasses
 import datetime
 import functools
-import importlib
 import itertools
 import json
 import math
@@ -47,7 +47,6 @@ import subprocess
 import sys
 import time
 import traceback
-import types
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -318,77 +317,60 @@ BENCHES: dict[str, OpBench] = {
 
 
 # --------------------------------------------------------------------------------------------------
-# The catalog: targets read from catalog/*.yaml
+# The catalog, through kcatalog's public API (load_catalog, Catalog.info/get, KernelSpec.load)
 
 
 @dataclass(frozen=True)
 class OpEntry:
-    """One op as its manifest declares it (only the fields this script uses)."""
+    """One op as the loaded catalog declares it (only the fields this script uses)."""
 
     op_id: str
-    source: str
     reference: str
     dtypes: tuple[str, ...]
     tolerance: dict[str, float]
     mutates: tuple[str, ...]
-    targets: dict[str, str]  # backend -> "module:attr"
+    specs: dict[str, Any]  # backend -> kcatalog.KernelSpec; its load() imports the target on first call
     backend_dtypes: dict[str, tuple[str, ...]]
+
+    def kernel(self, backend: str) -> Callable[..., Any]:
+        """The backend's implementation (KernelSpec.load: imported once, allow-lists checked)."""
+        return self.specs[backend].load()  # type: ignore[no-any-return]
 
 
 def read_catalog(catalog_dir: Path) -> tuple[dict[str, OpEntry], list[str]]:
-    """Every op of every manifest under `catalog_dir` (files without `ops` are settings), plus problems."""
-    import yaml
+    """Every op of the catalog in `catalog_dir`, loaded and checked by kcatalog.load_catalog, plus problems."""
+    import kcatalog
 
+    try:
+        catalog = kcatalog.load_catalog(catalog_dir)
+    except kcatalog.CatalogError as exc:
+        return {}, [f"load_catalog({catalog_dir}) failed: {exc}"]
     ops: dict[str, OpEntry] = {}
-    problems: list[str] = []
-    for path in sorted(catalog_dir.glob("*.yaml")):
-        try:
-            doc = yaml.safe_load(path.read_text())
-            for name, op in (doc.get("ops") or {}).items():
-                op_id = f"{doc['group']}.{name}"
-                backends = op.get("backends") or {}
-                ops[op_id] = OpEntry(
-                    op_id=op_id,
-                    source=path.name,
-                    reference=op.get("reference", "torch"),
-                    dtypes=tuple(op.get("dtypes") or ("float32", "float16", "bfloat16")),
-                    tolerance={str(k): float(v) for k, v in (op.get("tolerance") or {}).items()},
-                    mutates=tuple(op.get("mutates") or ()),
-                    targets={b: spec["target"] for b, spec in backends.items()},
-                    backend_dtypes={b: tuple(spec["dtypes"]) for b, spec in backends.items() if spec.get("dtypes")},
-                )
-        except Exception as exc:  # one bad file must not hide the others
-            problems.append(f"{path.name}: {type(exc).__name__}: {exc}")
-    return ops, problems
+    for op_id in catalog.ops():
+        info = catalog.info(op_id)
+        specs = {spec.backend: spec for spec in catalog.get(op_id)}
+        ops[op_id] = OpEntry(
+            op_id=op_id,
+            reference=info.reference,
+            dtypes=tuple(info.dtypes),
+            tolerance={str(k): float(v) for k, v in info.tolerance.items()},
+            mutates=tuple(info.mutates),
+            specs=specs,
+            backend_dtypes={b: tuple(spec.dtypes) for b, spec in specs.items() if spec.dtypes},
+        )
+    return ops, [f"catalog warning: {w}" for w in getattr(catalog, "warnings", ())]
 
 
 def import_kcatalog() -> str | None:
-    """Make `kcatalog.*` importable; return a warning when the package's __init__ itself fails.
-
-    The GPU machine has no pydantic: if src/kcatalog/__init__.py needs it, a bare package object is
-    put in its place, so kcatalog.kernels.* and kcatalog.testing import without running that __init__.
-    """
+    """Make this checkout's `kcatalog` importable (src/ first on sys.path); the error, if it will not import."""
     src = REPO / "src"
     if str(src) not in sys.path:
         sys.path.insert(0, str(src))
     try:
         import kcatalog  # noqa: F401
-
-        return None
-    except Exception as exc:
-        for name in [m for m in sys.modules if m == "kcatalog" or m.startswith("kcatalog.")]:
-            del sys.modules[name]
-        package = types.ModuleType("kcatalog")
-        package.__path__ = [str(src / "kcatalog")]  # type: ignore[attr-defined]
-        sys.modules["kcatalog"] = package
-        return f"`import kcatalog` failed ({type(exc).__name__}: {exc}); kernels imported without its __init__"
-
-
-@functools.cache
-def resolve(target: str) -> Callable[..., Any]:
-    """Import "module:attr"."""
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    except Exception as exc:  # e.g. pydantic not carried to the GPU machine, or the package mid-change
+        return f"`import kcatalog` failed: {type(exc).__name__}: {exc}"
+    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -510,7 +492,7 @@ def reference_outputs(case: Case, device: torch.device) -> dict[str, torch.Tenso
     """The op's reference backend on upcast copies of the case's inputs: the outputs to compare with."""
     ref_dtype = case.bench.ref_dtype or (torch.float64 if case.dtype == torch.float32 else torch.float32)
     args = _upcast(case.inputs(device), ref_dtype)
-    result = resolve(case.op.targets[case.op.reference])(**args)
+    result = case.op.kernel(case.op.reference)(**args)
     return case.bench.expected(result, args) if case.bench.expected else case.outputs(result, args)
 
 
@@ -659,7 +641,7 @@ def _compile_at_decode(params: Params) -> bool:
 def _backends(run: Run, op: OpEntry, dtype: torch.dtype) -> list[str]:
     """The op's backends, in BACKEND_ORDER, that declare `dtype` and pass --backends."""
     wanted = set(run.args.backends.split(",")) if run.args.backends else None
-    names = sorted(op.targets, key=lambda b: BACKEND_ORDER.index(b) if b in BACKEND_ORDER else len(BACKEND_ORDER))
+    names = sorted(op.specs, key=lambda b: BACKEND_ORDER.index(b) if b in BACKEND_ORDER else len(BACKEND_ORDER))
     return [
         b
         for b in names
@@ -707,7 +689,7 @@ def run_case(run: Run, phase: str, case: Case, backends: list[str]) -> None:
         if rec.note:
             continue
         try:
-            fn = resolve(case.op.targets[backend])
+            fn = case.op.kernel(backend)
             start = time.perf_counter()
             rec.errors, args = check_backend(case, fn, expected, run.device)
             rec.warm_s, rec.ok = time.perf_counter() - start, True
@@ -959,12 +941,15 @@ def environment(device: torch.device) -> dict[str, Any]:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         env.update(gpu=props.name, sm_count=props.multi_processor_count, capability=f"{props.major}.{props.minor}")
+        # what the Triton wrappers size their launches and persistent grids from (kcatalog.kernels.triton._rows)
+        for name in ("regs_per_multiprocessor", "shared_memory_per_multiprocessor", "max_threads_per_multi_processor"):
+            env[name] = getattr(props, name, None)
     try:
         env["commit"] = subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
-    except Exception:  # no git or no .git on the device machine
-        env["commit"] = None
+    except Exception:  # no git or no .git on the device machine: the caller may say which commit this is
+        env["commit"] = os.environ.get("KCATALOG_COMMIT")
     return env
 
 
@@ -1040,11 +1025,12 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         print("error: no CUDA device (use --device cpu for the smoke mode)", file=sys.stderr)
         return 2
-    notes = [n for n in [import_kcatalog()] if n]
-    for n in notes:
-        log(f"WARNING: {n}")
+    failure = import_kcatalog()
+    if failure:
+        print(f"error: {failure}", file=sys.stderr)
+        return 2
     ops, problems = read_catalog(args.catalog)
-    run = Run(args=args, device=device, ops=ops, notes=notes, deadline=_T0 + args.budget_s)
+    run = Run(args=args, device=device, ops=ops, deadline=_T0 + args.budget_s)
     op_ids = _op_ids(run, args.ops, problems)
     run.notes += problems
     for p in problems:
