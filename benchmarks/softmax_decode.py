@@ -17,8 +17,7 @@ import argparse
 import json
 import statistics
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kernels_gpu import time_graph  # noqa: E402
+from kernels_gpu import environment, import_kcatalog, time_graph  # noqa: E402
+
+IMPORT_ERROR = import_kcatalog()
+if IMPORT_ERROR:
+    raise SystemExit(f"error: {IMPORT_ERROR}")
 
 from kcatalog.kernels.triton import elementwise as triton_ew  # noqa: E402
 
@@ -36,29 +39,19 @@ SPLITS = [(block, warps) for block in (2048, 4096, 8192) for warps in (4, 8)]
 COMPILE_ROWS = (1, 64)  # torch.compile recompiles per shape: timed at two
 INPUT_SETS = 8
 TOLERANCE = 1e-2  # the manifest's bfloat16 softmax tolerance
-
-
-@contextmanager
-def tunables(**values: Any) -> Iterator[None]:
-    saved = {name: getattr(triton_ew, name) for name in values}
-    for name, value in values.items():
-        setattr(triton_ew, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(triton_ew, name, value)
+ALWAYS = 1 << 20  # split_rows_per_sm that splits every row count here
 
 
 def variants() -> dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], dict[str, Any]]]:
+    """name -> (function, softmax tunables it runs under: triton_ew.TUNING.override(**these))."""
     found: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], dict[str, Any]]] = {
         "triton (shipped)": (triton_ew.softmax, {}),
-        "triton loop": (triton_ew.softmax, {"SPLIT_MAX_ROWS": 0}),
+        "triton loop": (triton_ew.softmax, {"split_rows_per_sm": 0}),
     }
     for block, warps in SPLITS:
         found[f"triton split {block}/{warps}w"] = (
             triton_ew.softmax,
-            {"SPLIT_MAX_ROWS": 1 << 30, "SPLIT_BLOCK": block, "SPLIT_WARPS": warps},
+            {"split_rows_per_sm": ALWAYS, "split_block": block, "split_warps": warps},
         )
     found["aten"] = (lambda x: torch.softmax(x, dim=-1), {})
     found["torch.compile"] = (torch.compile(lambda x: torch.softmax(x, dim=-1), dynamic=False), {})
@@ -83,7 +76,7 @@ def main() -> int:
             for name, (fn, values) in variants().items():
                 if name == "torch.compile" and rows not in COMPILE_ROWS:
                     continue
-                with tunables(**values):
+                with triton_ew.TUNING.override(**values):
                     error = relative_error(fn(sets[0]["x"]), sets[0]["x"])
                     us = time_graph(fn, sets) * 1e3
                 rows_out.append(
@@ -120,10 +113,8 @@ def main() -> int:
     (out_dir / "softmax_decode.txt").write_text(
         f"{torch.cuda.get_device_name()}, torch {torch.__version__}\n\n{text}\n"
     )
-    (out_dir / "softmax_decode.json").write_text(
-        json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": rows_out}, indent=1)
-        + "\n"
-    )
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "environment": environment(device)}
+    (out_dir / "softmax_decode.json").write_text(json.dumps({**meta, "results": rows_out}, indent=1) + "\n")
     return 1 if failed else 0
 
 

@@ -1,14 +1,15 @@
 """Tests for the elementwise group (softmax over the last dim).
 
 Triton kernels run under TRITON_INTERPRET=1 (tests/conftest.py) against the torch reference; most cases
-lower MIN_PROGRAMS to 1 so short rows are packed many to a program (fewer interpreter programs, and the
-multi-row tile and clamped tail program get exercised). The interpreter truncates float32 -> bfloat16
+set ``programs_per_sm=0`` (through TUNING.override) so short rows are packed many to a program (fewer
+interpreter programs, and the multi-row tile and clamped tail program get exercised). The interpreter truncates float32 -> bfloat16
 (the GPU rounds to nearest), so bf16 errors here are ~4e-3, inside the 1e-2 tolerance.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,12 +42,16 @@ def randn(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator, scale:
     return (torch.randn(shape, generator=g) * scale).to(dtype)
 
 
+H200_SMS = 132  # the launch configuration as on the GPU these kernels were tuned on
+DEFAULTS = triton_ew.TUNING.default
+PACKED = {"programs_per_sm": 0, "row_tile": 16384, "max_rows_per_program": 128}
+
+
 @pytest.fixture
-def packed(monkeypatch: pytest.MonkeyPatch) -> None:
+def packed() -> Iterator[None]:
     """Pack short rows many to a program even for few rows (fewer interpreter programs, multi-row tiles)."""
-    monkeypatch.setattr(triton_ew, "MIN_PROGRAMS", 1)
-    monkeypatch.setattr(triton_ew, "ROW_TILE", 16384)
-    monkeypatch.setattr(triton_ew, "MAX_ROWS_PER_PROGRAM", 128)
+    with triton_ew.TUNING.override(**PACKED):
+        yield
 
 
 SHAPES = [(1, 7), (37, 1000), (300, 64), (3, 4099)]
@@ -67,10 +72,11 @@ def test_triton_softmax(rows: int, width: int, dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16], ids=["bf16"])
 def test_triton_softmax_default_config_few_rows(dtype: torch.dtype) -> None:
-    """The shipped config (one row per program for decode-sized batches)."""
+    """The shipped config on an H200 (one row per program for decode-sized batches)."""
     x = randn((5, 200), dtype, gen("default", dtype), scale=3.0)
-    assert triton_ew._config(200, 5)[0] == 1
-    check_close("softmax default config", triton_ew.softmax(x), ref.softmax(x), tol(dtype))
+    assert triton_ew.TUNING.get().config(200, 5, H200_SMS).block_m == 1
+    with triton_ew.TUNING.override(sms=H200_SMS):
+        check_close("softmax default config", triton_ew.softmax(x), ref.softmax(x), tol(dtype))
 
 
 @pytest.mark.parametrize(
@@ -85,28 +91,33 @@ def test_triton_softmax_default_config_few_rows(dtype: torch.dtype) -> None:
     ids=["1000-fp32", "1000-fp16", "1000-bf16", "4099-fp32", "17000-bf16"],
 )
 def test_triton_softmax_online_loop(
-    monkeypatch: pytest.MonkeyPatch, width: int, max_fused: int | None, loop_block: int | None, dtype: torch.dtype
+    width: int, max_fused: int | None, loop_block: int | None, dtype: torch.dtype
 ) -> None:
-    """Online softmax for rows wider than MAX_FUSED_WIDTH (forced small, and the real threshold once)."""
-    if max_fused is not None:
-        monkeypatch.setattr(triton_ew, "MAX_FUSED_WIDTH", max_fused)
-        monkeypatch.setattr(triton_ew, "LOOP_BLOCK", loop_block)
-    monkeypatch.setattr(triton_ew, "SPLIT_MAX_ROWS", 0)  # one program per row, however few rows
+    """Online softmax for rows wider than max_fused_width (forced small, and the real threshold once)."""
+    small = {"max_fused_width": max_fused, "loop_block": loop_block} if max_fused is not None else {}
     rows = 3 if width < 17000 else 1
-    assert triton_ew._config(width, rows)[3] is False
     g = gen("online", width, dtype)
     x = randn((rows, width), dtype, g, scale=5.0)
     # A growing trend makes the running max rise chunk after chunk (exercises the rescaling).
     x = (x.float() + torch.linspace(-8.0, 8.0, width)).to(dtype)
-    check_close(f"softmax online {rows}x{width} {dtype}", triton_ew.softmax(x), ref.softmax(x), tol(dtype))
+    with triton_ew.TUNING.override(split_rows_per_sm=0, **small):  # one program per row, however few rows
+        assert not triton_ew.TUNING.get().config(width, rows, 1).single_pass
+        check_close(f"softmax online {rows}x{width} {dtype}", triton_ew.softmax(x), ref.softmax(x), tol(dtype))
 
 
 def record_splits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Rows of each softmax that takes the split path, in call order."""
     calls: list[int] = []
     split = triton_ew._softmax_split
-    monkeypatch.setattr(triton_ew, "_softmax_split", lambda x2, out: calls.append(x2.shape[0]) or split(x2, out))
+    monkeypatch.setattr(triton_ew, "_softmax_split", lambda x2, out, t: calls.append(x2.shape[0]) or split(x2, out, t))
     return calls
+
+
+@pytest.fixture
+def split_wide() -> Iterator[None]:
+    """Rows wider than 256 split into 128-wide blocks, below 264 rows (as on an H200)."""
+    with triton_ew.TUNING.override(sms=H200_SMS, max_fused_width=256, split_block=128):
+        yield
 
 
 @pytest.mark.parametrize(
@@ -122,34 +133,30 @@ def record_splits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_triton_softmax_split_rows(
     monkeypatch: pytest.MonkeyPatch, width: int, rows: int, block: int | None, dtype: torch.dtype
 ) -> None:
-    """Few wide rows: one program per block for the statistics, then per block for the output."""
-    monkeypatch.setattr(triton_ew, "MAX_FUSED_WIDTH", min(triton_ew.MAX_FUSED_WIDTH, 512))
-    if block is not None:
-        monkeypatch.setattr(triton_ew, "SPLIT_BLOCK", block)
+    """Few wide rows (as on an H200: fewer than 264): one program per block for the statistics, then per block
+    for the output."""
     calls = record_splits(monkeypatch)
     x = randn((rows, width), dtype, gen("split", width, rows), scale=5.0)
     x = (x.float() + torch.linspace(-8.0, 8.0, width)).to(dtype)  # the row's max is in its last block
-    check_close(f"softmax split {rows}x{width} {dtype}", triton_ew.softmax(x), ref.softmax(x), tol(dtype))
+    with triton_ew.TUNING.override(sms=H200_SMS, max_fused_width=512, split_block=block or DEFAULTS.split_block):
+        check_close(f"softmax split {rows}x{width} {dtype}", triton_ew.softmax(x), ref.softmax(x), tol(dtype))
     assert calls == [rows]
 
 
 def test_triton_softmax_split_only_for_few_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """At SPLIT_MAX_ROWS rows and more, wide rows take one program each again (the loop)."""
-    monkeypatch.setattr(triton_ew, "MAX_FUSED_WIDTH", 256)
-    monkeypatch.setattr(triton_ew, "LOOP_BLOCK", 128)
-    monkeypatch.setattr(triton_ew, "SPLIT_BLOCK", 128)
-    monkeypatch.setattr(triton_ew, "SPLIT_MAX_ROWS", 4)
+    """At split_rows_per_sm rows per SM and more, wide rows take one program each again (the loop)."""
     calls = record_splits(monkeypatch)
-    for rows in (3, 4):
-        x = randn((rows, 600), torch.float32, gen("threshold", rows), scale=5.0)
-        check_close(f"softmax {rows}x600", triton_ew.softmax(x), ref.softmax(x), tol(torch.float32))
+    small = {"max_fused_width": 256, "loop_block": 128, "split_block": 128}
+    with triton_ew.TUNING.override(sms=2, split_rows_per_sm=2, **small):  # split below 4 rows
+        for rows in (3, 4):
+            x = randn((rows, 600), torch.float32, gen("threshold", rows), scale=5.0)
+            check_close(f"softmax {rows}x600", triton_ew.softmax(x), ref.softmax(x), tol(torch.float32))
     assert calls == [3]
 
 
-def test_triton_softmax_split_masked_and_strided(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("split_wide")
+def test_triton_softmax_split_masked_and_strided() -> None:
     """Split rows: blocks of only -inf add nothing, a row of only -inf is NaN (as in torch), strides honoured."""
-    monkeypatch.setattr(triton_ew, "MAX_FUSED_WIDTH", 256)
-    monkeypatch.setattr(triton_ew, "SPLIT_BLOCK", 128)
     big = randn((4, 1200), torch.float32, gen("split masked"), scale=30.0)
     x = big[:, :1000]  # strided rows
     x[:, :300] = float("-inf")  # the first two blocks, and part of the third, of every row
@@ -163,18 +170,14 @@ def test_triton_softmax_split_masked_and_strided(monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.parametrize("single_pass", [True, False], ids=["single", "online"])
-def test_triton_softmax_masked_logits(monkeypatch: pytest.MonkeyPatch, single_pass: bool) -> None:
+def test_triton_softmax_masked_logits(single_pass: bool) -> None:
     """-inf logits (masked tokens) give exact zeros, including a leading all--inf chunk in the online loop."""
-    if not single_pass:
-        monkeypatch.setattr(triton_ew, "MAX_FUSED_WIDTH", 256)
-        monkeypatch.setattr(triton_ew, "LOOP_BLOCK", 128)
-        monkeypatch.setattr(triton_ew, "SPLIT_MAX_ROWS", 0)
-    monkeypatch.setattr(triton_ew, "MIN_PROGRAMS", 1)
-    monkeypatch.setattr(triton_ew, "ROW_TILE", 16384)
+    looped = {} if single_pass else {"max_fused_width": 256, "loop_block": 128, "split_rows_per_sm": 0}
     x = randn((4, 1000), torch.float32, gen("masked"), scale=30.0)  # large logits: needs the max shift
     x[:, :300] = float("-inf")
     x[2, 500:] = float("-inf")
-    out = triton_ew.softmax(x)
+    with triton_ew.TUNING.override(**PACKED, **looped):
+        out = triton_ew.softmax(x)
     check_close("softmax masked", out, ref.softmax(x), tol(torch.float32))
     assert torch.equal(out[:, :300], torch.zeros(4, 300))
 
@@ -198,15 +201,16 @@ def test_triton_softmax_strided_and_3d(dtype: torch.dtype) -> None:
 
 
 def test_launch_config_shapes() -> None:
-    """Power-of-two tiles covering the row, bounded warps, online loop beyond MAX_FUSED_WIDTH."""
-    for n in (7, 64, 1000, 4099, 16384):
-        for rows in (1, 64, 300, 32768):
-            bm, bn, warps, single = triton_ew.launch_config(n, rows)
-            assert single and bn >= n and bn & (bn - 1) == 0 and bm & (bm - 1) == 0 and 1 <= warps <= 16
-            assert bm == 1 or -(-rows // bm) >= triton_ew.MIN_PROGRAMS
-    assert triton_ew.launch_config(8192, 8192) == (1, 8192, 16, True)
-    bm, bn, _, single = triton_ew.launch_config(152064, 16)
-    assert (bm, bn, single) == (1, triton_ew.LOOP_BLOCK, False)
+    """Power-of-two tiles covering the row, bounded warps, online loop beyond max_fused_width."""
+    for sms in (1, 78, H200_SMS):
+        for n in (7, 64, 1000, 4099, 16384):
+            for rows in (1, 64, 300, 32768):
+                bm, bn, warps, single = triton_ew.TUNING.get().config(n, rows, sms)
+                assert single and bn >= n and bn & (bn - 1) == 0 and bm & (bm - 1) == 0 and 1 <= warps <= 16
+                assert bm == 1 or -(-rows // bm) >= DEFAULTS.programs_per_sm * sms
+    assert triton_ew.TUNING.get().config(8192, 8192, H200_SMS) == (1, 8192, 16, True)
+    bm, bn, _, single = triton_ew.TUNING.get().config(152064, 16, H200_SMS)
+    assert (bm, bn, single) == (1, DEFAULTS.loop_block, False)
 
 
 def test_reference_against_float64() -> None:

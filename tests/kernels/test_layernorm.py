@@ -1,8 +1,9 @@
 """Tests for the layernorm group (rms_norm, fused_add_rms_norm, layer_norm) and the lazy_compile helper.
 
 Triton kernels run under TRITON_INTERPRET=1 (tests/conftest.py) against the torch reference. The
-interpreter runs one program at a time, so most cases lower MIN_PROGRAMS to 1: short rows are then
-packed many to a program, which also exercises multi-row tiles and the clamped tail program. Shapes stay
+interpreter runs one program at a time, so most cases set ``programs_per_sm=0`` (through the module's
+TUNING.override): short rows are then packed many to a program, which also exercises multi-row tiles and
+the clamped tail program. Shapes stay
 small (rows x width <= ~64k elements). Note: the interpreter truncates float32 -> bfloat16 instead of
 rounding to nearest (the GPU rounds), so bf16 errors here are ~4e-3, inside the 1e-2 tolerance.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,12 +47,15 @@ def randn(
     return (torch.randn(shape, generator=g) * scale + shift).to(dtype)
 
 
+H200_SMS = 132  # the launch configuration as on the GPU these kernels were tuned on
+DEFAULTS = triton_ln.TUNING.default
+
+
 @pytest.fixture
-def packed(monkeypatch: pytest.MonkeyPatch) -> None:
+def packed() -> Iterator[None]:
     """Pack short rows many to a program even for few rows (fewer interpreter programs, multi-row tiles)."""
-    monkeypatch.setattr(triton_ln, "MIN_PROGRAMS", 1)
-    monkeypatch.setattr(triton_ln, "ROW_TILE", 16384)
-    monkeypatch.setattr(triton_ln, "MAX_ROWS_PER_PROGRAM", 128)
+    with triton_ln.TUNING.override(programs_per_sm=0, row_tile=16384, max_rows_per_program=128):
+        yield
 
 
 # (rows, width): tiny odd (1 real row, 127 clamped), non-power-of-two with a ragged tail tile, many short
@@ -108,15 +113,8 @@ def test_triton_layer_norm(rows: int, width: int, dtype: torch.dtype) -> None:
     assert torch.equal(x, x0)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16], ids=["bf16"])
-def test_triton_default_config_few_rows(dtype: torch.dtype) -> None:
-    """The shipped config (one row per program for decode-sized batches) on short rows."""
-    g = gen("default", dtype)
-    x = randn((6, 96), dtype, g)
-    r = randn((6, 96), dtype, g)
-    w = randn((96,), dtype, g, shift=1.0)
-    b = randn((96,), dtype, g)
-    assert triton_ln._config(96, 6)[0] == 1
+def run_all_ops_checked(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> None:
+    """The three ops against the reference, on these inputs."""
     check_close("rms_norm", triton_ln.rms_norm(x, w), ref.rms_norm(x, w), tol("rms_norm", dtype))
     check_close("layer_norm", triton_ln.layer_norm(x, w, b), ref.layer_norm(x, w, b), tol("layer_norm", dtype))
     xt, rt, xr, rr = x.clone(), r.clone(), x.clone(), r.clone()
@@ -124,6 +122,19 @@ def test_triton_default_config_few_rows(dtype: torch.dtype) -> None:
     ref.fused_add_rms_norm(xr, rr, w)
     check_close("fused_add x", xt, xr, tol("fused_add_rms_norm", dtype))
     check_close("fused_add residual", rt, rr, tol("fused_add_rms_norm", dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16], ids=["bf16"])
+def test_triton_default_config_few_rows(dtype: torch.dtype) -> None:
+    """The shipped config on an H200 (one row per program for decode-sized batches) on short rows."""
+    g = gen("default", dtype)
+    x = randn((6, 96), dtype, g)
+    r = randn((6, 96), dtype, g)
+    w = randn((96,), dtype, g, shift=1.0)
+    b = randn((96,), dtype, g)
+    assert triton_ln.TUNING.get().config(96, 6, H200_SMS).block_m == 1
+    with triton_ln.TUNING.override(sms=H200_SMS):
+        run_all_ops_checked(x, r, w, b, dtype)
 
 
 @pytest.mark.parametrize(
@@ -137,27 +148,18 @@ def test_triton_default_config_few_rows(dtype: torch.dtype) -> None:
     ],
     ids=["1000-fp32", "1000-fp16", "1000-bf16", "4099-fp32", "17000-bf16"],
 )
-def test_triton_looped_wide_rows(
-    monkeypatch: pytest.MonkeyPatch, width: int, max_fused: int | None, loop_block: int | None, dtype: torch.dtype
-) -> None:
-    """The chunked path for rows wider than MAX_FUSED_WIDTH (forced small, and the real threshold once)."""
-    if max_fused is not None:
-        monkeypatch.setattr(triton_ln, "MAX_FUSED_WIDTH", max_fused)
-        monkeypatch.setattr(triton_ln, "LOOP_BLOCK", loop_block)
+def test_triton_looped_wide_rows(width: int, max_fused: int | None, loop_block: int | None, dtype: torch.dtype) -> None:
+    """The chunked path for rows wider than max_fused_width (forced small, and the real threshold once)."""
+    small = {"max_fused_width": max_fused, "loop_block": loop_block} if max_fused is not None else {}
     rows = 3 if width < 17000 else 1
-    assert triton_ln._config(width, rows)[3] is False
     g = gen("wide", width, dtype)
     x = randn((rows, width), dtype, g, scale=2.0, shift=3.0)
     r = randn((rows, width), dtype, g)
     w = randn((width,), dtype, g, shift=1.0)
     b = randn((width,), dtype, g)
-    check_close("rms_norm looped", triton_ln.rms_norm(x, w), ref.rms_norm(x, w), tol("rms_norm", dtype))
-    check_close("layer_norm looped", triton_ln.layer_norm(x, w, b), ref.layer_norm(x, w, b), tol("layer_norm", dtype))
-    xt, rt, xr, rr = x.clone(), r.clone(), x.clone(), r.clone()
-    triton_ln.fused_add_rms_norm(xt, rt, w)
-    ref.fused_add_rms_norm(xr, rr, w)
-    check_close("fused_add looped x", xt, xr, tol("fused_add_rms_norm", dtype))
-    check_close("fused_add looped residual", rt, rr, tol("fused_add_rms_norm", dtype))
+    with triton_ln.TUNING.override(**small):
+        assert not triton_ln.TUNING.get().config(width, rows, 1).single_pass
+        run_all_ops_checked(x, r, w, b, dtype)
 
 
 @pytest.mark.usefixtures("packed")
@@ -230,16 +232,27 @@ def test_triton_3d_input_and_mixed_weight_dtype() -> None:
 
 def test_launch_config_shapes() -> None:
     """The launch heuristic: power-of-two tiles covering the row, bounded warps, decode spread over programs."""
-    for n in (7, 64, 128, 1000, 4096, 4099, 8192, 16384):
-        for rows in (1, 8, 64, 300, 4096, 32768):
-            bm, bn, warps, single = triton_ln.launch_config(n, rows)
-            assert single and bn >= n and bn & (bn - 1) == 0 and bm & (bm - 1) == 0
-            assert 1 <= warps <= 16 and bm * bn <= max(triton_ln.ROW_TILE, bn)
-            assert bm == 1 or -(-rows // bm) >= triton_ln.MIN_PROGRAMS
-    assert triton_ln.launch_config(8192, 8192) == (1, 8192, 16, True)
-    assert triton_ln.launch_config(128, 32768)[:2] == (32, 128)
-    bm, bn, warps, single = triton_ln.launch_config(20000, 64)
-    assert (bm, single) == (1, False) and bn == triton_ln.LOOP_BLOCK
+    for sms in (1, 78, H200_SMS):
+        for n in (7, 64, 128, 1000, 4096, 4099, 8192, 16384):
+            for rows in (1, 8, 64, 300, 4096, 32768):
+                bm, bn, warps, single = triton_ln.TUNING.get().config(n, rows, sms)
+                assert single and bn >= n and bn & (bn - 1) == 0 and bm & (bm - 1) == 0
+                assert 1 <= warps <= 16 and bm * bn <= max(DEFAULTS.row_tile, bn)
+                assert bm == 1 or -(-rows // bm) >= DEFAULTS.programs_per_sm * sms
+    assert triton_ln.TUNING.get().config(8192, 8192, H200_SMS) == (1, 8192, 16, True)
+    assert triton_ln.TUNING.get().config(128, 32768, H200_SMS)[:2] == (32, 128)
+    bm, bn, warps, single = triton_ln.TUNING.get().config(20000, 64, H200_SMS)
+    assert (bm, single) == (1, False) and bn == DEFAULTS.loop_block
+
+
+def test_launch_config_follows_the_sm_count() -> None:
+    """Programs per launch scale with the device's SMs, not a fixed GPU: 264 rows of 128 pack 2 to a
+    program on a 66-SM part (132 programs, 2 per SM) and 1 per program on a 132-SM H200."""
+    assert triton_ln.TUNING.get().config(128, 264, 66).block_m == 2
+    assert triton_ln.TUNING.get().config(128, 264, H200_SMS).block_m == 1
+    with triton_ln.TUNING.override(programs_per_sm=1):
+        assert triton_ln.TUNING.get().config(128, 264, H200_SMS).block_m == 2
+    assert triton_ln.TUNING.get() is DEFAULTS
 
 
 # ------------------------------------------------------------------------------------ reference, aten
