@@ -10,6 +10,7 @@ errors here are ~4e-3, inside the 1e-2 tolerance.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,15 @@ MANIFEST = yaml.safe_load((Path(__file__).resolve().parents[2] / "catalog" / "at
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DTYPE_IDS = ["fp32", "fp16", "bf16"]
 MAX_POS = 4096
+H200_SMS = 132  # the launch configuration as on the GPU these kernels were tuned on
+DEFAULTS = triton_attn.TUNING.default
+
+
+@pytest.fixture(autouse=True)
+def h200() -> Iterator[None]:
+    """Launch as on an H200 (decode tokens split their heads over programs, as the cases below intend)."""
+    with triton_attn.TUNING.override(sms=H200_SMS):
+        yield
 
 
 def tol(dtype: torch.dtype) -> float:
@@ -143,16 +153,19 @@ def test_invalid_arguments() -> None:
 
 def test_launch_config_shapes() -> None:
     """Prefill: one program per token, cos/sin once per token; decode: heads split over programs."""
-    assert triton_attn._launch_config(16384, 32, 8, 64) == (32, 8, 1, 8)  # Llama-3-8B prefill
-    assert triton_attn._launch_config(16384, 64, 8, 64) == (64, 8, 1, 16)  # Llama-3-70B prefill
-    assert triton_attn._launch_config(16384, 128, 8, 64) == (64, 8, 2, 16)  # too many heads for one tile
-    assert triton_attn._launch_config(1, 32, 8, 64) == (4, 4, 8, 1)  # decode: 8 programs of 4 q heads
-    assert triton_attn._launch_config(512, 32, 8, 64) == (32, 8, 1, 8)
+    sms = H200_SMS
+    assert DEFAULTS.config(16384, 32, 8, 64, sms) == (32, 8, 1, 8)  # Llama-3-8B prefill
+    assert DEFAULTS.config(16384, 64, 8, 64, sms) == (64, 8, 1, 16)  # Llama-3-70B prefill
+    assert DEFAULTS.config(16384, 128, 8, 64, sms) == (64, 8, 2, 16)  # too many heads for one tile
+    assert DEFAULTS.config(1, 32, 8, 64, sms) == (4, 4, 8, 1)  # decode: 8 programs of 4 q heads
+    assert DEFAULTS.config(512, 32, 8, 64, sms) == (32, 8, 1, 8)
+    assert DEFAULTS.config(1, 32, 8, 64, 2) == (8, 8, 4, 2)  # decode on a 2-SM device: 4 programs
     for t in (1, 7, 64, 300, 4096):
         for hq, hk in ((32, 8), (28, 4), (8, 8), (1, 1), (40, 40)):
             for half in (16, 24, 32, 64):
-                bhq, bhk, split, warps = triton_attn._launch_config(t, hq, hk, half)
-                assert bhq & (bhq - 1) == 0 and bhk & (bhk - 1) == 0 and bhk <= max(bhq, triton_attn._MAX_TILE)
+                bhq, bhk, split, warps = DEFAULTS.config(t, hq, hk, half, H200_SMS)
+                assert bhq & (bhq - 1) == 0 and bhk & (bhk - 1) == 0
+                assert bhk <= max(bhq, triton_attn.TUNING.default.max_tile)
                 assert split * bhq >= hq and split * bhk >= hk  # every head is covered
                 assert 1 <= warps <= 16
 

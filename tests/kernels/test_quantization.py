@@ -16,6 +16,7 @@ whole kernel. On the GPU the hardware cast does the rounding and the snap is com
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ MANIFEST = yaml.safe_load((Path(__file__).resolve().parents[2] / "catalog" / "qu
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DTYPE_IDS = ["fp32", "fp16", "bf16"]
 FP8 = torch.float8_e4m3fn
+H200_SMS = 132  # the launch configuration as on the GPU these kernels were tuned on
+DEFAULTS = triton_q.TUNING.default
 
 
 def tol(dtype: torch.dtype) -> float:
@@ -70,12 +73,12 @@ class KernelSpy:
 
 
 @pytest.fixture
-def spy(monkeypatch: pytest.MonkeyPatch) -> KernelSpy:
+def spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[KernelSpy]:
     """Record which kernel mode each call ran; rows stack onto programs even for few rows."""
     s = KernelSpy(triton_q._per_token_quant_fp8_kernel)
     monkeypatch.setattr(triton_q, "_per_token_quant_fp8_kernel", s)
-    monkeypatch.setattr(triton_q, "_MIN_PROGRAMS", 1)
-    return s
+    with triton_q.TUNING.override(programs_per_sm=0):
+        yield s
 
 
 def check_quant(name: str, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
@@ -105,7 +108,7 @@ def test_triton_vs_reference(spy: KernelSpy, rows: int, width: int, dtype: torch
     check_quant(f"{rows}x{width} {dtype}", x, q, scale)
     assert torch.equal(x, x0)
     packed = dtype != torch.float32 and width % 2 == 0
-    assert spy.modes == [(packed, not packed and width > triton_q._MAX_FUSED_BLOCK)]
+    assert spy.modes == [(packed, not packed and width > DEFAULTS.max_fused_block)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -169,15 +172,14 @@ def test_triton_zero_and_tiny_rows() -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_triton_two_pass(spy: KernelSpy, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
+def test_triton_two_pass(spy: KernelSpy, dtype: torch.dtype) -> None:
     """Rows wider than the register thresholds (forced small here): two passes over 256-wide chunks."""
-    monkeypatch.setattr(triton_q, "_MAX_PACKED_BLOCK", 256)
-    monkeypatch.setattr(triton_q, "_MAX_FUSED_BLOCK", 512)
-    monkeypatch.setattr(triton_q, "_CHUNK", 256)
     g = gen("two_pass", dtype)
     for rows, width in ((2, 1000), (1, 1203)):
         x = randn((rows, width), dtype, g)
-        check_quant(f"two-pass {rows}x{width} {dtype}", x, *triton_q.per_token_quant_fp8(x))
+        with triton_q.TUNING.override(max_packed_block=256, max_fused_block=512, chunk=256):
+            q, scale = triton_q.per_token_quant_fp8(x)
+        check_quant(f"two-pass {rows}x{width} {dtype}", x, q, scale)
     assert spy.modes == [(False, True), (False, True)]
 
 
@@ -201,25 +203,29 @@ def test_triton_strided_rows_and_3d(spy: KernelSpy, dtype: torch.dtype) -> None:
 
 
 def test_triton_default_config() -> None:
-    """The shipped config (no stacking below ~2 programs per SM) on a decode-sized batch."""
-    assert triton_q._launch_config(8, 2048, True) == (1, 2048, False, 4)
+    """The shipped config on an H200 (no stacking below 2 programs per SM) on a decode-sized batch."""
+    assert DEFAULTS.config(8, 2048, True, H200_SMS) == (1, 2048, False, 4)
     x = randn((8, 4096), torch.bfloat16, gen("default"))
-    check_quant("default config", x, *triton_q.per_token_quant_fp8(x))
+    with triton_q.TUNING.override(sms=H200_SMS):
+        q, scale = triton_q.per_token_quant_fp8(x)
+    check_quant("default config", x, q, scale)
 
 
 def test_launch_config_shapes() -> None:
     """Rows held in registers up to the thresholds (16 warps at the top), two passes beyond."""
-    assert triton_q._launch_config(8192, 28672 // 2, True) == (1, 16384, False, 16)  # bf16 28672: one pass
-    assert triton_q._launch_config(8192, 28672, False) == (1, triton_q._CHUNK, True, 8)  # fp32 28672
-    assert triton_q._launch_config(8192, 4096 // 2, True) == (2, 2048, False, 4)
-    assert triton_q._launch_config(32768, 7, False)[:2] == (64, 8)  # 512 programs of 64 rows
+    sms = H200_SMS
+    assert DEFAULTS.config(8192, 28672 // 2, True, sms) == (1, 16384, False, 16)  # bf16 28672: one pass
+    assert DEFAULTS.config(8192, 28672, False, sms) == (1, DEFAULTS.chunk, True, 8)  # fp32 28672
+    assert DEFAULTS.config(8192, 4096 // 2, True, sms) == (2, 2048, False, 4)
+    assert DEFAULTS.config(32768, 7, False, sms)[:2] == (64, 8)  # 512 programs of 64 rows
+    assert DEFAULTS.config(32768, 7, False, 512)[:2] == (32, 8)  # ... 1024 on a GPU of 512 SMs
     for units in (3, 64, 500, 2049, 8192, 16384, 20000):
         for rows in (1, 64, 4096):
             for packed in (False, True):
-                bm, bn, two_pass, warps = triton_q._launch_config(rows, units, packed)
+                bm, bn, two_pass, warps = DEFAULTS.config(rows, units, packed, sms)
                 assert bn & (bn - 1) == 0 and bm & (bm - 1) == 0 and 4 <= warps <= 16
                 assert two_pass or bn >= units
-                assert bm == 1 or -(-rows // bm) >= triton_q._MIN_PROGRAMS
+                assert bm == 1 or -(-rows // bm) >= DEFAULTS.programs_per_sm * sms
 
 
 @triton.jit

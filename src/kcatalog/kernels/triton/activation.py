@@ -11,22 +11,65 @@ divisible-by-16 argument specialisation detects (true of every real intermediate
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
+
+from ._rows import Spread, Tunables, as_rows
 
 _ACT_SILU = 0
 _ACT_GELU_ERF = 1
 _ACT_GELU_TANH = 2
 
-_TILE = 4096
-"""Output elements per program at large shapes (per input half: 8 KiB of bf16 read, 8 KiB written)."""
-_MIN_TILE = 1024
-"""Never shrink a tile below this many elements when spreading a small problem over the GPU."""
-_MAX_BLOCK_N = 2048
-"""Widest column block; divides the common intermediate sizes (11008, 14336, 28672 / 2, ...)."""
-_MIN_PROGRAMS = 264
-"""Aim for at least this many programs (2 per SM of an H100/H200) before a tile is shrunk."""
+
+#: An activation launch: output rows and columns per program, and warps.
+ActConfig = NamedTuple("ActConfig", [("block_m", int), ("block_n", int), ("num_warps", int)])
+
+
+@dataclass(frozen=True)
+class ActTuning(Spread):
+    """The gated activations' tunables and launch configuration (:meth:`config`).
+
+    `tile`: output elements per program at large shapes (per input half: 8 KiB of bf16 read, 8 KiB written);
+    `min_tile`: never shrink a tile below this many elements when spreading a small problem over the GPU;
+    `max_block_n`: the widest column block (divides the common intermediate sizes: 11008, 14336, 28672 / 2).
+    """
+
+    tile: int = 4096
+    min_tile: int = 1024
+    max_block_n: int = 2048
+
+    def config(self, n_rows: int, d: int, sms: int) -> ActConfig:
+        """(BLOCK_M, BLOCK_N, num_warps) for an (n_rows, d) output on `sms` SMs: pure, so it can be tuned or tested.
+
+        Big problems get ~`tile`-element tiles (BLOCK_N up to 2048 columns, the rest as rows), i.e.
+        16 elements per thread at 8 warps: two 16-byte vectors of gate and two of up in flight per
+        thread, with registers to spare for several resident programs per SM (on an H200 the tile
+        shape hardly matters there: 1x1024 .. 4x1024 .. 2x2048 within 0.3%). Short rows stack up to
+        tile // BLOCK_N rows per program. Small (decode) problems shrink the tile, rows first, until
+        there are `programs_per_sm` programs per SM or the tile reaches `min_tile` elements; they get ~8
+        elements per thread (1x1024 at 4 warps: 1.3 us under CUDA-graph replay at 1 x 2*14336, against
+        1.6 us at 2 warps, where each thread's serial exp/divide chain sets the latency).
+        """
+        block_n = min(int(triton.next_power_of_2(d)), self.max_block_n)
+        block_m = min(int(triton.next_power_of_2(n_rows)), max(1, self.tile // block_n))
+
+        def programs() -> int:
+            return int(triton.cdiv(n_rows, block_m) * triton.cdiv(d, block_n))
+
+        while programs() < self.programs_per_sm * sms and block_m * block_n > self.min_tile:
+            if block_m > 1:
+                block_m //= 2
+            else:
+                block_n //= 2
+        return ActConfig(block_m, block_n, max(1, min(8, (block_m * block_n) // 256)))
+
+
+#: The tunables in effect; ``with TUNING.override(programs_per_sm=0): ...`` changes them within a block.
+TUNING = Tunables(__name__, ActTuning())
 
 
 @triton.jit
@@ -108,33 +151,6 @@ def _act_and_mul_kernel(
     tl.store(out_tile, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def _launch_config(n_rows: int, d: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps) for an (n_rows, d) output: pure, so it can be tuned or tested.
-
-    Big problems get ~_TILE-element tiles (BLOCK_N up to 2048 columns, the rest as rows), i.e.
-    16 elements per thread at 8 warps: two 16-byte vectors of gate and two of up in flight per
-    thread, with registers to spare for several resident programs per SM (on an H200 the tile
-    shape hardly matters there: 1x1024 .. 4x1024 .. 2x2048 within 0.3%). Short rows stack up to
-    _TILE // BLOCK_N rows per program. Small (decode) problems shrink the tile, rows first, until
-    there are ~2 programs per SM or the tile reaches _MIN_TILE elements; they get ~8 elements per
-    thread (1x1024 at 4 warps: 1.3 us under CUDA-graph replay at 1 x 2*14336, against 1.6 us at 2
-    warps, where each thread's serial exp/divide chain sets the latency).
-    """
-    block_n = min(triton.next_power_of_2(d), _MAX_BLOCK_N)
-    block_m = min(triton.next_power_of_2(n_rows), max(1, _TILE // block_n))
-
-    def programs() -> int:
-        return triton.cdiv(n_rows, block_m) * triton.cdiv(d, block_n)
-
-    while programs() < _MIN_PROGRAMS and block_m * block_n > _MIN_TILE:
-        if block_m > 1:
-            block_m //= 2
-        else:
-            block_n //= 2
-    num_warps = max(1, min(8, (block_m * block_n) // 256))
-    return block_m, block_n, num_warps
-
-
 def _act_and_mul(x: torch.Tensor, act: int) -> torch.Tensor:
     """Shared wrapper: flatten leading dims (a view when possible), allocate, launch."""
     if x.shape[-1] % 2:
@@ -143,12 +159,11 @@ def _act_and_mul(x: torch.Tensor, act: int) -> torch.Tensor:
     out = torch.empty((*x.shape[:-1], d), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    if x.stride(-1) != 1:
-        x = x.contiguous()
-    x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+    x2 = as_rows(x)
     out2 = out.view(-1, d)
     n_rows = x2.shape[0]
-    block_m, block_n, num_warps = _launch_config(n_rows, d)
+    t = TUNING.get()
+    block_m, block_n, num_warps = t.config(n_rows, d, t.device_sms(x.device))
     grid = (triton.cdiv(n_rows, block_m) * triton.cdiv(d, block_n),)
     _act_and_mul_kernel[grid](
         x2,

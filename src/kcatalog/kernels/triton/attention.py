@@ -11,24 +11,71 @@ style loads one contiguous [heads, rot_dim] tile and de-interleaves it in regist
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
 import triton
 import triton.language as tl
 
-_MAX_TILE = 8192
-"""Most rotated elements (both halves) of one tensor per program: 64 heads at rot_dim 128."""
-_MIN_TILE = 512
-"""Smallest q tile when the heads of a token are split across programs for small token counts."""
-_MIN_PROGRAMS = 264
-"""Aim for at least this many programs (2 per SM of an H100/H200) before heads are split."""
+from ._rows import Spread, Tunables
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+#: A rotary launch: q and k heads per program, programs per token, warps.
+RotaryConfig = NamedTuple("RotaryConfig", [("block_hq", int), ("block_hk", int), ("n_split", int), ("num_warps", int)])
+
+
+@dataclass(frozen=True)
+class RotaryTuning(Spread):
+    """The rotary kernel's tunables and launch configuration (:meth:`config`).
+
+    `max_tile`: most rotated elements (both halves) of one tensor per program: 64 heads at rot_dim 128;
+    `min_tile`: smallest q tile when the heads of a token are split across programs for small token counts.
+    """
+
+    max_tile: int = 8192
+    min_tile: int = 512
+
+    def config(self, n_tokens: int, n_q_heads: int, n_k_heads: int, half: int, sms: int) -> RotaryConfig:
+        """(BLOCK_HQ, BLOCK_HK, n_split, num_warps) on `sms` SMs: pure, so it can be tuned or tested.
+
+        Prefill: one program per token holding all its q heads and all its k heads (up to
+        `max_tile` rotated elements each: 64 heads at rot_dim 128), cos/sin loaded once per token.
+        Only bigger head counts split a token's heads over n_split programs (program s takes q tile s
+        and k tile s), each loading cos/sin once. Decode (few tokens): heads are split further,
+        halving the q tile down to ~`min_tile` elements, until there are `programs_per_sm` programs per
+        SM. num_warps gives ~16 rotated q elements per thread (8 warps for a 4096-element q tile).
+        """
+        block_d = int(triton.next_power_of_2(half))
+        max_heads = max(1, self.max_tile // (2 * block_d))
+        bhq = min(int(triton.next_power_of_2(n_q_heads)), max_heads)
+        bhk = min(int(triton.next_power_of_2(max(n_k_heads, 1))), max_heads)
+
+        def n_split() -> int:
+            return int(max(triton.cdiv(n_q_heads, bhq), triton.cdiv(n_k_heads, bhk)))
+
+        split = n_split()
+        while n_tokens * split < self.programs_per_sm * sms and bhq > 1 and 2 * bhq * block_d > self.min_tile:
+            bhq //= 2
+            bhk = min(bhk, bhq)
+            split = n_split()
+        return RotaryConfig(bhq, bhk, split, max(1, min(16, (2 * bhq * block_d) // 512)))
+
+
+#: The tunables in effect; ``with TUNING.override(programs_per_sm=0): ...`` changes them within a block.
+TUNING = Tunables(__name__, RotaryTuning())
 
 
 @triton.jit
-def _load_heads(base, heads, n_heads, stride_h, IS_NEOX: tl.constexpr, HALF: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Load the rotated part of heads ``heads`` ([BLOCK_H]) of one token: (x1, x2, ptrs, mask).
+def _load_heads(ptr, t, s, n_heads, stride_t, stride_h, IS_NEOX: tl.constexpr, HALF: tl.constexpr,
+                BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr):  # fmt: skip
+    """Load the rotated part of heads ``s * BLOCK_H ..`` of token `t`: (x1, x2, ptrs, mask).
 
     x1/x2 are float32 [BLOCK_H, BLOCK_D]: the two halves (NeoX) or the even/odd elements (GPT-J).
     """
+    base = ptr + t.to(tl.int64) * stride_t
+    heads = s * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = (heads < n_heads)[:, None]
     if IS_NEOX:
         d = tl.arange(0, BLOCK_D)
@@ -84,24 +131,8 @@ def _rotary_kernel(
     pos = tl.load(pos_ptr + t).to(tl.int64)
     # No loops and no branches: the q and k loads are independent of the position, so they are
     # in flight together with the pos -> cos/sin chain instead of after it.
-    q1, q2, q_ptrs, q_mask = _load_heads(
-        q_ptr + t.to(tl.int64) * stride_qt,
-        s * BLOCK_HQ + tl.arange(0, BLOCK_HQ),
-        n_q_heads,
-        stride_qh,
-        IS_NEOX,
-        HALF,
-        BLOCK_D,
-    )
-    k1, k2, k_ptrs, k_mask = _load_heads(
-        k_ptr + t.to(tl.int64) * stride_kt,
-        s * BLOCK_HK + tl.arange(0, BLOCK_HK),
-        n_k_heads,
-        stride_kh,
-        IS_NEOX,
-        HALF,
-        BLOCK_D,
-    )
+    q1, q2, q_ptrs, q_mask = _load_heads(q_ptr, t, s, n_q_heads, stride_qt, stride_qh, IS_NEOX, HALF, BLOCK_D, BLOCK_HQ)
+    k1, k2, k_ptrs, k_mask = _load_heads(k_ptr, t, s, n_k_heads, stride_kt, stride_kh, IS_NEOX, HALF, BLOCK_D, BLOCK_HK)
     d = tl.arange(0, BLOCK_D)
     cs = cache_ptr + pos * stride_cache
     cos = tl.load(cs + d, mask=d < HALF, other=0.0).to(tl.float32)[None, :]  # once per program,
@@ -110,34 +141,7 @@ def _rotary_kernel(
     _rotate_store(k1, k2, k_ptrs, k_mask, cos, sin, IS_NEOX, HALF)
 
 
-def _launch_config(n_tokens: int, n_q_heads: int, n_k_heads: int, half: int) -> tuple[int, int, int, int]:
-    """(BLOCK_HQ, BLOCK_HK, n_split, num_warps): pure, so it can be tuned or tested.
-
-    Prefill: one program per token holding all its q heads and all its k heads (up to
-    _MAX_TILE rotated elements each: 64 heads at rot_dim 128), cos/sin loaded once per token.
-    Only bigger head counts split a token's heads over n_split programs (program s takes q tile s
-    and k tile s), each loading cos/sin once. Decode (few tokens): heads are split further,
-    halving the q tile down to ~_MIN_TILE elements, until there are ~2 programs per SM.
-    num_warps gives ~16 rotated q elements per thread (8 warps for a 4096-element q tile).
-    """
-    block_d = triton.next_power_of_2(half)
-    max_heads = max(1, _MAX_TILE // (2 * block_d))
-    bhq = min(triton.next_power_of_2(n_q_heads), max_heads)
-    bhk = min(triton.next_power_of_2(max(n_k_heads, 1)), max_heads)
-
-    def n_split() -> int:
-        return max(triton.cdiv(n_q_heads, bhq), triton.cdiv(n_k_heads, bhk))
-
-    split = n_split()
-    while n_tokens * split < _MIN_PROGRAMS and bhq > 1 and 2 * bhq * block_d > _MIN_TILE:
-        bhq //= 2
-        bhk = min(bhk, bhq)
-        split = n_split()
-    num_warps = max(1, min(16, (2 * bhq * block_d) // 512))
-    return bhq, bhk, split, num_warps
-
-
-def _heads_view(x: torch.Tensor, num_tokens: int, head_size: int, name: str) -> tuple[int, int, int]:
+def _heads_view(x: Tensor, num_tokens: int, head_size: int, name: str) -> tuple[int, int, int]:
     """(n_heads, token stride, head stride) of a [T, H * head_size] or [T, H, head_size] tensor."""
     if x.shape[0] != num_tokens:
         raise ValueError(f"{name} has {x.shape[0]} tokens, positions has {num_tokens}")
@@ -153,21 +157,13 @@ def _heads_view(x: torch.Tensor, num_tokens: int, head_size: int, name: str) -> 
 
 
 def rotary_embedding(
-    positions: torch.Tensor,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    head_size: int,
-    cos_sin_cache: torch.Tensor,
-    is_neox: bool = True,
+    positions: Tensor, query: Tensor, key: Tensor, head_size: int, cos_sin_cache: Tensor, is_neox: bool = True
 ) -> None:
-    """Apply rotary embeddings to ``query`` and ``key`` in place (vLLM's ``rotary_embedding``).
+    """Rotary embeddings on ``query`` and ``key`` in place, in one Triton kernel; the contract (shapes, GQA,
+    partial rotary, NeoX or GPT-J style) is the reference's, ``kcatalog.kernels.torch.attention``.
 
-    positions: [T] integer positions. query: [T, Hq * head_size] or [T, Hq, head_size];
-    key: [T, Hk * head_size] or [T, Hk, head_size] (Hk may differ from Hq: GQA). Token rows may
-    be strided (e.g. views into a fused qkv tensor). cos_sin_cache: [max_pos, rot_dim], cos in the
-    first rot_dim // 2 columns, sin in the rest (float32 or the activations' dtype); only the first
-    rot_dim (<= head_size) dims of each head rotate. is_neox: rotate halves (NeoX) rather than
-    interleaved pairs (GPT-J). Math in float32, one rounding on the way back.
+    Beyond it: token rows may be strided (views into a fused qkv tensor) and are rotated where they lie; the
+    cache may be float32 or the activations' dtype; only the rotated dims are read and written.
     """
     num_tokens = positions.numel()
     rot_dim = cos_sin_cache.shape[-1]
@@ -182,7 +178,8 @@ def rotary_embedding(
     if cos_sin_cache.stride(-1) != 1:
         cos_sin_cache = cos_sin_cache.contiguous()
     half = rot_dim // 2
-    bhq, bhk, split, num_warps = _launch_config(num_tokens, n_q, n_k, half)
+    t = TUNING.get()
+    bhq, bhk, split, num_warps = t.config(num_tokens, n_q, n_k, half, t.device_sms(query.device))
     _rotary_kernel[(num_tokens, split)](
         positions,
         query,

@@ -1,17 +1,17 @@
 """Activation quantization as a Triton kernel (backend `triton`): dynamic per-token FP8 (e4m3fn).
 
-One fused kernel, three compile-time modes picked by `_launch_config`:
+One fused kernel, three compile-time modes picked by `QuantTuning.config`:
 
-- PACKED (fp16/bf16, even width, 4-byte aligned rows, width <= 2 * _MAX_PACKED_BLOCK): the row
+- PACKED (fp16/bf16, even width, 4-byte aligned rows, width <= 2 * max_packed_block): the row
   is loaded as 32-bit words, two values per word, and *kept packed* in registers while its absmax
   is reduced on the raw bits; each word is then unpacked, quantized and stored as one 16-bit pair
   of fp8 codes. Holding 2 values per register is what lets a 28672-wide bf16 row live in
   registers at 16 warps with room for 2 programs per SM (51 registers per thread in an offline
   sm_90 compile with triton 3.9; unpacked it needs ~90: 1 program per SM, whose load / reduce /
   store phases then never overlap).
-- one pass from registers (fp32, odd widths, widths <= _MAX_FUSED_BLOCK): same, one value per
+- one pass from registers (fp32, odd widths, widths <= max_fused_block): same, one value per
   register; short rows are stacked several per program.
-- TWO_PASS (wider rows): absmax over _CHUNK-wide chunks, then a second pass that re-reads the
+- TWO_PASS (wider rows): absmax over `chunk`-wide chunks, then a second pass that re-reads the
   row (from L2, normally) to quantize it.
 
 Each row's scale is ``max(absmax / 448, 1 / (448 * 512))`` with IEEE division, and the elements
@@ -32,23 +32,57 @@ the same rounding.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 
-FP8_E4M3_MAX = 448.0
-MIN_SCALE = 1.0 / (FP8_E4M3_MAX * 512.0)
+from ..torch.quantization import MIN_SCALE
+from ._rows import Spread, Tunables, as_rows
 
-_MAX_PACKED_BLOCK = 16384
-"""Widest padded row, in 2-value words, held in registers by the PACKED mode (32768 values)."""
-_MAX_FUSED_BLOCK = 16384
-"""Widest padded row, in values, held in registers by the unpacked one-pass mode."""
-_TILE = 4096
-"""Load units (values or words) per program for short rows: several rows share a program."""
-_CHUNK = 8192
-"""Chunk width of the TWO_PASS mode."""
-_MIN_PROGRAMS = 264
-"""Aim for at least this many programs (2 per SM of an H100/H200) before stacking rows."""
+#: A quantization launch: rows and load units per program, two passes or one, warps.
+QuantConfig = NamedTuple("QuantConfig", [("block_m", int), ("block_n", int), ("two_pass", bool), ("num_warps", int)])
+
+
+@dataclass(frozen=True)
+class QuantTuning(Spread):
+    """The quantization kernel's tunables and launch configuration (:meth:`config`).
+
+    `max_packed_block`: widest padded row, in 2-value words, held in registers by the PACKED mode (32768
+    values); `max_fused_block`: widest padded row, in values, held in registers by the unpacked one-pass
+    mode; `tile`: load units (values or words) per program for short rows (several rows share a program);
+    `chunk`: chunk width of the TWO_PASS mode.
+    """
+
+    max_packed_block: int = 16384
+    max_fused_block: int = 16384
+    tile: int = 4096
+    chunk: int = 8192
+
+    def config(self, n_rows: int, n_units: int, packed: bool, sms: int) -> QuantConfig:
+        """(BLOCK_M, BLOCK_N, TWO_PASS, num_warps) for rows of n_units load units on `sms` SMs: pure, tunable.
+
+        A load unit is a 2-value word in PACKED mode, else one value. One pass while the padded row
+        fits (`max_packed_block` words / `max_fused_block` values), at ~32 units per thread (4 warps up
+        to 4096 units, 16 warps from 16384): the whole row in registers, several 16-byte loads in
+        flight per thread, and (measured with ptxas for sm_90, bf16) 50 registers at 16384 words x
+        16 warps, so 2 programs fit per SM. Short rows are stacked up to `tile` units per program
+        unless that leaves fewer than `programs_per_sm` programs per SM. Wider rows: TWO_PASS over
+        `chunk`-wide chunks, one row per program, 8 warps.
+        """
+        block_n = int(triton.next_power_of_2(n_units))
+        if block_n > (self.max_packed_block if packed else self.max_fused_block):
+            return QuantConfig(1, self.chunk, True, 8)
+        block_m = min(int(triton.next_power_of_2(n_rows)), max(1, self.tile // block_n))
+        while block_m > 1 and triton.cdiv(n_rows, block_m) < self.programs_per_sm * sms:
+            block_m //= 2
+        return QuantConfig(block_m, block_n, False, max(4, min(16, (block_m * block_n) // 1024)))
+
+
+#: The tunables in effect; ``with TUNING.override(programs_per_sm=0): ...`` changes them within a block.
+TUNING = Tunables(__name__, QuantTuning())
 
 
 @triton.jit
@@ -179,27 +213,6 @@ def _per_token_quant_fp8_kernel(
         tl.store(q_rows + cols[None, :], y.to(q_ptr.dtype.element_ty), mask=m)
 
 
-def _launch_config(n_rows: int, n_units: int, packed: bool) -> tuple[int, int, bool, int]:
-    """(BLOCK_M, BLOCK_N, TWO_PASS, num_warps) for rows of n_units load units: pure, tunable.
-
-    A load unit is a 2-value word in PACKED mode, else one value. One pass while the padded row
-    fits (_MAX_PACKED_BLOCK words / _MAX_FUSED_BLOCK values), at ~32 units per thread (4 warps up
-    to 4096 units, 16 warps from 16384): the whole row in registers, several 16-byte loads in
-    flight per thread, and (measured with ptxas for sm_90, bf16) 50 registers at 16384 words x
-    16 warps, so 2 programs fit per SM. Short rows are stacked up to _TILE units per program
-    unless that leaves fewer than ~2 programs per SM. Wider rows: TWO_PASS over _CHUNK-wide
-    chunks, one row per program, 8 warps.
-    """
-    block_n = triton.next_power_of_2(n_units)
-    if block_n > (_MAX_PACKED_BLOCK if packed else _MAX_FUSED_BLOCK):
-        return 1, _CHUNK, True, 8
-    block_m = min(triton.next_power_of_2(n_rows), max(1, _TILE // block_n))
-    while block_m > 1 and triton.cdiv(n_rows, block_m) < _MIN_PROGRAMS:
-        block_m //= 2
-    num_warps = max(4, min(16, (block_m * block_n) // 1024))
-    return block_m, block_n, False, num_warps
-
-
 def per_token_quant_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Dynamic per-token (per-row) FP8 quantization, as vLLM's ``dynamic_per_token_scaled_fp8_quant``.
 
@@ -213,24 +226,23 @@ def per_token_quant_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
     if q.numel() == 0:
         return q, scale
-    if x.stride(-1) != 1:
-        x = x.contiguous()
-    x2 = x if x.dim() == 2 else x.reshape(-1, n_cols)
+    x2 = as_rows(x)
     q2 = q.view(-1, n_cols)
     n_rows = x2.shape[0]
     stride_x, stride_q = x2.stride(0), q2.stride(0)
+    t = TUNING.get()
     packed = (
         x.dtype in (torch.float16, torch.bfloat16)
         and n_cols % 2 == 0
         and (stride_x % 2 == 0 or n_rows == 1)
         and x2.data_ptr() % 4 == 0
-        and n_cols // 2 <= _MAX_PACKED_BLOCK
+        and n_cols // 2 <= t.max_packed_block
     )
     if packed:
         n_units, stride_x, stride_q = n_cols // 2, stride_x // 2, stride_q // 2
     else:
         n_units = n_cols
-    block_m, block_n, two_pass, num_warps = _launch_config(n_rows, n_units, packed)
+    block_m, block_n, two_pass, num_warps = t.config(n_rows, n_units, packed, t.device_sms(x.device))
     _per_token_quant_fp8_kernel[(triton.cdiv(n_rows, block_m),)](
         x2,
         q2,
