@@ -301,10 +301,10 @@ class Finder:
         if entry in self._archives:
             return self._archives[entry]
         found = None
-        if self._kind(entry, None) != _DIR:
+        if self._stat(entry) != _DIR:  # on disk (the cache of kinds also holds paths inside archives)
             head = entry
             while True:
-                kind = self._kind(head, None)
+                kind = self._stat(head)
                 if kind == _FILE:
                     if head not in self._zips:
                         self._zips[head] = _zip_members(head)

@@ -44,16 +44,20 @@ MAX_HEADER_LINES = 200
 
 def skeleton(source: bytes, origin: str) -> ast.Module | None:
     """The module's AST with function bodies left out, or None where it must be parsed whole."""
+    return without_bodies(source, origin) if _compiles(source, origin) else None
+
+
+def without_bodies(source: bytes, filename: str = "<unknown>") -> ast.Module | None:
+    """The AST of the source with function bodies left out, or None where that is not sure to give the index
+    a whole parse gives (a SyntaxError of the source itself is not looked for: see skeleton())."""
     if b"\r" in source or ((b"\t" in source or b"\x0c" in source) and _ODD_INDENT.search(source)):
-        return None
-    if not _compiles(source, origin):
         return None
     hollowed = _hollow(source)
     if hollowed is None:
         return None
     text, passes = hollowed
     try:
-        tree = parse(text, filename=origin)
+        tree = parse(text, filename=filename)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return tree if _holds(tree, passes) else None
