@@ -181,7 +181,7 @@ def _with_allow_list(linked: LinkedCatalog, prefixes: tuple[str, ...]) -> Linked
         op_id: dataclasses.replace(info, backends=MappingProxyType({n: specs[id(s)] for n, s in info.backends.items()}))
         for op_id, info in linked.ops.items()
     }
-    return LinkedCatalog(linked.settings, MappingProxyType(ops), tuple(specs.values()))
+    return dataclasses.replace(linked, ops=MappingProxyType(ops), declared=tuple(specs.values()))
 
 
 def _open_cache(
