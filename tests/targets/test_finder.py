@@ -328,3 +328,15 @@ def test_a_finder_caches_what_it_saw_for_one_check_only(site: Site) -> None:
     (site.root / "kcfx" / "late.py").write_text("")
     assert first.locate("kcfx.late").location is None  # the same check sees the same tree
     assert Finder().locate("kcfx.late").location is not None
+
+
+def test_find_spec_names_what_the_walk_finds(site: Site) -> None:
+    """The cache fingerprints PyYAML and pydantic with it: a spec with an origin, from the walk, calling no hook."""
+    import yaml
+
+    spec = finder.find_spec("yaml", None)
+    assert spec is not None and spec.origin == yaml.__file__ and spec.submodule_search_locations is not None
+    namespace = finder.find_spec("kcfx_ns", None)
+    assert namespace is not None and namespace.origin is None
+    assert finder.find_spec("deep", [str(site.root / "kcfx" / "ns")]) is not None
+    assert finder.find_spec("kcfx_absent", None) is None

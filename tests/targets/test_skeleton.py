@@ -1,5 +1,5 @@
-"""Parsing without function bodies: only where the bytecode cache vouches for the source, and always to the
-same index as a whole parse."""
+"""Parsing without function bodies: always to the same index as a whole parse, and never hiding a syntax error
+(checked unless the bytecode cache vouches for the source)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kcatalog.check.index import ModuleIndex, index_module
-from kcatalog.check.skeleton import skeleton, without_bodies
+from kcatalog.check.skeleton import _compiles, without_bodies
 from kcatalog.check.targets import TargetChecker
 
 
@@ -103,15 +103,15 @@ def module(tmp_path: Path, text: str) -> Path:
 SOURCE = "def kernel(x):\n    return x\n\n\nclass K:\n    def forward(self, x):\n        return x\n"
 
 
-def test_only_bytecode_of_this_very_source_lets_bodies_be_left_out(tmp_path: Path) -> None:
+def test_only_bytecode_of_this_very_source_spares_the_syntax_check(tmp_path: Path) -> None:
     path = module(tmp_path, SOURCE)
     source = path.read_bytes()
-    assert skeleton(source, str(path)) is None  # no bytecode: parse it whole
+    assert not _compiles(source, str(path))  # no bytecode: the syntax is checked
     py_compile.compile(str(path), doraise=True)
-    assert skeleton(source, str(path)) is not None
+    assert _compiles(source, str(path))
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))  # the bytecode is now stale
-    assert skeleton(source, str(path)) is None
+    assert not _compiles(source, str(path))
 
 
 @pytest.mark.parametrize(
@@ -124,11 +124,11 @@ def test_only_bytecode_of_this_very_source_lets_bodies_be_left_out(tmp_path: Pat
 def test_hash_based_bytecode(tmp_path: Path, mode: py_compile.PycInvalidationMode, used: bool) -> None:
     path = module(tmp_path, SOURCE)
     py_compile.compile(str(path), doraise=True, invalidation_mode=mode)
-    assert (skeleton(path.read_bytes(), str(path)) is not None) is used
+    assert _compiles(path.read_bytes(), str(path)) is used
     edited = path.read_bytes().replace(b"return x", b"return y")
     path.write_bytes(edited)
     expected = mode is py_compile.PycInvalidationMode.UNCHECKED_HASH  # the import system would not look
-    assert (skeleton(edited, str(path)) is not None) is expected
+    assert _compiles(edited, str(path)) is expected
 
 
 def test_a_syntax_error_in_a_body_is_found_where_no_bytecode_vouches(tmp_path: Path, monkeypatch: Any) -> None:
@@ -142,3 +142,11 @@ def test_a_syntax_error_in_a_body_is_found_where_no_bytecode_vouches(tmp_path: P
     assert (
         importlib.util.cache_from_source(str(path)) and not Path(importlib.util.cache_from_source(str(path))).exists()
     )
+
+
+def test_a_syntax_error_the_compiler_finds_is_found_too(tmp_path: Path, monkeypatch: Any) -> None:
+    module(tmp_path, "def kernel(x):\n    global x\n    return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    problem = TargetChecker().check("kcfx_skel:kernel")
+    assert problem is not None and problem.code == "KC306"
+    assert problem.message.endswith("kcfx_skel.py, line 2: name 'x' is parameter and global")

@@ -507,7 +507,8 @@ def find_spec(fullname: str, search: Any = None) -> ModuleSpec | None:
     location = Finder().find(fullname, locations) if locations is not None else locate(fullname).location
     if location is None:
         return None
-    spec = ModuleSpec(fullname, None, origin=location.origin or location.kind, is_package=location.search is not None)
+    origin = None if location.kind == NAMESPACE else location.origin or location.kind  # as the standard specs say
+    spec = ModuleSpec(fullname, None, origin=origin, is_package=location.search is not None)
     if location.search is not None:
         spec.submodule_search_locations = list(location.search)
     return spec

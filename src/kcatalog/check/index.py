@@ -48,7 +48,7 @@ class Binding:
     """One way a name may be bound."""
 
     kind: str  # DEF, CLASS, VALUE, MODULE or FROM
-    line: int
+    line: int  # where the name is bound (0 for defs and values: not kept)
     module: str = ""  # MODULE: the module; FROM: the module imported from (absolute; '' if beyond the top)
     name: str = ""  # FROM: the name imported
     cls: ClassIndex | None = None  # CLASS
@@ -92,6 +92,9 @@ class ModuleIndex:
 
 
 State = dict[str, tuple[Binding, ...]]
+# A def and a value carry nothing but their kind (their lines are not needed): one shared binding each.
+_A_DEF = Binding(DEF, 0)
+_A_VALUE = Binding(VALUE, 0)
 
 
 def index_module(tree: ast.Module, name: str, is_package: bool, source: bytes = b"") -> ModuleIndex:
@@ -153,7 +156,7 @@ class _Walker:
         return handler(self, stmt, state, certain) if handler is not None else state
 
     def on_def(self, stmt: ast.FunctionDef | ast.AsyncFunctionDef, state: State, certain: bool) -> State:
-        return _bind(state, stmt.name, Binding(DEF, stmt.lineno))
+        return _bind(state, stmt.name, _A_DEF)
 
     def on_class(self, stmt: ast.ClassDef, state: State, certain: bool) -> State:
         return _bind(state, stmt.name, Binding(CLASS, stmt.lineno, cls=self.class_index(stmt)))
@@ -245,7 +248,7 @@ class _Walker:
         for handler in stmt.handlers:
             handled = dict(ran)
             if handler.name:
-                handled = _bind(handled, handler.name, Binding(VALUE, handler.lineno))
+                handled = _bind(handled, handler.name, _A_VALUE)
             handled = self.block(handler.body, handled, False)
             if handler.name and handler.name in handled:  # `except E as e` unbinds e at the handler's end
                 del handled[handler.name]
@@ -264,12 +267,12 @@ class _Walker:
                 for attr in ("name", "rest"):
                     captured = getattr(node, attr, None)
                     if isinstance(captured, str):
-                        bound = _bind(bound, captured, Binding(VALUE, stmt.lineno))
+                        bound = _bind(bound, captured, _A_VALUE)
             merged = _merge(merged, self.block(case.body, bound, False))
         return merged
 
     def on_type_alias(self, stmt: Any, state: State, certain: bool) -> State:  # `type X = ...` (3.12)
-        return _bind(state, stmt.name.id, Binding(VALUE, stmt.lineno))
+        return _bind(state, stmt.name.id, _A_VALUE)
 
     def on_expression(self, stmt: ast.Expr, state: State, certain: bool) -> State:
         self.walrus(stmt.value, state)
@@ -282,7 +285,7 @@ class _Walker:
         if isinstance(target, ast.Name):
             if target.id == "__all__" and self.top:
                 self.set_all(value)
-            return _bind(state, target.id, Binding(VALUE, line))
+            return _bind(state, target.id, _A_VALUE)
         if isinstance(target, (ast.Tuple, ast.List)):
             for element in target.elts:
                 state = self.assign(element, state, line, None)
@@ -301,7 +304,7 @@ class _Walker:
         while stack:
             node = stack.pop()
             if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
-                state[node.target.id] = (Binding(VALUE, node.lineno),)
+                state[node.target.id] = (_A_VALUE,)
             if not isinstance(node, ast.Lambda):  # a lambda's body is its own scope
                 stack.extend(ast.iter_child_nodes(node))
 
@@ -366,7 +369,7 @@ class _Walker:
             None,
         )
         for slot in slots or ():  # each slot is a member descriptor on the class
-            members.setdefault(slot, (Binding(VALUE, node.lineno),))
+            members.setdefault(slot, (_A_VALUE,))
         metaclass = next((dotted(k.value) for k in node.keywords if k.arg == "metaclass"), None)
         return ClassIndex(
             name=node.name,

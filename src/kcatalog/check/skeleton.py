@@ -1,18 +1,17 @@
 """Parsing a module without its function bodies, where that is known to give the same index.
 
 The index (check/index.py) reads only what module and class bodies bind; function bodies, most of a
-module's bytes, only cost parsing. They can be left out where the module is known to compile: where the
-import system holds bytecode for this very source (its `__pycache__` entry matches the source's time and
-size, or its hash, as the import system itself checks them), importing it would run that bytecode, so no
-syntax error of the source can show. Elsewhere the module is parsed whole, so that a syntax error anywhere
-in it is found (KC306).
+module's bytes, only cost parsing, so they are left out. A syntax error anywhere must still be found (KC306):
+where the import system holds bytecode for this very source (its `__pycache__` entry matches the source's
+time and size, or its hash, as the import system itself checks them), importing would run that bytecode, and
+no syntax error can show; elsewhere the source's symbol table is built, which parses all of it.
 
-Leaving a body out: strings and comments are blanked (keeping line breaks), each `def` header's end is
-found at bracket depth 0, and the def becomes `def name():` over one `pass` and empty lines up to the first
-later line indented no deeper than the `def` (not continued by a backslash), so line numbers stay. The result is parsed
-and checked: every emptied def must hold exactly its `pass` where it was put; otherwise the module is parsed
-whole. A body cut short at a line inside its brackets leaves a closing bracket at the top level, which does
-not parse.
+Leaving a body out: strings and comments are blanked (keeping their length and line breaks), each `def`
+header's end is found at bracket depth 0, and the def becomes `def name(): pass` followed by empty lines up
+to the first later line indented no deeper than the `def` (not continued by a backslash), so line numbers
+stay. The result is parsed and checked: every emptied def must hold exactly its `pass` where it was put;
+otherwise the module is parsed whole. A body cut short at a line inside its brackets leaves a closing bracket
+at the top level, which does not parse.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ import ast
 import importlib.util
 import os
 import re
+import symtable
 
 from ..read.python import parse
 
@@ -42,9 +42,17 @@ _DEDENTS: dict[int, re.Pattern[bytes]] = {}
 MAX_HEADER_LINES = 200
 
 
-def skeleton(source: bytes, origin: str) -> ast.Module | None:
-    """The module's AST with function bodies left out, or None where it must be parsed whole."""
-    return without_bodies(source, origin) if _compiles(source, origin) else None
+def syntax_tree(source: bytes, origin: str) -> ast.Module:
+    """The tree to index the module from: without function bodies wherever that gives the same index.
+
+    Raises what parsing the module whole would (SyntaxError, ValueError for NUL bytes, RecursionError), so
+    that a module importing would fail on is found whatever is left out: unless the import system's bytecode
+    cache vouches for the source, its syntax is checked by building its symbol table, which parses it whole
+    without making Python objects of its tree (half the cost of ast.parse)."""
+    if not _compiles(source, origin):
+        symtable.symtable(source, origin, "exec")  # type: ignore[arg-type]  # takes bytes, as compile() does
+    tree = without_bodies(source, origin)
+    return tree if tree is not None else parse(source, filename=origin)
 
 
 def without_bodies(source: bytes, filename: str = "<unknown>") -> ast.Module | None:
@@ -129,13 +137,14 @@ _SPACES = bytes(range(256)).translate(bytes(0x20 if b != 0x0A else 0x0A for b in
 
 
 def _blank(match: re.Match[bytes]) -> bytes:
-    """A comment becomes spaces; a string "" and spaces, its line breaks kept and each line it continues
-    marked (\x01): the same length, so that offsets match the source's."""
+    """A comment becomes spaces, a string quote characters (nothing in them is code); a string's line breaks
+    stay, each line it continues marked (\x01). The same length, so that offsets match the source's."""
     text = match.group()
     if text[0] == 0x23:  # '#'
         return b" " * len(text)
-    blank = b'""' + text[2:].translate(_SPACES)
-    return blank.replace(b"\n ", b"\n\x01") if b"\n" in text else blank
+    if b"\n" not in text:
+        return b'"' * len(text)
+    return b'""' + text[2:].translate(_SPACES).replace(b"\n ", b"\n\x01")
 
 
 def _header_end(code: bytes, start: int) -> int | None:

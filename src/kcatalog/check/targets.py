@@ -23,7 +23,6 @@ from typing import Any
 from .. import codes
 from ..errors import Diagnostic, Severity, did_you_mean, listing
 from ..model import ModuleFingerprint
-from ..read.python import parse
 from .finder import (
     BUILTIN,
     BYTECODE,
@@ -49,7 +48,7 @@ from .index import (
     ModuleIndex,
     index_module,
 )
-from .skeleton import skeleton
+from .skeleton import syntax_tree
 
 MAX_HOPS = 64  # re-exports, star imports and bases followed for one name before giving up (KC304)
 
@@ -208,10 +207,8 @@ class TargetChecker:
             text = f"module {_q(name)} cannot be read ({source.strerror or source}); {_UNVERIFIABLE}"
             return _Module(name, located, found, None, _Problem(codes.TARGET_UNVERIFIABLE, text))
         origin = location.origin or name
-        tree = skeleton(source, origin)  # function bodies left out, when that is known to be safe
         try:
-            if tree is None:
-                tree = parse(source, filename=origin)
+            tree = syntax_tree(source, origin)  # function bodies left out
         except (SyntaxError, ValueError) as exc:  # importing it would certainly fail
             line = f", line {exc.lineno}" if isinstance(exc, SyntaxError) and exc.lineno else ""
             detail = exc.msg if isinstance(exc, SyntaxError) else str(exc)
