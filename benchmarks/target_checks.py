@@ -1,0 +1,447 @@
+#!/usr/bin/env python3
+"""What the static target checks cost on a real-sized tree: `kcatalog validate` with the targets' package
+installed against the same catalog with it absent.
+
+Run from the repository root, in the project's virtual environment::
+
+    python benchmarks/target_checks.py            # 7 rounds
+    python benchmarks/target_checks.py --quick    # 3 rounds: a smoke run, not for reporting
+
+A package of 302 modules (about 3 MB of source, shaped like a serving engine's layers: kernels as functions
+with bodies, classes whose methods come from base classes in other modules, `__all__`, re-exports through
+sibling modules and star imports in every subpackage's `__init__`) is written under a temporary directory,
+with a catalog of 250 ops x 3 backends (as benchmarks/synthetic_catalog.py writes them): 500 distinct targets
+into the package (functions, inherited methods, names re-exported through a package's star imports and
+through chains of modules) and 250 into a package that is not installed (KC303 warnings in both runs).
+
+Each figure is a fresh process, `kcatalog validate DIR` (cold: validate never uses the load cache), the runs
+alternated round by round (A A' B A A' B ...), after one uncounted warm-up of each:
+
+(A)  the package on PYTHONPATH, byte-compiled as pip installs it (`compileall`): the bytecode vouches that
+     every module compiles, so modules are parsed without their function bodies (check/skeleton.py);
+(A') the same package with no bytecode (a tree never imported): each module's syntax is also checked whole;
+(B)  the package absent: every target into it is a KC303 warning (looked for, not found), nothing is read.
+
+Reported: medians of wall time, CPU time and peak RSS (GNU time's %M: see load_time.run_process), and the
+medians of the per-round ratios A/B and A'/B. Targets: <= 1.5 in wall time, peak RSS <= 60 MB.
+Results: benchmarks/results/target_checks.json and benchmarks/results/target_checks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+
+from load_time import ENV, GNU_TIME, cli_command, context, summary  # noqa: E402
+
+PACKAGE = "kcbench"
+GROUPS = 10  # subpackages kcbench.layers.g0 ... g9
+MODULES_PER_GROUP = 28  # + their __init__s, the base modules and the top-level package: 300 modules
+BASE_MODULES = 9
+OPS = 250
+TARGETS = {"ratio": 1.5, "rss_mb": 60.0}
+
+SETTINGS = """\
+kcatalog: 1
+backends:
+  torch: {description: reference}
+  triton: {description: triton kernels}
+  aot: {description: ahead-of-time CUDA kernels}
+priority: [aot, triton, torch]
+"""
+
+OP = """\
+  op_{i}:
+    description: synthetic op {i}, y = f(x) over the last dim
+    signature: "(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor"
+    reference: torch
+    dtypes: [float32, float16, bfloat16]
+    tolerance: {{float32: 1.0e-5, float16: 2.0e-3, bfloat16: 1.0e-2}}
+    backends:
+      torch:
+        target: {torch}
+      triton:
+        target: {triton}
+        requires: [triton]
+        capabilities:
+          - {{device: cuda, min_arch: "8.0"}}
+          - {{device: hip}}
+      aot:
+        target: sgl_kernel:rmsnorm_{i}
+        capabilities: [{{device: cuda, min_arch: "8.0", max_arch: "10.3"}}]
+"""
+
+# -- the package ----------------------------------------------------------------------------------------------
+
+BASE = '''\
+"""Base classes of the synthetic layers ({b}): one forward per platform, as SGLang's CustomOp."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["CustomOp{b}", "Fused{b}"]
+
+
+class CustomOp{b}:
+    """Dispatches to the forward of the platform it runs on."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        self.hidden_size = hidden_size
+        self.eps = eps
+        self._forward = self.dispatch_forward()
+
+    def dispatch_forward(self):
+        # Chosen once: the platform does not change under a running process.
+        if self.is_cuda():
+            return self.forward_cuda
+        if self.is_hip():
+            return self.forward_hip
+        return self.forward_native
+
+    def is_cuda(self) -> bool:
+        return False
+
+    def is_hip(self) -> bool:
+        return False
+
+    def forward(self, *args, **kwargs):
+        return self._forward(*args, **kwargs)
+
+    def forward_native(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return x * (variance + self.eps).rsqrt() * weight
+
+    def forward_cuda(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return self.forward_native(x, weight)
+
+    def forward_hip(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return self.forward_native(x, weight)
+
+    def forward_torch_compile(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return self.forward_native(x, weight)
+
+    def extra_repr(self) -> str:
+        return f"hidden_size={{self.hidden_size}}, eps={{self.eps}}"
+
+
+class Fused{b}(CustomOp{b}):
+    """Adds the residual before normalising, in one pass."""
+
+    def forward_native(self, x, weight, residual=None):
+        if residual is not None:
+            x = x + residual
+        scale = 1.0 / math.sqrt(self.hidden_size)
+        return super().forward_native(x * scale, weight), x
+'''
+
+FUNCTION = '''
+
+def {name}(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Kernel {name}: y = x * rsqrt(mean(x^2, -1) + eps) * weight, for rows of x.
+
+    The reference is written for clarity, not speed: the fused kernels are checked against it. Inputs of
+    any leading shape are accepted; the last dimension is normalised. Low-precision inputs are upcast to
+    float32 for the reduction, as the fused kernels do, and the result is cast back to the input's dtype.
+    """
+    if x.shape[-1] != weight.shape[-1]:
+        raise ValueError(f"hidden size mismatch: {{x.shape[-1]}} != {{weight.shape[-1]}}")
+    orig_dtype = x.dtype
+    x = x.float()
+    variance = x.pow(2).mean(dim=-1, keepdim=True)
+    inv = (variance + eps).rsqrt()
+    out = x * inv
+    # Scale in float32, cast once at the end: matches the fused kernels' rounding.
+    out = out * weight.float()
+    for _ in range({k}):
+        out = out.contiguous()
+    return out.to(orig_dtype)
+'''
+
+CLASS = '''
+
+class {name}({base}):
+    """Layer {name}: the norm of one decoder block, as a module with per-platform forwards."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6, *, group_size: int = {k}) -> None:
+        super().__init__(hidden_size, eps)
+        self.group_size = group_size
+        self.weight_shape = (hidden_size,)
+        self.buffers = {{"scale": None, "zero": None}}
+
+    def forward_cuda(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        groups = x.shape[-1] // self.group_size
+        view = x.view(*x.shape[:-1], groups, self.group_size)
+        variance = view.pow(2).mean(-1, keepdim=True)
+        normed = view * (variance + self.eps).rsqrt()
+        return normed.view_as(x) * weight
+
+    def extra_repr(self) -> str:
+        return f"{{super().extra_repr()}}, group_size={{self.group_size}}"
+'''
+
+
+def module_source(group: int, index: int) -> tuple[str, list[str]]:
+    """A layers module: 8 kernels, 3 layer classes on base classes from another module, a re-export."""
+    base = (group * MODULES_PER_GROUP + index) % BASE_MODULES
+    functions = [f"kernel_{group}_{index}_{k}" for k in range(8)]
+    classes = [f"Layer_{group}_{index}_{c}" for c in range(3)]
+    lines = [
+        f'"""Synthetic kernels of group {group}, module {index}: generated by benchmarks/target_checks.py."""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "import math",
+        "from typing import TYPE_CHECKING",
+        "",
+        f"from {PACKAGE}.base.ops_{base} import CustomOp{base}",
+        f"from {PACKAGE}.base import ops_{(base + 1) % BASE_MODULES} as other_base",
+    ]
+    if index > 0:  # a chain of re-exports through the siblings: mod_i re-exports mod_{i-1}'s first kernel
+        lines.append(f"from .mod_{index - 1} import chained_{group} as chained_{group}")
+    lines += ["", "if TYPE_CHECKING:", "    import torch", ""]
+    names = [*functions, *classes, f"chained_{group}"]
+    lines.append(f"__all__ = {names!r}")
+    body = "\n".join(lines) + "\n"
+    if index == 0:
+        body += f"\n\ndef chained_{group}(x, weight, eps=1e-6):\n    return x\n"
+    for k, name in enumerate(functions):
+        body += FUNCTION.format(name=name, k=k + 1)
+    for c, name in enumerate(classes):
+        base_expr = f"CustomOp{base}" if c != 1 else f"other_base.Fused{(base + 1) % BASE_MODULES}"
+        body += CLASS.format(name=name, base=base_expr, k=16 * (c + 1))
+    return body, names
+
+
+def write_package(root: Path) -> tuple[list[str], int, int]:
+    """The package under root; the targets it offers, its module count and its bytes of source."""
+    package = root / PACKAGE
+    (package / "base").mkdir(parents=True)
+    (package / "layers").mkdir()
+    files: dict[Path, str] = {
+        package / "__init__.py": '"""A synthetic package of kernels."""\n\nfrom .layers import g0 as first_group\n',
+        package / "base" / "__init__.py": '"""Base classes."""\n',
+        package / "layers" / "__init__.py": '"""The layers, one subpackage per group."""\n',
+    }
+    for b in range(BASE_MODULES):
+        files[package / "base" / f"ops_{b}.py"] = BASE.format(b=b)
+    targets: list[str] = []
+    for group in range(GROUPS):
+        directory = package / "layers" / f"g{group}"
+        directory.mkdir()
+        stars = "".join(f"from .mod_{i} import *\n" for i in range(MODULES_PER_GROUP))
+        files[directory / "__init__.py"] = f'"""Group {group}: every module\'s kernels, re-exported."""\n\n{stars}'
+        for index in range(MODULES_PER_GROUP):
+            source, names = module_source(group, index)
+            files[directory / f"mod_{index}.py"] = source
+            module = f"{PACKAGE}.layers.g{group}.mod_{index}"
+            targets += [
+                f"{module}:{names[index % 8]}",  # a function
+                f"{module}:{names[8 + index % 3]}.forward_torch_compile",  # inherited from another module
+                f"{PACKAGE}.layers.g{group}:{names[(index + 3) % 8]}",  # through the package's star imports
+                f"{module}:chained_{group}",  # through a chain of re-exports
+                f"{PACKAGE}.layers.g{group}:{names[8 + (index + 1) % 3]}.forward_native",  # star import + base
+            ]
+    for path, text in files.items():
+        path.write_text(text, encoding="utf-8")
+    return targets, len(files), sum(len(text.encode()) for text in files.values())
+
+
+def write_catalog(directory: Path, targets: Sequence[str]) -> Path:
+    """250 ops x 3 backends: torch and triton into the package (500 distinct targets), aot not installed."""
+    directory.mkdir(parents=True)
+    (directory / "kcatalog.yaml").write_text(SETTINGS)
+    # Spread over every module: each module offers 5 kinds of target; take two kinds of each, in rotation.
+    per_module = [targets[i : i + 5] for i in range(0, len(targets), 5)]
+    spread = [kinds[(m + j) % 5] for j in (0, 2) for m, kinds in enumerate(per_module)]
+    chosen = list(dict.fromkeys(spread))[: 2 * OPS]
+    assert len(chosen) == 2 * OPS, f"only {len(chosen)} distinct targets"
+    for start in range(0, OPS, 50):
+        ops = "".join(
+            OP.format(i=i, torch=chosen[2 * i], triton=chosen[2 * i + 1]) for i in range(start, min(start + 50, OPS))
+        )
+        (directory / f"group{start // 50:03d}.yaml").write_text(
+            f"kcatalog: 1\ngroup: group{start // 50:03d}\nops:\n{ops}"
+        )
+    return directory
+
+
+# -- measuring ----------------------------------------------------------------------------------------------
+
+
+def env_with(path: Path | None) -> dict[str, str]:
+    """The measured processes' environment (load_time.ENV: bytecode cached), the package's site on PYTHONPATH."""
+    env = {k: v for k, v in ENV.items() if k != "PYTHONPATH"}
+    if path is not None:
+        env["PYTHONPATH"] = str(path)
+    return env
+
+
+def run_process(cmd: Sequence[str], env: dict[str, str]) -> dict[str, float]:
+    """Wall and CPU seconds and peak RSS (MiB) of one fresh process, as load_time.run_process measures them."""
+    with tempfile.NamedTemporaryFile("r") as rss_file:
+        wrapped = [GNU_TIME, "-f", "%M", "-o", rss_file.name, *cmd] if GNU_TIME else list(cmd)
+        start = time.perf_counter()
+        proc = subprocess.Popen(wrapped, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) not in (0, 1):  # 1: diagnostics; anything else is a failure
+            raise RuntimeError(f"{' '.join(cmd)} exited {os.waitstatus_to_exitcode(status)}")
+        rss_kib = int(rss_file.read().split()[-1]) if GNU_TIME else usage.ru_maxrss
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mib": rss_kib / 1024}
+
+
+def output_of(cmd: Sequence[str], env: dict[str, str]) -> str:
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env).stdout
+
+
+INSTALLED, SOURCE_ONLY, ABSENT = "installed (byte-compiled)", "installed, no bytecode", "package absent"
+
+
+def measure(root: Path, rounds: int) -> dict[str, Any]:
+    compiled, source_only = root / "site", root / "source_only"
+    targets, modules, size = write_package(compiled)
+    write_package(source_only)
+    # As pip installs a package: its bytecode compiled (`python -m compileall`), which tells the checks that
+    # every module compiles, so that function bodies need not be parsed. A tree nothing ever imported has none.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(compiled)], check=True, stdout=subprocess.DEVNULL)
+    catalog = write_catalog(root / "catalog", targets)
+    validate = [*cli_command(), "validate", str(catalog)]
+    peers = {INSTALLED: env_with(compiled), SOURCE_ONLY: env_with(source_only), ABSENT: env_with(None)}
+    summaries = {name: output_of(validate, env).splitlines()[-1] for name, env in peers.items()}
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in peers}
+    for env in peers.values():  # warm-up: bytecode of kcatalog and its dependencies (never of the package)
+        run_process(validate, env)
+    for _ in range(rounds):
+        for name, env in peers.items():
+            for metric, value in run_process(validate, env).items():
+                samples[name].setdefault(metric, []).append(value)
+    absent = samples[ABSENT]
+    return {
+        "package": {"modules": modules, "source_bytes": size, "targets_into_it": 2 * OPS, "ops": OPS},
+        "validate_summary_line": summaries,
+        "wall_s": {name: summary(m["wall"]) for name, m in samples.items()},
+        "cpu_s": {name: summary(m["cpu"]) for name, m in samples.items()},
+        "peak_rss_mib": {name: summary(m["rss_mib"]) for name, m in samples.items()},
+        "ratio_to_absent": {
+            name: {
+                metric: statistics.median(a / b for a, b in zip(samples[name][metric], absent[metric]))
+                for metric in ("wall", "cpu", "rss_mib")
+            }
+            for name in (INSTALLED, SOURCE_ONLY)
+        },
+        "samples": samples,
+    }
+
+
+def verdicts(measured: dict[str, Any]) -> dict[str, bool]:
+    ratio, rss = measured["ratio_to_absent"], measured["peak_rss_mib"]
+    out = {}
+    for name in (INSTALLED, SOURCE_ONLY):
+        out[f"{name} / absent <= {TARGETS['ratio']} (wall)"] = ratio[name]["wall"] <= TARGETS["ratio"]
+        out[f"{name}: peak RSS <= {TARGETS['rss_mb']} MB"] = rss[name]["median"] * 1.048576 <= TARGETS["rss_mb"]
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    ctx, m = results["context"], results["measured"]
+    dirty = f" (dirty tree; src/kcatalog sha256 {ctx['src_sha256']})" if ctx["dirty"] else ""
+    pkg = m["package"]
+    lines = [
+        "# Static target checks on a real-sized tree",
+        "",
+        f"{ctx['date']} · `{ctx['machine']}` · nproc {ctx['nproc']} · Python {ctx['python']} · "
+        f"commit `{ctx['commit'][:12]}`{dirty} · load average at start "
+        f"{', '.join(f'{x:.1f}' for x in ctx['loadavg_start'])}",
+        "",
+        f"`kcatalog validate DIR` in fresh processes, medians of {results['rounds']} rounds, the runs alternated; "
+        "ratios are medians of per-round ratios. Reproduce: `python benchmarks/target_checks.py`.",
+        "",
+        f"The package: {pkg['modules']} modules, {pkg['source_bytes'] / 1e6:.2f} MB of source; the catalog: "
+        f"{pkg['ops']} ops x 3 backends, {pkg['targets_into_it']} distinct targets into the package "
+        "(functions, methods inherited from bases in other modules, names re-exported through star imports "
+        f"and chains of modules) and {pkg['ops']} into a package not installed (KC303 in every run).",
+        "",
+        f"- **{INSTALLED}**: as pip installs it, with its bytecode compiled; the bytecode shows every module "
+        "compiles, so function bodies are left out of parsing (check/skeleton.py).",
+        f"- **{SOURCE_ONLY}**: the same tree with no bytecode (never imported): every module is parsed whole, "
+        "so that a syntax error anywhere in it is found (KC306).",
+        f"- **{ABSENT}**: the catalog's targets into it are KC303 warnings; nothing is read.",
+        "",
+        f"Peak RSS from {ctx['peak_rss_source']}; wall time includes spawning the process.",
+        "",
+        "| run | wall s (median) | min–max s | CPU s | peak RSS MiB | / absent, wall | / absent, CPU | validate says |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, wall in m["wall_s"].items():
+        ratio = m["ratio_to_absent"].get(name)
+        wall_ratio = f"{ratio['wall']:.2f}" if ratio else ""
+        cpu_ratio = f"{ratio['cpu']:.2f}" if ratio else ""
+        lines.append(
+            f"| {name} | {wall['median']:.3f} | {wall['min']:.3f}–{wall['max']:.3f} | {m['cpu_s'][name]['median']:.3f} "
+            f"| {m['peak_rss_mib'][name]['median']:.1f} | {wall_ratio} | {cpu_ratio} "
+            f"| {m['validate_summary_line'][name]} |"
+        )
+    lines += ["", "## Targets", "", "| target | met |", "|---|---|"]
+    lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in results["verdicts"].items()]
+    lines.append(f"\nWhole run: {results['elapsed_s']:.0f} s.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 rounds: a smoke run")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of the runs (default 7)")
+    parser.add_argument("--keep", type=Path, default=None, help="write the package and catalog here and keep them")
+    options = parser.parse_args(argv)
+    rounds = options.rounds or (3 if options.quick else 7)
+    start = time.perf_counter()
+    results: dict[str, Any] = {"context": context(), "rounds": rounds, "quick": options.quick, "targets": TARGETS}
+    root = options.keep or Path(tempfile.mkdtemp(prefix="kcatalog-targets-bench-"))
+    try:
+        results["measured"] = measure(root, rounds)
+    finally:
+        if options.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+    results["context"]["loadavg_end"] = os.getloadavg()
+    results["elapsed_s"] = time.perf_counter() - start
+    m = results["measured"]
+    results["verdicts"] = verdicts(m)
+    print(f"\n{'run':<28} {'wall s':>8} {'CPU s':>8} {'RSS MiB':>8} {'/absent':>8}")
+    for name, wall in m["wall_s"].items():
+        ratio = m["ratio_to_absent"].get(name, {}).get("wall")
+        shown = f"{ratio:.2f}" if ratio else ""
+        print(
+            f"{name:<28} {wall['median']:>8.3f} {m['cpu_s'][name]['median']:>8.3f} "
+            f"{m['peak_rss_mib'][name]['median']:>8.1f} {shown:>8}"
+        )
+    for name, ok in results["verdicts"].items():
+        print(f"{'met ' if ok else 'MISS'}  {name}")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "target_checks.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    (RESULTS / "target_checks.md").write_text(markdown(results))
+    print(f"\nwrote {RESULTS / 'target_checks.json'} and {RESULTS / 'target_checks.md'} ({results['elapsed_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
