@@ -114,6 +114,17 @@ def bind_torch_op(handle: Callable[..., Any], torch_op: Any, is_compiling: Calla
     namespace["_kc_torch_op"] = torch_op
 
 
+def resolve_once(
+    lock: threading.Lock, table: dict[Any, Callable[..., Any]], key: Any, resolve: Callable[[], Callable[..., Any]]
+) -> Callable[..., Any]:
+    """The callable for `key`, resolved (and imported) once however many threads make the first call."""
+    with lock:
+        fn = table.get(key)
+        if fn is None:
+            fn = table[key] = resolve()
+    return fn
+
+
 def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Callable[..., Any]:
     """Build the dispatching callable for one op."""
     lock = threading.Lock()
@@ -138,11 +149,7 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
             table, key = by_cpu, tensor.dtype
         else:
             table, key = by_device, (tensor.device.type, tensor.dtype)
-        with lock:  # one resolution (and import) per key, however many threads make the first call
-            fn = table.get(key)
-            if fn is None:
-                fn = table[key] = resolve(tensor)
-        return fn
+        return resolve_once(lock, table, key, lambda: resolve(tensor))
 
     namespace: dict[str, Any] = {
         "_kc_scopes": scopes,

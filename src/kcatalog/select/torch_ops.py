@@ -18,7 +18,7 @@ from ..errors import CatalogError, Diagnostic
 from ..link.torch_schema import torch_op_name
 from ..model import FAKE_REFERENCE, KernelSpec, OpInfo
 from ..platform import Platform
-from .handles import CallCode, bind_torch_op, call_code, generate, platform_of
+from .handles import CallCode, bind_torch_op, call_code, generate, platform_of, resolve_once
 
 if TYPE_CHECKING:
     from ..registry.catalog import Catalog, OverrideScopes
@@ -165,11 +165,7 @@ class TorchOps:
                 return resolve(dtype)
 
         def first_call(dtype: Any) -> Callable[..., Any]:
-            with lock:  # one resolution (and import) per dtype, however many threads make the first call
-                fn = by_dtype.get(dtype)
-                if fn is None:
-                    fn = by_dtype[dtype] = resolve(dtype)
-            return fn
+            return resolve_once(lock, by_dtype, dtype, lambda: resolve(dtype))
 
         namespace: dict[str, Any] = {
             "_kc_scopes": self._scopes,
@@ -242,8 +238,8 @@ class TorchOpReport:
     """An op as a torch op: its name, schema, fake, what each device type binds, and why it cannot be one."""
 
     op: str
-    qualname: str
-    schema: str | None
+    qualname: str  # 'kcatalog::layernorm_rms_norm'
+    schema: str | None  # None when the signature cannot be one
     fake: str
     bindings: tuple[DeviceBinding, ...]
     problems: tuple[Diagnostic, ...]
