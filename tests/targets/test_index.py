@@ -237,3 +237,32 @@ def test_decide() -> None:
     assert decide(parsed("sys.version_info >= '3'")) is None  # comparing a tuple with a str: not decided
     assert decide(parsed("sys.platform.startswith('linux')")) is None
     assert decide(parsed("not (TYPE_CHECKING or 0)")) is True
+
+
+def test_class_bodies_bind_members_as_module_bodies_bind_names() -> None:
+    result = index(
+        """
+        import sys
+        class K:
+            for loop_member in (1,):
+                pass
+            with open(__file__) as with_member:
+                pass
+            if (walrus_member := 1):
+                pass
+            first, (second, *rest) = 1, (2, 3)
+            if sys.platform == "darwin":
+                maybe = 1
+            try:
+                from ._fast import fast
+            except ImportError:
+                fast = None
+            annotated: int
+        """
+    )
+    cls = result.names["K"][0].cls
+    assert cls is not None
+    expected = {"loop_member", "with_member", "walrus_member", "first", "second", "rest", "maybe", "fast"}
+    assert set(cls.members) == expected
+    assert [b.kind for b in cls.members["fast"]] == [FROM, VALUE]
+    assert cls.unbound["annotated"] == "only annotated (line 17), never assigned"

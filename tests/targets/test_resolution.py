@@ -276,3 +276,17 @@ def test_each_module_is_indexed_once_and_no_syntax_tree_is_kept(site: Site, monk
             stack.extend(gc.get_referents(obj))
     assert len(seen) > 500  # it did look at the indexes
     assert site.imported() == []
+
+
+def test_conditions_nested_too_deeply_to_follow_are_unverifiable(write: Write) -> None:
+    write("kcr_deep", "if " + "not " * 400 + "x:\n    k = 1\n")
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(300)  # as a deeper program would meet it: the parse holds, following it does not
+    try:
+        found = TargetChecker().check("kcr_deep:k")
+    finally:
+        sys.setrecursionlimit(limit)
+    assert found is not None and (found.code, found.message) == (
+        "KC304",
+        "target 'kcr_deep:k': module 'kcr_deep' nests its code too deeply to be followed; not verifiable statically",
+    )

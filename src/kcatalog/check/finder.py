@@ -54,6 +54,7 @@ BYTECODE = "bytecode"  # a sourceless .pyc
 BUILTIN = "built-in"
 FROZEN = "frozen"  # frozen into the interpreter; read from its source file where that is known
 HOOKED = "hooked"  # provided by a third-party import hook: nothing to read
+RUNTIME = "run time"  # only in sys.modules (a proxy object, or a module made at run time): nothing to read
 
 MAX_SOURCE_BYTES = 16 * 1024 * 1024  # a module larger than this is not parsed (it would cost a lot of memory)
 
@@ -81,10 +82,10 @@ class Location:
     """Where a module is: what kind of module, its file, and (for packages) where its submodules are."""
 
     name: str
-    kind: str  # SOURCE, NAMESPACE, EXTENSION, BYTECODE, BUILTIN, FROZEN or HOOKED
+    kind: str  # SOURCE, NAMESPACE, EXTENSION, BYTECODE, BUILTIN, FROZEN, HOOKED or RUNTIME
     origin: str | None = None  # the file; inside a zip archive, "<archive>/<member>"
     search: tuple[str, ...] | None = None  # a package's submodule search locations; None for a plain module
-    via: str | None = None  # HOOKED: the hook's class; else the alias it was found through, e.g. 'os.path'
+    via: str | None = None  # HOOKED: the hook's class; RUNTIME: what is there; else the module it aliases
     archive: str | None = None  # the zip archive holding the file, if any
 
 
@@ -134,8 +135,8 @@ class Finder:
         parent = self.locate(".".join(parts[:-1]))
         if parent.location is None:
             return parent
-        if parent.location.kind == HOOKED:  # a hook's package: its submodules come from the hook too
-            return Located(Location(name, HOOKED, via=parent.location.via))
+        if parent.location.kind in (HOOKED, RUNTIME):  # its submodules come from where it came from
+            return Located(Location(name, parent.location.kind, via=parent.location.via))
         search = parent.location.search
         if search is None:  # a module, not a package: only an alias in sys.modules (os.path) can be here
             alias = self._alias(name)
@@ -212,10 +213,10 @@ class Finder:
         if module is None:
             return None
         if type(module) is not types.ModuleType:  # a proxy or a module subclass: never read, never run
-            return Location(name, HOOKED, via=f"a {_qualname(type(module))} object in sys.modules")
+            return Location(name, RUNTIME, via=f"a {_qualname(type(module))} object")
         spec = _MODULE_DICT.__get__(module).get("__spec__")
         if type(spec) is not ModuleSpec:
-            return Location(name, HOOKED, via="a module created at run time")
+            return Location(name, RUNTIME, via="a module made at run time")
         loader = spec.loader
         if loader is None or not _is_standard_loader(loader):
             return Location(name, HOOKED, via=_qualname(loader if isinstance(loader, type) else type(loader)))
@@ -223,7 +224,7 @@ class Finder:
         if type(real) is not str or real == name:
             return None
         target = self.locate(real).location
-        if target is None or target.kind == HOOKED:
+        if target is None or target.kind in (HOOKED, RUNTIME):
             return None
         return Location(name, target.kind, target.origin, target.search, via=real, archive=target.archive)
 

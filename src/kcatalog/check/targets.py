@@ -30,6 +30,7 @@ from .finder import (
     FROZEN,
     HOOKED,
     NAMESPACE,
+    RUNTIME,
     Finder,
     Fingerprint,
     Located,
@@ -174,7 +175,7 @@ class TargetChecker:
         if cached is None:
             located = self._finder.locate(name)
             alias = located.location.via if located.location is not None else None
-            if alias is not None and located.location is not None and located.location.kind != HOOKED:
+            if alias is not None and located.location is not None and located.location.kind not in (HOOKED, RUNTIME):
                 real = self._module(alias)  # os.path is posixpath: read once, under its own name
                 found = fingerprint(located, self._finder.read_source(located.location))
                 cached = _Module(real.name, located, found, real.index, real.problem)
@@ -194,6 +195,9 @@ class TargetChecker:
             return _Module(name, located, found, None, None)
         if kind == HOOKED:
             why = f"module {_q(name)} is found only through a third-party import hook ({location.via}); "
+            return _Module(name, located, found, None, _Problem(codes.TARGET_UNVERIFIABLE, why + _UNVERIFIABLE))
+        if kind == RUNTIME:
+            why = f"module {_q(name)} is only in sys.modules ({location.via}), in no file; "
             return _Module(name, located, found, None, _Problem(codes.TARGET_UNVERIFIABLE, why + _UNVERIFIABLE))
         if source is None:
             what = {BUILTIN: "built-in", EXTENSION: location.origin, FROZEN: "frozen"}.get(kind)
@@ -217,7 +221,11 @@ class TargetChecker:
         except (RecursionError, MemoryError):  # so would compiling it, which uses the same parser
             text = f"module {_q(name)} cannot be imported: {os.path.basename(origin)} is too deeply nested to parse"
             return _Module(name, located, found, None, _Problem(codes.TARGET_SYNTAX_ERROR, text, True))
-        index = index_module(tree, name, location.search is not None, source)
+        try:
+            index = index_module(tree, name, location.search is not None, source)
+        except RecursionError:  # conditions nested some hundred levels deep: parsed, but not followed here
+            text = f"module {_q(name)} nests its code too deeply to be followed; {_UNVERIFIABLE}"
+            return _Module(name, located, found, None, _Problem(codes.TARGET_UNVERIFIABLE, text))
         del tree  # only the index is kept
         return _Module(name, located, found, index, None)
 
