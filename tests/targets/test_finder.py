@@ -340,3 +340,19 @@ def test_find_spec_names_what_the_walk_finds(site: Site) -> None:
     assert namespace is not None and namespace.origin is None
     assert finder.find_spec("deep", [str(site.root / "kcfx" / "ns")]) is not None
     assert finder.find_spec("kcfx_absent", None) is None
+
+
+def test_a_third_party_path_hook_makes_a_missing_module_unverifiable(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    def vendor_path_hook(entry: str) -> Any:
+        calls.append(entry)
+        raise ImportError(entry)
+
+    monkeypatch.setattr(sys, "path_hooks", [*sys.path_hooks, vendor_path_hook])
+    problem = TargetChecker().check("kcfx.not_here:kernel")
+    assert problem is not None and problem.code == "KC304"
+    assert f"{__name__}.{vendor_path_hook.__qualname__} might provide it" in problem.message
+    assert calls == []

@@ -8,11 +8,12 @@ No finder on sys.meta_path or hook on sys.path_hooks is ever called, no package 
 sys.modules only plain module objects are looked at, through their `__dict__`.
 
 Third-party import hooks are honoured only where what they do is known without calling them: the setuptools
-distutils shim (it provides top-level 'distutils' ahead of the standard finders) and setuptools' editable
-finders (their MAPPING of top-level names to directories). Any other hook on sys.meta_path could provide
-modules that the walk does not find, so a module not found while such a hook is installed is
-"not verifiable", not missing. A module that the walk finds is read from its file even where an unknown hook
-placed ahead of the standard finders might provide another.
+distutils shim (it provides top-level 'distutils' ahead of the standard finders), setuptools' editable
+finders (their MAPPING of top-level names to directories), six's (only `six.moves`), and pytest's and
+virtualenv's (they find what the walk finds). Any other hook on sys.meta_path or sys.path_hooks could provide
+modules the walk does not find, so a module not found while one is installed is "not verifiable", not
+missing. A module the walk finds is read from its file even where an unknown hook placed ahead of the
+standard finders might provide another.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import re
 import stat
 import sys
 import types
+import zipimport
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.machinery import (
@@ -66,6 +68,10 @@ _STANDARD_LOADERS = (SourceFileLoader, SourcelessFileLoader, ExtensionFileLoader
 # Hooks that locate nothing the walk does not find: pytest's rewrites modules the path finder found;
 # virtualenv's patches distutils.dist and setuptools.dist as the other finders find them.
 _TRANSPARENT_HOOKS = frozenset({"_pytest.assertion.rewrite.AssertionRewritingHook", "_virtualenv._Finder"})
+_STANDARD_PATH_HOOKS = frozenset(
+    f"{module}.FileFinder.path_hook.<locals>.path_hook_for_FileFinder"
+    for module in ("_frozen_importlib_external", "importlib._bootstrap_external")
+)
 _SIX_IMPORTER = "six._SixMetaPathImporter"  # six (or a vendored copy) provides only <...>six.moves[.*]
 _SIX_MOVES = re.compile(r"(?:^|\.)\w*six\.moves(?:\.|$)")
 _DISTUTILS_SHIM = "_distutils_hack.DistutilsMetaFinder"  # provides 'distutils' (setuptools' copy), ahead of ours
@@ -258,6 +264,7 @@ class Finder:
             if name.endswith(_SIX_IMPORTER) and not _SIX_MOVES.search(fullname):
                 continue
             yield name
+        yield from _path_hooks()
 
     def _editable(self, fullname: str) -> Location | None:
         """A top-level package of a setuptools editable install: MAPPING names its directory."""
@@ -392,6 +399,22 @@ def _sys_path() -> list[str]:
         except (OSError, ValueError):  # the working directory is gone, or a NUL in the entry
             continue
     return entries
+
+
+def _path_hooks() -> list[str]:
+    """Third-party hooks on sys.path_hooks: each could turn some path entry into modules the walk misses."""
+    hooks = []
+    for hook in list(sys.path_hooks):
+        if hook is zipimport.zipimporter:
+            continue
+        if type(hook) is types.FunctionType:  # the standard FileFinder's hook is a closure of FileFinder.path_hook
+            name = f"{hook.__module__}.{hook.__qualname__}"
+            if name in _STANDARD_PATH_HOOKS:
+                continue
+        else:
+            name = _qualname(hook if issubclass(type(hook), type) else type(hook))  # type: ignore[arg-type]
+        hooks.append(name)
+    return hooks
 
 
 def _frozen(fullname: str) -> Location | None:
