@@ -317,6 +317,46 @@ def output_of(cmd: Sequence[str], env: dict[str, str]) -> str:
 INSTALLED, SOURCE_ONLY, ABSENT = "installed (byte-compiled)", "installed, no bytecode", "package absent"
 
 
+# Where the checks' time goes: one TargetChecker over the catalog's targets in a fresh process, under cProfile,
+# by the functions that do each part (cumulative time, profiler overhead included: shares, not absolutes).
+BREAKDOWN = r"""
+import cProfile, json, pstats, sys, time
+from pathlib import Path
+from kcatalog.check.targets import TargetChecker
+targets = [t for path in sorted(Path(sys.argv[1]).glob("group*.yaml")) for t in
+           (line.split("target: ", 1)[1].strip() for line in path.read_text().splitlines() if "target: " in line)]
+checker = TargetChecker()
+start = time.process_time()
+profile = cProfile.Profile()
+profile.enable()
+for target in targets:
+    checker.check(target)
+profile.disable()
+total = time.process_time() - start
+parts = {
+    "locate modules (walk of sys.path)": ("finder.py", "locate"),
+    "read sources and bytecode headers": [("finder.py", "read_source"), ("skeleton.py", "_compiles")],
+    "syntax check without bytecode (symbol table)": ("symtable.py", "symtable"),
+    "leave function bodies out (scan)": ("skeleton.py", "_hollow"),
+    "parse what is left (ast)": ("python.py", "parse"),
+    "index": ("index.py", "index_module"),
+}
+stats = pstats.Stats(profile).stats
+def cumulative(keys):
+    keys = keys if isinstance(keys, list) else [keys]
+    return sum(v[3] for (f, _, name), v in stats.items() for file, fn in keys if f.endswith(file) and name == fn)
+parts_s = {part: cumulative(keys) for part, keys in parts.items()}
+print(json.dumps({"profiled_s": total, "targets": len(targets), "parts_s": parts_s}))
+"""
+
+
+def breakdown(catalog: Path, site: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-c", BREAKDOWN, str(catalog)], capture_output=True, text=True, check=True, env=env_with(site)
+    )
+    return dict(json.loads(out.stdout))
+
+
 def measure(root: Path, rounds: int) -> dict[str, Any]:
     compiled, source_only = root / "site", root / "source_only"
     targets, modules, size = write_package(compiled)
@@ -350,6 +390,9 @@ def measure(root: Path, rounds: int) -> dict[str, Any]:
             for name in (INSTALLED, SOURCE_ONLY)
         },
         "samples": samples,
+        "breakdown": {
+            name: breakdown(catalog, site) for name, site in ((INSTALLED, compiled), (SOURCE_ONLY, source_only))
+        },
     }
 
 
@@ -401,6 +444,24 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {m['peak_rss_mib'][name]['median']:.1f} | {wall_ratio} | {cpu_ratio} "
             f"| {m['validate_summary_line'][name]} |"
         )
+    lines += [
+        "",
+        "## Where the checks' time goes",
+        "",
+        "One TargetChecker over the catalog's targets in a fresh process, under cProfile (cumulative time of "
+        "the functions doing each part; the profiler's overhead inflates every figure, so read them as shares):",
+        "",
+        "| part | " + " | ".join(m["breakdown"]) + " |",
+        "|---|" + "---:|" * len(m["breakdown"]),
+    ]
+    first = next(iter(m["breakdown"].values()))
+    for part in first["parts_s"]:
+        lines.append(
+            f"| {part} | " + " | ".join(f"{b['parts_s'][part] * 1e3:.0f} ms" for b in m["breakdown"].values()) + " |"
+        )
+    lines.append(
+        "| all target checks | " + " | ".join(f"{b['profiled_s'] * 1e3:.0f} ms" for b in m["breakdown"].values()) + " |"
+    )
     lines += ["", "## Targets", "", "| target | met |", "|---|---|"]
     lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in results["verdicts"].items()]
     lines.append(f"\nWhole run: {results['elapsed_s']:.0f} s.")
