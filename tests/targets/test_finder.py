@@ -356,3 +356,19 @@ def test_a_third_party_path_hook_makes_a_missing_module_unverifiable(
     assert problem is not None and problem.code == "KC304"
     assert f"{__name__}.{vendor_path_hook.__qualname__} might provide it" in problem.message
     assert calls == []
+
+
+def test_a_module_loaded_from_a_file_the_walk_does_not_reach_is_read_from_that_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plugin systems load modules with spec_from_file_location: the module in sys.modules is that file's."""
+    path = tmp_path / "elsewhere" / "plugin_kernels.py"
+    path.parent.mkdir()
+    path.write_text("def kernel(x):\n    return x\n")
+    spec = importlib.util.spec_from_file_location("kcfx_plugin", path)
+    assert spec is not None
+    monkeypatch.setitem(sys.modules, "kcfx_plugin", importlib.util.module_from_spec(spec))  # not executed
+    checker = TargetChecker()
+    assert checker.check("kcfx_plugin:kernel") is None
+    assert (checker.check("kcfx_plugin:other") or pytest.fail()).code == "KC302"
+    assert where("kcfx_plugin")[:2] == (SOURCE, str(path))

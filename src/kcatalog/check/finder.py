@@ -19,6 +19,7 @@ standard finders might provide another.
 from __future__ import annotations
 
 import _imp
+import importlib.machinery
 import os
 import re
 import stat
@@ -64,7 +65,14 @@ _MODULE_DICT: Any = vars(types.ModuleType)["__dict__"]  # a module's namespace, 
 _TYPE_QUALNAME: Any = type.__dict__["__qualname__"]
 _TYPE_MODULE: Any = type.__dict__["__module__"]
 _STANDARD_FINDERS = (BuiltinImporter, FrozenImporter, PathFinder)
-_STANDARD_LOADERS = (SourceFileLoader, SourcelessFileLoader, ExtensionFileLoader, BuiltinImporter, FrozenImporter)
+_STANDARD_LOADERS = (  # and what a module they loaded is
+    (SourceFileLoader, SOURCE),
+    (SourcelessFileLoader, BYTECODE),
+    (ExtensionFileLoader, EXTENSION),
+    (BuiltinImporter, BUILTIN),
+    (FrozenImporter, FROZEN),
+    (getattr(importlib.machinery, "NamespaceLoader", None), NAMESPACE),  # 3.11
+)
 # Hooks that locate nothing the walk does not find: pytest's rewrites modules the path finder found;
 # virtualenv's patches distutils.dist and setuptools.dist as the other finders find them.
 _TRANSPARENT_HOOKS = frozenset({"_pytest.assertion.rewrite.AssertionRewritingHook", "_virtualenv._Finder"})
@@ -224,15 +232,27 @@ class Finder:
         if type(spec) is not ModuleSpec:
             return Location(name, RUNTIME, via="a module made at run time")
         loader = spec.loader
-        if loader is None or not _is_standard_loader(loader):
-            return Location(name, HOOKED, via=_qualname(loader if isinstance(loader, type) else type(loader)))
+        if loader is None:
+            return Location(name, RUNTIME, via="a module made at run time")
+        cls: type = loader if issubclass(type(loader), type) else type(loader)  # type: ignore[assignment]
+        kind = next((kind for standard, kind in _STANDARD_LOADERS if cls is standard), None)
+        if kind is None:
+            return Location(name, HOOKED, via=_qualname(cls))
         real = spec.name
-        if type(real) is not str or real == name:
+        if type(real) is not str:
             return None
-        target = self.locate(real).location
-        if target is None or target.kind in (HOOKED, RUNTIME):
+        if real != name:  # an alias: read what it stands for
+            target = self.locate(real).location
+            if target is None or target.kind in (HOOKED, RUNTIME):
+                return None
+            return Location(name, target.kind, target.origin, target.search, via=real, archive=target.archive)
+        # Loaded from a file the walk does not reach (spec_from_file_location): read that file.
+        origin, search = spec.origin, spec.submodule_search_locations
+        if type(origin) is not str or not os.path.isfile(origin) or kind in (BUILTIN, FROZEN):
             return None
-        return Location(name, target.kind, target.origin, target.search, via=real, archive=target.archive)
+        if search is not None and not (type(search) is list and all(type(path) is str for path in search)):
+            return None  # a namespace path object: reading it would recompute it from its parent
+        return Location(name, kind, origin, tuple(search) if search is not None else None)
 
     # -- third-party hooks ------------------------------------------------------------------------------
 
@@ -485,11 +505,6 @@ def _type_module(cls: type) -> str | None:
 def _is_editable(hook: str) -> bool:
     module, _, name = hook.rpartition(".")
     return name == _EDITABLE_FINDER and module.startswith("__editable__")
-
-
-def _is_standard_loader(loader: Any) -> bool:
-    cls = loader if issubclass(type(loader), type) else type(loader)
-    return any(cls is standard for standard in _STANDARD_LOADERS)
 
 
 def fingerprint(located: Located, source: bytes | OSError | None) -> Fingerprint:
