@@ -199,3 +199,13 @@ def test_launch_code_is_fully_annotated() -> None:
         )
     ]
     assert missing == []
+
+
+def test_integer_helpers_match_triton() -> None:
+    """cdiv and next_power_of_2 give what triton's host functions give (they replace them in launch code)."""
+    import triton
+
+    for n in [0, 1, 2, 3, 5, 64, 100, 1023, 1024, 1025, 28672, 152064, (1 << 31) + 7]:
+        assert rows.next_power_of_2(n) == triton.next_power_of_2(n)
+        for d in (1, 2, 3, 7, 64, 1000, 4096):
+            assert rows.cdiv(n, d) == triton.cdiv(n, d)

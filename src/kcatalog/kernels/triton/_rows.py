@@ -176,7 +176,18 @@ def mean_rstd(xr, col_ok, n_cols, eps, EVEN: tl.constexpr):
     return mean, tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
 
 
-# ------------------------------------------------------------------------------------ the device
+# ------------------------------------------------------------------ host-side arithmetic, the device
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for ``b > 0``, as ``triton.cdiv``, in plain integer arithmetic: triton's is a
+    ConstexprFunction that costs ~2 us per host call, and launch code calls it on every launch."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= `n` (0 for 0), as ``triton.next_power_of_2``, in plain integer arithmetic."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
 class SmLimits(NamedTuple):
@@ -254,8 +265,8 @@ def persistent_programs(n_tiles: int, num_sms: int, per_sm: int, min_tiles_per_s
     """
     if per_sm <= 0 or n_tiles < num_sms * max(min_tiles_per_sm, 1):
         return 0
-    per_program = triton.cdiv(n_tiles, num_sms * per_sm)
-    return int(triton.cdiv(n_tiles, per_program))
+    per_program = cdiv(n_tiles, num_sms * per_sm)
+    return cdiv(n_tiles, per_program)
 
 
 # ---------------------------------------------------------------------------------------- tunables
@@ -356,12 +367,12 @@ class RowTiling(Spread):
         return found
 
     def _choose(self, n_cols: int, n_rows: int, min_programs: int) -> RowConfig:
-        block_n = int(triton.next_power_of_2(max(n_cols, 1)))
+        block_n = next_power_of_2(max(n_cols, 1))
         if block_n > self.max_fused_width:
             block_n = min(self.loop_block, block_n)
             return RowConfig(1, block_n, num_warps(block_n, self.warp_steps), False)
         block_m = max(1, min(self.row_tile // block_n, self.max_rows_per_program))
-        while block_m > 1 and triton.cdiv(n_rows, block_m) < min_programs:
+        while block_m > 1 and cdiv(n_rows, block_m) < min_programs:
             block_m //= 2
         values = block_m * (block_n if self.warps_of_block else n_cols)
         return RowConfig(block_m, block_n, num_warps(values, self.warp_steps), True)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import triton
 import triton.language as tl
 
-from ._rows import Spread, Tunables
+from ._rows import Spread, Tunables, cdiv, next_power_of_2
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -47,13 +47,13 @@ class RotaryTuning(Spread):
         halving the q tile down to ~`min_tile` elements, until there are `programs_per_sm` programs per
         SM. num_warps gives ~16 rotated q elements per thread (8 warps for a 4096-element q tile).
         """
-        block_d = int(triton.next_power_of_2(half))
+        block_d = next_power_of_2(half)
         max_heads = max(1, self.max_tile // (2 * block_d))
-        bhq = min(int(triton.next_power_of_2(n_q_heads)), max_heads)
-        bhk = min(int(triton.next_power_of_2(max(n_k_heads, 1))), max_heads)
+        bhq = min(next_power_of_2(n_q_heads), max_heads)
+        bhk = min(next_power_of_2(max(n_k_heads, 1)), max_heads)
 
         def n_split() -> int:
-            return int(max(triton.cdiv(n_q_heads, bhq), triton.cdiv(n_k_heads, bhk)))
+            return max(cdiv(n_q_heads, bhq), cdiv(n_k_heads, bhk))
 
         split = n_split()
         while n_tokens * split < self.programs_per_sm * sms and bhq > 1 and 2 * bhq * block_d > self.min_tile:
@@ -194,7 +194,7 @@ def rotary_embedding(
         cos_sin_cache.stride(0),
         IS_NEOX=bool(is_neox),
         HALF=half,
-        BLOCK_D=triton.next_power_of_2(half),
+        BLOCK_D=next_power_of_2(half),
         BLOCK_HQ=bhq,
         BLOCK_HK=bhk,
         num_warps=num_warps,

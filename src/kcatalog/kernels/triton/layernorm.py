@@ -31,6 +31,7 @@ from ._rows import (
     RowTiling,
     Tunables,
     as_rows,
+    cdiv,
     chunk_cols,
     compiled_resources,
     early_vec,
@@ -280,7 +281,7 @@ def _norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps:
     m = x2.shape[0]
     t = TUNING.get()
     block_m, block_n, num_warps, single = t.config(n, m, t.device_sms(x.device))
-    n_tiles = triton.cdiv(m, block_m)
+    n_tiles = cdiv(m, block_m)
     load_cache = _wide_load(t, single, n)
     stages, evict1, evict2 = t.loop_stages, "", ""
     prefill = block_m == 1 and n_tiles >= t.late_weights_programs
@@ -336,7 +337,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     m = x2.shape[0]
     t = TUNING.get()
     block_m, block_n, num_warps, single = t.config(n, m, t.device_sms(x.device))
-    n_tiles = triton.cdiv(m, block_m)
+    n_tiles = cdiv(m, block_m)
     _fused_add_rms_norm_kernel[(n_tiles,)](
         x2, r2, w, m, n, x2.stride(0), r2.stride(0), eps,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=t.loop_stages,

@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 
 from ..torch.quantization import MIN_SCALE
-from ._rows import Spread, Tunables, as_rows
+from ._rows import Spread, Tunables, as_rows, cdiv, next_power_of_2
 
 #: A quantization launch: rows and load units per program, two passes or one, warps.
 QuantConfig = NamedTuple("QuantConfig", [("block_m", int), ("block_n", int), ("two_pass", bool), ("num_warps", int)])
@@ -72,11 +72,11 @@ class QuantTuning(Spread):
         unless that leaves fewer than `programs_per_sm` programs per SM. Wider rows: TWO_PASS over
         `chunk`-wide chunks, one row per program, 8 warps.
         """
-        block_n = int(triton.next_power_of_2(n_units))
+        block_n = next_power_of_2(n_units)
         if block_n > (self.max_packed_block if packed else self.max_fused_block):
             return QuantConfig(1, self.chunk, True, 8)
-        block_m = min(int(triton.next_power_of_2(n_rows)), max(1, self.tile // block_n))
-        while block_m > 1 and triton.cdiv(n_rows, block_m) < self.programs_per_sm * sms:
+        block_m = min(next_power_of_2(n_rows), max(1, self.tile // block_n))
+        while block_m > 1 and cdiv(n_rows, block_m) < self.programs_per_sm * sms:
             block_m //= 2
         return QuantConfig(block_m, block_n, False, max(4, min(16, (block_m * block_n) // 1024)))
 
@@ -243,7 +243,7 @@ def per_token_quant_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     else:
         n_units = n_cols
     block_m, block_n, two_pass, num_warps = t.config(n_rows, n_units, packed, t.device_sms(x.device))
-    _per_token_quant_fp8_kernel[(triton.cdiv(n_rows, block_m),)](
+    _per_token_quant_fp8_kernel[(cdiv(n_rows, block_m),)](
         x2,
         q2,
         scale,
