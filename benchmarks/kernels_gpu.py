@@ -944,12 +944,15 @@ def environment(device: torch.device) -> dict[str, Any]:
         # what the Triton wrappers size their launches and persistent grids from (kcatalog.kernels.triton._rows)
         for name in ("regs_per_multiprocessor", "shared_memory_per_multiprocessor", "max_threads_per_multi_processor"):
             env[name] = getattr(props, name, None)
-    try:
-        env["commit"] = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-    except Exception:  # no git or no .git on the device machine: the caller may say which commit this is
-        env["commit"] = os.environ.get("KCATALOG_COMMIT")
+    # The device machine's copy of the tree has no current .git: there the caller says which commit it is.
+    env["commit"] = os.environ.get("KCATALOG_COMMIT")
+    if not env["commit"]:
+        try:
+            env["commit"] = subprocess.run(
+                ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+            ).stdout.strip()
+        except Exception:  # no git, or no .git
+            env["commit"] = None
     return env
 
 
