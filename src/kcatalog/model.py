@@ -224,6 +224,8 @@ class TargetChecks:
 
     problems: Mapping[str, Diagnostic | None]
     modules: tuple[ModuleFingerprint, ...]
+    # Where each target's object is defined, where the sources show it (a re-export followed to its source).
+    defined_in: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

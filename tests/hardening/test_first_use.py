@@ -163,3 +163,19 @@ def test_the_cli_escape_repro_runs_nothing(
     main(["test", "--catalog", str(directory)])
     assert not (tmp_path / "PWNED").exists()
     assert "x.run" not in sys.modules
+
+
+def test_a_re_export_of_foreign_code_is_refused_by_validate_as_by_import(workspace: Workspace) -> None:
+    """What validate accepts, first use must not reject: an allowed module re-exporting os.path.join."""
+    workspace.module("kc_probe_reexport", "from os.path import join\n\n\ndef own(command):\n    return command\n")
+    for target, expected in (("kc_probe_reexport:join", [codes.TARGET_NOT_ALLOWED]), ("kc_probe_reexport:own", [])):
+        directory = _run_op(workspace, target, allowed="kc_probe_reexport")
+        result = kcatalog.check_catalog([directory])
+        assert [d.code for d in result.diagnostics] == expected, [str(d) for d in result.diagnostics]
+    [diagnostic] = kcatalog.check_catalog(
+        [_run_op(workspace, "kc_probe_reexport:join", allowed="kc_probe_reexport")]
+    ).diagnostics
+    assert diagnostic.message == (
+        "target 'kc_probe_reexport:join' names an object defined in module 'posixpath', outside the allowed "
+        "modules (kcatalog.yaml allowed_modules: kc_probe_reexport)"
+    )

@@ -43,10 +43,18 @@ def check_linked(
     fresh = None
     if check_targets or import_targets:
         wanted = [spec for spec in linked.declared if id(spec) not in refused]
-        fresh = _check_targets(linked, wanted, import_targets, known_targets, diagnostics)
+        lists = _allow_lists(linked, allowed_modules)
+        fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics)
     if require is not None:
         _check_require(linked, require, diagnostics)
     return LoadChecks(diagnostics, _check_overrides(linked, overrides, diagnostics), fresh)
+
+
+def _allow_lists(linked: LinkedCatalog, allowed_modules: Sequence[str] | None) -> list[tuple[str, tuple[str, ...]]]:
+    """(where it is given, prefixes) for each allow-list that applies: the settings file's, the caller's."""
+    from_settings = linked.settings.allowed_modules if linked.settings is not None else None
+    lists = [(f"{SETTINGS_FILE} allowed_modules", from_settings), ("allowed_modules", allowed_modules)]
+    return [(source, tuple(prefixes)) for source, prefixes in lists if prefixes is not None]
 
 
 def _check_allowed(linked: LinkedCatalog, allowed_modules: Sequence[str] | None, out: list[Diagnostic]) -> set[int]:
@@ -54,10 +62,7 @@ def _check_allowed(linked: LinkedCatalog, allowed_modules: Sequence[str] | None,
 
     Returns the ids of the specs refused, whose modules are then never looked for."""
     refused: set[int] = set()
-    from_settings = linked.settings.allowed_modules if linked.settings is not None else None
-    for source, prefixes in ((f"{SETTINGS_FILE} allowed_modules", from_settings), ("allowed_modules", allowed_modules)):
-        if prefixes is None:
-            continue
+    for source, prefixes in _allow_lists(linked, allowed_modules):
         for spec in linked.declared:
             if not is_under(spec.target.partition(":")[0], tuple(prefixes)):
                 refused.add(id(spec))
@@ -77,6 +82,7 @@ def _check_targets(
     wanted: list[KernelSpec],
     import_targets: bool,
     known: TargetChecks | None,
+    allow_lists: list[tuple[str, tuple[str, ...]]],
     out: list[Diagnostic],
 ) -> TargetChecks | None:
     checks = _still_valid(known, wanted) if not import_targets else None
@@ -89,11 +95,12 @@ def _check_targets(
         for spec in wanted:
             if spec.target not in problems:
                 problems[spec.target] = checker.check(spec.target)
-        checks = TargetChecks(problems, checker.fingerprints())
+        defined_in = {target: checker.defining_module(target) for target, problem in problems.items() if problem is None}
+        checks = TargetChecks(problems, checker.fingerprints(), defined_in)
         if not any(problem is not None and problem.is_error for problem in problems.values()):
             fresh = checks
     for spec in wanted:
-        problem = checks.problems[spec.target]
+        problem = checks.problems[spec.target] or _defined_outside(spec, checks, allow_lists)
         if import_targets and (problem is None or not problem.is_error):
             # The deeper check imports what the static one could not verify (KC304) or found unavailable
             # (KC303) too; what importing finds replaces that warning.
@@ -104,6 +111,24 @@ def _check_targets(
         elif problem is not None:
             out.append(dataclasses.replace(problem, location=spec.target_location))
     return fresh
+
+
+def _defined_outside(
+    spec: KernelSpec, checks: TargetChecks, allow_lists: list[tuple[str, tuple[str, ...]]]
+) -> Diagnostic | None:
+    """KC305 for a target whose object is defined outside an allow-list (a re-export of foreign code):
+    importing it would be refused, so validating it is too."""
+    module = checks.defined_in.get(spec.target)
+    if module is None:
+        return None
+    for source, prefixes in allow_lists:
+        if not is_under(module, prefixes):
+            return Diagnostic(
+                codes.TARGET_NOT_ALLOWED,
+                f"target '{spec.target}' names an object defined in module '{module}', outside the allowed "
+                f"modules ({source}: {', '.join(prefixes) or 'none'})",
+            )
+    return None
 
 
 def _still_valid(known: TargetChecks | None, wanted: list[KernelSpec]) -> TargetChecks | None:
