@@ -367,13 +367,9 @@ class Finder:
                     if archive.getinfo(inner).file_size > MAX_SOURCE_BYTES:
                         return OSError(f"larger than {MAX_SOURCE_BYTES} bytes")
                     return archive.read(inner)
-            with open(location.origin, "rb") as handle:
-                data = handle.read(MAX_SOURCE_BYTES + 1)
+            return read_file(location.origin, MAX_SOURCE_BYTES)
         except (OSError, KeyError, ValueError) as exc:
             return exc if isinstance(exc, OSError) else OSError(str(exc))
-        if len(data) > MAX_SOURCE_BYTES:
-            return OSError(f"larger than {MAX_SOURCE_BYTES} bytes")
-        return data
 
     def submodules(self, search: Iterable[str]) -> list[str]:
         """The names of the modules and packages in these search locations, sorted."""
@@ -406,6 +402,26 @@ _SUFFIXES = (
     *((suffix, SOURCE) for suffix in SOURCE_SUFFIXES),
     *((suffix, BYTECODE) for suffix in BYTECODE_SUFFIXES),
 )
+
+
+def read_file(path: str, limit: int) -> bytes | OSError:
+    """A file's bytes, or an OSError saying it holds more than `limit` (sized first: no large buffer)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            return OSError(f"larger than {limit} bytes")
+        chunks = []
+        while True:
+            chunk = os.read(fd, max(size + 1, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if sum(map(len, chunks)) > limit:
+                return OSError(f"larger than {limit} bytes")
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _sys_path() -> list[str]:
@@ -455,11 +471,10 @@ def _frozen(fullname: str) -> Location | None:
 def _extends_path(init: str) -> bool:
     """Whether a package's __init__ extends its own __path__ over sys.path (old-style namespace packages)."""
     try:
-        with open(init, "rb") as handle:
-            text = handle.read(MAX_SOURCE_BYTES)
+        text = read_file(init, MAX_SOURCE_BYTES)
     except OSError:
         return False
-    return b"extend_path" in text or b"declare_namespace" in text
+    return isinstance(text, bytes) and (b"extend_path" in text or b"declare_namespace" in text)
 
 
 def _exact_case(path: str) -> bool:

@@ -77,8 +77,11 @@ def _compiles(source: bytes, origin: str) -> bool:
         return False
     try:
         cached = importlib.util.cache_from_source(origin)
-        with open(cached, "rb") as handle:
-            header = handle.read(16)
+        fd = os.open(cached, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:
+            header = os.read(fd, 16)
+        finally:
+            os.close(fd)
         info = os.stat(origin)
     except (OSError, ValueError, NotImplementedError):
         return False
@@ -172,17 +175,17 @@ def _body_end(code: bytes, body: int, indent: int) -> int:
     """The offset of the line after the body: the first line indented no deeper than the def that is not
     continued by a backslash (or the end of the module)."""
     pattern = _DEDENTS.get(indent)
-    if pattern is None:
-        pattern = _DEDENTS[indent] = re.compile(rb"^ {0,%d}[^ \n\x01]" % indent, re.MULTILINE)
-    position = body
+    if pattern is None:  # led by the line break: the regex engine then skips ahead to each one quickly
+        pattern = _DEDENTS[indent] = re.compile(rb"\n {0,%d}[^ \n\x01]" % indent)
+    position = body - 1  # the line break before the body's first line
     while True:
         found = pattern.search(code, position)
         if found is None:
             return len(code)
-        start = found.start()
+        start = found.start() + 1
         if not (start >= 2 and code[start - 2] == 0x5C):  # a backslash before the line break continues it
             return start
-        position = start + 1
+        position = start
 
 
 def _holds(tree: ast.Module, passes: set[int]) -> bool:
@@ -191,15 +194,14 @@ def _holds(tree: ast.Module, passes: set[int]) -> bool:
     blocks: list[list[ast.stmt]] = [tree.body]
     while blocks:
         for stmt in blocks.pop():
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                body = stmt.body
+            kind = type(stmt)
+            if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                body = stmt.body  # type: ignore[attr-defined]
                 if body[0].lineno in passes:
-                    if len(body) != 1 or not isinstance(body[0], ast.Pass):
+                    if len(body) != 1 or type(body[0]) is not ast.Pass:
                         return False
                     seen += 1
-            elif isinstance(stmt, ast.ClassDef):
-                blocks.append(stmt.body)
-            else:
+            elif kind in _COMPOUND:
                 for name in ("body", "orelse", "finalbody"):
                     block = getattr(stmt, name, None)
                     if block:
@@ -207,3 +209,11 @@ def _holds(tree: ast.Module, passes: set[int]) -> bool:
                 for part in getattr(stmt, "handlers", None) or getattr(stmt, "cases", None) or ():
                     blocks.append(part.body)
     return seen == len(passes)
+
+
+# Statements holding other statements (where defs can be).
+_COMPOUND = frozenset(
+    getattr(ast, name)
+    for name in ("ClassDef", "If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "Match")
+    if hasattr(ast, name)
+)
