@@ -26,7 +26,7 @@ import stat
 import sys
 import types
 import zipimport
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.machinery import (
     BYTECODE_SUFFIXES,
@@ -40,7 +40,7 @@ from importlib.machinery import (
     SourceFileLoader,
     SourcelessFileLoader,
 )
-from typing import Any
+from typing import Any, TypeVar
 
 try:  # a builtin module: hashlib's OpenSSL import would cost more than a warm load's hashing
     from _blake2 import blake2b
@@ -91,6 +91,18 @@ def digest(data: bytes) -> str:
     return blake2b(data).hexdigest()
 
 
+_Key = TypeVar("_Key")
+_Value = TypeVar("_Value")
+
+
+def memo(table: dict[_Key, _Value], key: _Key, compute: Callable[[_Key], _Value]) -> _Value:
+    """`table[key]`, computed by `compute(key)` the first time it is asked for."""
+    found = table.get(key)
+    if found is None:
+        found = table[key] = compute(key)
+    return found
+
+
 @dataclass(frozen=True)
 class Location:
     """Where a module is: what kind of module, its file, and (for packages) where its submodules are."""
@@ -128,11 +140,8 @@ class Finder:
     # -- modules ----------------------------------------------------------------------------------------
 
     def locate(self, name: str) -> Located:
-        """The module `name`, found parent by parent."""
-        found = self._located.get(name)
-        if found is None:
-            found = self._located[name] = self._locate(name)
-        return found
+        """The module `name`, found parent by parent (once per finder)."""
+        return memo(self._located, name, self._locate)
 
     def _locate(self, name: str) -> Located:
         parts = name.split(".")

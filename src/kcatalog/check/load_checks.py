@@ -95,7 +95,9 @@ def _check_targets(
         for spec in wanted:
             if spec.target not in problems:
                 problems[spec.target] = checker.check(spec.target)
-        defined_in = {target: checker.defining_module(target) for target, problem in problems.items() if problem is None}
+        defined_in = {
+            target: checker.defining_module(target) for target, problem in problems.items() if problem is None
+        }
         checks = TargetChecks(problems, checker.fingerprints(), defined_in)
         if not any(problem is not None and problem.is_error for problem in problems.values()):
             fresh = checks

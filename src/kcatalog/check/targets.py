@@ -35,6 +35,7 @@ from .finder import (
     Fingerprint,
     Located,
     fingerprint,
+    memo,
 )
 from .index import (
     CLASS,
@@ -130,10 +131,7 @@ class TargetChecker:
 
     def resolve(self, target: str) -> Resolution:
         """The target's problem and defining module (checked once per target)."""
-        known = self._resolved.get(target)
-        if known is None:
-            known = self._resolved[target] = self._resolve(target)
-        return known
+        return memo(self._resolved, target, self._resolve)
 
     def _resolve(self, target: str) -> Resolution:
         module_name, _, attr_path = target.partition(":")
