@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 OPS_PER_GROUP = 50
 
-SETTINGS = """\
+BACKENDS = """\
 kcatalog: 1
 backends:
   torch: {description: reference}
   triton: {description: triton kernels}
   aot: {description: ahead-of-time CUDA kernels}
 priority: [aot, triton, torch]
+"""
+SETTINGS = (
+    BACKENDS
+    + """\
 policy:
   required_backends: [torch]
   required_platforms: [cpu, "cuda:9.0"]
 """
+)
 
 OP = """\
   op_{i}:
@@ -28,9 +34,9 @@ OP = """\
     tolerance: {{float32: 1.0e-5, float16: 2.0e-3, bfloat16: 1.0e-2}}
     backends:
       torch:
-        target: {module}:rms_norm
+        target: {torch}
       triton:
-        target: {module}:rms_norm
+        target: {triton}
         requires: [triton]
         capabilities:
           - {{device: cuda, min_arch: "8.0"}}
@@ -41,13 +47,24 @@ OP = """\
 """
 
 
-def write_catalog(directory: Path, n_ops: int, module: str = "kcatalog.kernels.torch.layernorm") -> Path:
-    """Write kcatalog.yaml plus ceil(n_ops / 50) group manifests into `directory`."""
+def write_catalog(
+    directory: Path,
+    n_ops: int,
+    module: str = "kcatalog.kernels.torch.layernorm",
+    *,
+    targets: Callable[[int], tuple[str, str]] | None = None,
+    settings: str = SETTINGS,
+) -> Path:
+    """Write kcatalog.yaml plus ceil(n_ops / 50) group manifests into `directory`; `targets(i)` gives op i's
+    torch and triton targets (default: `module:rms_norm` for both)."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "kcatalog.yaml").write_text(SETTINGS)
+    (directory / "kcatalog.yaml").write_text(settings)
+    pick = targets or (lambda i: (f"{module}:rms_norm", f"{module}:rms_norm"))
     for start in range(0, n_ops, OPS_PER_GROUP):
         group = f"group{start // OPS_PER_GROUP:03d}"
-        ops = "".join(OP.format(i=i, module=module) for i in range(start, min(start + OPS_PER_GROUP, n_ops)))
+        ops = "".join(
+            OP.format(i=i, torch=pick(i)[0], triton=pick(i)[1]) for i in range(start, min(start + OPS_PER_GROUP, n_ops))
+        )
         (directory / f"{group}.yaml").write_text(f"kcatalog: 1\ngroup: {group}\nops:\n{ops}")
     return directory
 

@@ -47,6 +47,7 @@ REPO = HERE.parent
 RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE))
 
+import synthetic_catalog  # noqa: E402
 from load_time import ENV, GNU_TIME, cli_command, context, summary  # noqa: E402
 
 PACKAGE = "kcbench"
@@ -55,36 +56,6 @@ MODULES_PER_GROUP = 28  # + their __init__s, the base modules and the top-level 
 BASE_MODULES = 9
 OPS = 250
 TARGETS = {"ratio": 1.5, "rss_mb": 60.0}
-
-SETTINGS = """\
-kcatalog: 1
-backends:
-  torch: {description: reference}
-  triton: {description: triton kernels}
-  aot: {description: ahead-of-time CUDA kernels}
-priority: [aot, triton, torch]
-"""
-
-OP = """\
-  op_{i}:
-    description: synthetic op {i}, y = f(x) over the last dim
-    signature: "(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor"
-    reference: torch
-    dtypes: [float32, float16, bfloat16]
-    tolerance: {{float32: 1.0e-5, float16: 2.0e-3, bfloat16: 1.0e-2}}
-    backends:
-      torch:
-        target: {torch}
-      triton:
-        target: {triton}
-        requires: [triton]
-        capabilities:
-          - {{device: cuda, min_arch: "8.0"}}
-          - {{device: hip}}
-      aot:
-        target: sgl_kernel:rmsnorm_{i}
-        capabilities: [{{device: cuda, min_arch: "8.0", max_arch: "10.3"}}]
-"""
 
 # -- the package ----------------------------------------------------------------------------------------------
 
@@ -268,21 +239,14 @@ def write_package(root: Path) -> tuple[list[str], int, int]:
 
 def write_catalog(directory: Path, targets: Sequence[str]) -> Path:
     """250 ops x 3 backends: torch and triton into the package (500 distinct targets), aot not installed."""
-    directory.mkdir(parents=True)
-    (directory / "kcatalog.yaml").write_text(SETTINGS)
     # Spread over every module: each module offers 5 kinds of target; take two kinds of each, in rotation.
     per_module = [targets[i : i + 5] for i in range(0, len(targets), 5)]
     spread = [kinds[(m + j) % 5] for j in (0, 2) for m, kinds in enumerate(per_module)]
     chosen = list(dict.fromkeys(spread))[: 2 * OPS]
     assert len(chosen) == 2 * OPS, f"only {len(chosen)} distinct targets"
-    for start in range(0, OPS, 50):
-        ops = "".join(
-            OP.format(i=i, torch=chosen[2 * i], triton=chosen[2 * i + 1]) for i in range(start, min(start + 50, OPS))
-        )
-        (directory / f"group{start // 50:03d}.yaml").write_text(
-            f"kcatalog: 1\ngroup: group{start // 50:03d}\nops:\n{ops}"
-        )
-    return directory
+    return synthetic_catalog.write_catalog(
+        directory, OPS, targets=lambda i: (chosen[2 * i], chosen[2 * i + 1]), settings=synthetic_catalog.BACKENDS
+    )
 
 
 # -- measuring ----------------------------------------------------------------------------------------------
