@@ -36,6 +36,7 @@ ops:
     description: returns a preallocated tensor
     signature: "(x: Tensor) -> Tensor"
     reference: torch
+    fake: reference
     dtypes: [float32]
     backends:
       torch: {target: "kcbench_kernels:kernel"}
@@ -43,14 +44,19 @@ ops:
 KERNEL_MODULE = "import torch\n\nOUT = torch.zeros(8)\n\n\ndef kernel(x):\n    return OUT\n"
 
 
-def build_callables(workdir: Path) -> dict[str, object]:
-    """Write the throwaway catalog and kernel, and return each way of calling the kernel."""
+def write_bench_catalog(workdir: Path) -> Path:
+    """A one-op catalog whose kernel returns a preallocated tensor, its module on sys.path; the catalog dir."""
     (workdir / "catalog").mkdir()
     (workdir / "catalog" / "kcatalog.yaml").write_text(SETTINGS)
     (workdir / "catalog" / "bench.yaml").write_text(MANIFEST)
     (workdir / "kcbench_kernels.py").write_text(KERNEL_MODULE)
     sys.path.insert(0, str(workdir))
-    catalog = kcatalog.load_catalog([workdir / "catalog"])
+    return workdir / "catalog"
+
+
+def build_callables(workdir: Path) -> dict[str, object]:
+    """Write the throwaway catalog and kernel, and return each way of calling the kernel."""
+    catalog = kcatalog.load_catalog([write_bench_catalog(workdir)])
     direct = catalog.kernel("bench.kernel", "torch")
     handle = catalog.op("bench.kernel")
 

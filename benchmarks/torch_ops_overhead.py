@@ -21,7 +21,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import timeit
 from collections.abc import Callable
@@ -30,27 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from dispatch_overhead import write_bench_catalog  # the same one-op catalog as the dispatch benchmark
 
 import kcatalog
 
 RESULTS = Path(__file__).parent / "results"
 BEFORE = "ed801fe"  # the last commit before op handles learnt torch.compile (select/handles.py)
-
-SETTINGS = "kcatalog: 1\nbackends: {torch: {description: reference}}\npriority: [torch]\n"
-MANIFEST = """\
-kcatalog: 1
-group: bench
-ops:
-  kernel:
-    description: returns a preallocated tensor
-    signature: "(x: Tensor) -> Tensor"
-    reference: torch
-    fake: reference
-    dtypes: [float32]
-    backends:
-      torch: {target: "kcbench_torch_ops:kernel"}
-"""
-KERNEL_MODULE = "import torch\n\nOUT = torch.zeros(8)\n\n\ndef kernel(x):\n    return OUT\n"
 
 
 def handle_before(catalog: kcatalog.Catalog, op: str, revision: str) -> Callable[..., Any] | None:
@@ -73,13 +57,9 @@ def handle_before(catalog: kcatalog.Catalog, op: str, revision: str) -> Callable
 
 def build_callables(workdir: Path, before: str) -> dict[str, Callable[..., Any]]:
     """Write the throwaway catalog and kernel, and return each way of calling the kernel."""
-    (workdir / "catalog").mkdir()
-    (workdir / "catalog" / "kcatalog.yaml").write_text(SETTINGS)
-    (workdir / "catalog" / "bench.yaml").write_text(MANIFEST)
-    (workdir / "kcbench_torch_ops.py").write_text(KERNEL_MODULE)
-    sys.path.insert(0, str(workdir))
-    registered = kcatalog.load_catalog([workdir / "catalog"], cache=False)
-    unregistered = kcatalog.load_catalog([workdir / "catalog"], cache=False)
+    directory = write_bench_catalog(workdir)
+    registered = kcatalog.load_catalog([directory], cache=False)
+    unregistered = kcatalog.load_catalog([directory], cache=False)
     direct = registered.kernel("bench.kernel", "torch")
     ops = registered.register_torch_ops("kcbench")
 
