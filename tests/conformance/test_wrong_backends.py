@@ -259,25 +259,30 @@ class PluginRun(NamedTuple):
     outcomes: dict[str, str]  # test name -> failure text, '' when it passed
 
 
+def plugin_argv(wrong: Fixture, *extra: str) -> list[str]:
+    """A child `pytest --kcatalog` over the wrong backends' catalog, with the base seed."""
+    catalog = str(wrong.workspace.catalog_dir)
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--kcatalog",
+        catalog,
+        "--kcatalog-seed",
+        str(SEED),
+        *extra,
+    ]
+
+
 @pytest.fixture(scope="module")
 def plugin(wrong: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PluginRun:
     """`pytest --kcatalog CATALOG --kcatalog-seed 7 -q` in a child process, with its JUnit XML report."""
     cwd = tmp_path_factory.mktemp("plugin")
     report = cwd / "report.xml"
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "--kcatalog",
-            str(wrong.workspace.catalog_dir),
-            "--kcatalog-seed",
-            str(SEED),
-            "-q",
-            f"--junitxml={report}",
-        ],
+        plugin_argv(wrong, "-q", f"--junitxml={report}"),
         cwd=cwd,
         env=wrong.workspace.child_env(),
         capture_output=True,
@@ -328,18 +333,7 @@ def test_plugin_and_cli_agree_on_the_same_seed(wrong: Fixture, plugin: PluginRun
 
 def test_plugin_header_shows_the_seed(wrong: Fixture, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "--kcatalog",
-            str(wrong.workspace.catalog_dir),
-            "--kcatalog-seed",
-            str(SEED),
-            "--collect-only",
-        ],
+        plugin_argv(wrong, "--collect-only"),
         cwd=tmp_path,
         env=wrong.workspace.child_env(),
         capture_output=True,
