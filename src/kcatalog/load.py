@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypedDict
 from .check.load_checks import Require, check_linked
 from .check.overrides import OverridesArg
 from .errors import CatalogError, Diagnostic
-from .model import CacheOutcome, CacheStatus, LinkedCatalog
+from .model import CacheOutcome, CacheStatus, LinkedCatalog, TargetChecks
 from .platform import is_installed
 from .read.files import PathLike, SourceFile, discover, read_sources, shipped_catalog_dir
 from .registry.catalog import Catalog
@@ -23,7 +23,7 @@ from .registry.catalog import Catalog
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from .cache.store import Cache
+    from .cache.store import Cache, CacheRead
 
 
 @dataclass(frozen=True)
@@ -133,12 +133,10 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         else:
             sources.append(item)
     store = _open_cache(sources, diagnostics, options.cache)
-    status = store if isinstance(store, CacheStatus) else None
-    read = store.read() if not isinstance(store, CacheStatus) else None
+    read = None if isinstance(store, CacheStatus) else store.read()
     if read is not None and read.entry is not None:
         linked, known_targets = read.entry.linked, read.entry.targets
         diagnostics.extend(linked.warnings)  # what linking warned about, as a cold load would report it
-        status = CacheStatus(CacheOutcome.HIT, "", read.path)
     else:
         linked, known_targets = _link(sources, diagnostics), None
     linked_clean = not any(d.is_error for d in diagnostics)
@@ -151,13 +149,11 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         import_targets=options.import_targets,
         known_targets=known_targets,
     )
-    if read is not None and not isinstance(store, CacheStatus):
-        if not linked_clean:
-            status = CacheStatus(CacheOutcome.NOT_WRITTEN, read.reason, None, "the catalog has errors")
-        elif read.entry is None or checks.fresh_targets is not None:  # new, or its target checks were redone
-            from .cache.store import CacheEntry
-
-            status = store.write(CacheEntry(linked, checks.fresh_targets or known_targets), read)
+    if isinstance(store, CacheStatus):
+        status = store
+    else:
+        assert read is not None  # read whenever the cache is on
+        status = _cache_outcome(store, read, linked, linked_clean, checks.fresh_targets or known_targets)
     diagnostics.extend(checks.diagnostics)
     diagnostics.sort(key=Diagnostic.sort_key)
     settings = linked.settings
@@ -166,7 +162,6 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
     if options.allowed_modules is not None:
         linked = _with_allow_list(linked, tuple(options.allowed_modules))
     warnings = tuple(d for d in diagnostics if not d.is_error)
-    assert status is not None  # set above whenever the cache was on
     catalog = Catalog(linked.ops, settings, warnings, layers=checks.layers, strict=options.strict, cache_status=status)
     return CheckResult(catalog, diagnostics)
 
@@ -182,6 +177,19 @@ def _with_allow_list(linked: LinkedCatalog, prefixes: tuple[str, ...]) -> Linked
         for op_id, info in linked.ops.items()
     }
     return dataclasses.replace(linked, ops=MappingProxyType(ops), declared=tuple(specs.values()))
+
+
+def _cache_outcome(
+    store: Cache, read: CacheRead, linked: LinkedCatalog, clean: bool, targets: TargetChecks | None
+) -> CacheStatus:
+    """What the cache does after a load: keep a hit as it is, or store what was linked and checked afresh."""
+    if not clean:
+        return CacheStatus(CacheOutcome.NOT_WRITTEN, read.reason, None, "the catalog has errors")
+    if read.entry is not None and targets is read.entry.targets:  # a hit whose target checks still held
+        return CacheStatus(CacheOutcome.HIT, "", read.path)
+    from .cache.store import CacheEntry
+
+    return store.write(CacheEntry(linked, targets), read)
 
 
 def _open_cache(

@@ -81,7 +81,7 @@ class Codec:
                 out = [_ENUM, ENUM_TYPES.index(type(value)), value.value]
             elif isinstance(value, tuple):
                 out = tuple(encode(item) for item in value)
-                if all(type(item) in _PLAIN or type(item) is tuple for item in out):
+                if all(type(item) in _PLAIN for item in out):  # hashable for certain: store equal ones once
                     out = same.setdefault(out, out)
             elif isinstance(value, Mapping):
                 out = {encode(key): encode(item) for key, item in value.items()}

@@ -342,9 +342,10 @@ def _device_name(device: str) -> str | None:
 def _cache(options: argparse.Namespace) -> int:
     from ..cache import store as cache
 
-    directory = cache.default_dir().path
+    chosen = cache.default_dir()
+    directory = chosen.path
     if directory is None:
-        print(f"cache: off: {cache.default_dir().why_off}")
+        print(f"cache: off: {chosen.why_off}")
         return 0
     if options.clear:
         cleared = cache.clear(directory)
