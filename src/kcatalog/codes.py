@@ -31,6 +31,8 @@ SAMPLE_COMPARE: Final = "KC211"
 TORCH_SCHEMA_UNSUPPORTED: Final = "KC212"
 TORCH_FAKE_MISSING: Final = "KC213"
 TORCH_NAME_COLLISION: Final = "KC214"
+UNKNOWN_DEVICE: Final = "KC215"
+UNKNOWN_PRIORITY_LIST: Final = "KC216"
 # KC3xx check: import targets.
 TARGET_MODULE_NOT_FOUND: Final = "KC301"
 TARGET_ATTRIBUTE_MISSING: Final = "KC302"
@@ -44,6 +46,7 @@ TARGET_SIGNATURE_MISMATCH: Final = "KC309"
 # KC4xx link: catalog policy.
 POLICY_BACKEND_MISSING: Final = "KC401"
 POLICY_PLATFORM_UNSERVED: Final = "KC402"
+POLICY_REFERENCE_MISSING: Final = "KC403"
 # KC5xx check: an application's `require=`.
 REQUIRED_OP_MISSING: Final = "KC501"
 REQUIRED_BACKEND_MISSING: Final = "KC502"
@@ -80,6 +83,8 @@ CODES: Final[dict[str, str]] = {
     TORCH_SCHEMA_UNSUPPORTED: "signature torch.library cannot express as a torch op schema",
     TORCH_FAKE_MISSING: "op returns something but declares no fake implementation for torch.compile",
     TORCH_NAME_COLLISION: "two ops map to one torch op name",
+    UNKNOWN_DEVICE: "device kind neither built in nor declared in the settings' devices",
+    UNKNOWN_PRIORITY_LIST: "op names a priority list the settings do not declare",
     TARGET_MODULE_NOT_FOUND: "target module not found",
     TARGET_ATTRIBUTE_MISSING: "target attribute not defined by its module",
     TARGET_UNAVAILABLE: "target unavailable here: its top-level package is not installed",
@@ -91,6 +96,7 @@ CODES: Final[dict[str, str]] = {
     TARGET_SIGNATURE_MISMATCH: "target's parameters differ from the op's signature (validate --import)",
     POLICY_BACKEND_MISSING: "op lacks a backend the policy requires",
     POLICY_PLATFORM_UNSERVED: "op has no backend eligible on a platform the policy requires",
+    POLICY_REFERENCE_MISSING: "op names no reference backend, which the policy requires",
     REQUIRED_OP_MISSING: "required op not in the catalog",
     REQUIRED_BACKEND_MISSING: "required backend missing for an op",
     OVERRIDE_UNKNOWN_BACKEND: "override names an unknown backend",

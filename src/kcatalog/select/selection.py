@@ -45,7 +45,7 @@ def ineligibility(spec: KernelSpec, platform: Platform, dtype: str | None = None
     missing = [dist for dist in spec.requires if not is_installed(dist)]
     if missing:
         return f"needs {', '.join(missing)}, not installed"
-    if dtype is not None and dtype not in spec.dtypes:
+    if dtype is not None and spec.dtypes is not None and dtype not in spec.dtypes:
         return f"does not support {dtype} (supports {', '.join(spec.dtypes)})"
     return None
 
@@ -119,8 +119,11 @@ def select(
 
     chosen: KernelSpec | None = None
     rejected = []
+    named = order[0] if decided_by.startswith("override ") else None  # an override names its backend
     for name in order:
         reason = reason_for(name)
+        if reason is None and name != named and not info.backends[name].auto:
+            reason = "not chosen automatically (auto: false); name it with backend=, an override or a plan"
         if reason is not None:
             rejected.append(Rejected(name, reason))
         elif chosen is None:

@@ -169,7 +169,7 @@ def _list(options: argparse.Namespace) -> int:
                         "capabilities": [
                             {k: v for k, v in dataclasses.asdict(c).items() if v is not None} for c in spec.capabilities
                         ],
-                        "dtypes": list(spec.dtypes),
+                        "dtypes": None if spec.dtypes is None else list(spec.dtypes),
                     }
                     for spec in catalog.get(op)
                 },
@@ -191,14 +191,14 @@ def _explain(options: argparse.Namespace) -> int:
     if bool(options.op) == options.all:
         print("error: give one op, or --all", file=sys.stderr)
         return 2
-    try:
-        platform = Platform.parse(options.platform) if options.platform else None
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     catalog = _load_or_report(options.catalog)
     if catalog is None:
         return 1
+    try:  # after loading: the catalog's settings may declare more device kinds
+        platform = Platform.parse(options.platform, catalog.devices) if options.platform else None
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     ops = catalog.ops() if options.all else [options.op]
     selections = [catalog.select(op, platform, options.dtype) for op in ops]
     torch_ops = {}
