@@ -54,6 +54,15 @@ REQUIRED_BACKEND_MISSING: Final = "KC502"
 OVERRIDE_UNKNOWN_BACKEND: Final = "KC601"
 OVERRIDE_MATCHES_NOTHING: Final = "KC602"
 OVERRIDE_MALFORMED: Final = "KC603"
+# KC7xx migrate: `kcatalog import-registry`, what a Python registry holds that the catalog cannot express.
+REGISTRY_SPEC_INCOMPLETE: Final = "KC701"
+REGISTRY_NAME_UNSUPPORTED: Final = "KC702"
+REGISTRY_TARGET_MALFORMED: Final = "KC703"
+REGISTRY_DUPLICATE_SPEC: Final = "KC704"
+REGISTRY_CAPABILITY_UNMAPPED: Final = "KC705"
+REGISTRY_DEVICE_DECLARED: Final = "KC706"
+REGISTRY_ATTRIBUTE_NOT_IMPORTED: Final = "KC707"
+REGISTRY_PRIORITY_UNMAPPED: Final = "KC708"
 
 # Target problems that are warnings: the target may well work where its package is installed.
 TARGET_WARNINGS: Final = frozenset({TARGET_UNAVAILABLE, TARGET_UNVERIFIABLE})
@@ -102,4 +111,12 @@ CODES: Final[dict[str, str]] = {
     OVERRIDE_UNKNOWN_BACKEND: "override names an unknown backend",
     OVERRIDE_MATCHES_NOTHING: "override pattern matches no op",
     OVERRIDE_MALFORMED: "override text malformed",
+    REGISTRY_SPEC_INCOMPLETE: "registry spec lacks op, backend or target, or has them of the wrong type",
+    REGISTRY_NAME_UNSUPPORTED: "registry op id or backend name the catalog format cannot express",
+    REGISTRY_TARGET_MALFORMED: "registry target is not 'package.module:attr'",
+    REGISTRY_DUPLICATE_SPEC: "registry holds two specs for one op and backend",
+    REGISTRY_CAPABILITY_UNMAPPED: "registry capability with a field or value the catalog cannot express",
+    REGISTRY_DEVICE_DECLARED: "registry device kind not built in: declared in the imported settings",
+    REGISTRY_ATTRIBUTE_NOT_IMPORTED: "registry spec attribute the importer does not read",
+    REGISTRY_PRIORITY_UNMAPPED: "registry priority malformed, conflicting, or naming an unusable backend",
 }

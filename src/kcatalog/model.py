@@ -171,7 +171,7 @@ class OpInfo:
 class BackendInfo:
     """A backend the catalog settings declare."""
 
-    description: str
+    description: str | None
     auto: bool = True  # False: priority never picks it, only a name does (see KernelSpec.auto)
 
 

@@ -17,6 +17,7 @@ from ..load import check_catalog
 from ..platform import Platform
 from ..registry.catalog import Catalog
 from ..validate.jsonschema import shipped_schema_dir, stale_schemas, write_schemas
+from . import migrate
 from .report import REPORTERS, concise, plural, text_table
 
 
@@ -103,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="write the JSON Schemas generated from the models, or check them")
     schema.add_argument("--check", action="store_true", help="exit 1 if the committed schemas are stale")
     schema.add_argument("--dir", type=Path, default=None, help="schema directory (default: the shipped schemas/)")
+    migrate.add_parsers(sub)  # import-registry, dump-registry
     return parser
 
 
@@ -386,4 +388,5 @@ COMMANDS = {
     "bench": _bench,
     "cache": _cache,
     "schema": _schema,
+    **migrate.COMMANDS,
 }

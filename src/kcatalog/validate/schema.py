@@ -45,6 +45,7 @@ _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 # Whole-string matches (fullmatch): '$' would also match before a final newline, '\d' any Unicode digit.
 _TARGET = re.compile(rf"{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*")
 _CUDA_ARCH = re.compile(r"[0-9]{1,2}\.[0-9]")
+TARGET_RE, CUDA_ARCH_RE = _TARGET, _CUDA_ARCH  # what the registry importer (migrate/) may write
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower_snake_case name")]
 OpId = Annotated[str, Field(pattern=OP_ID_PATTERN, description="'<group>.<name>'")]
@@ -258,7 +259,7 @@ class Policy(_Strict):
 class BackendInfo(_Strict):
     """A backend the catalog knows about."""
 
-    description: str
+    description: str | None = None
     auto: StrictBool = Field(
         True,
         description="false: never chosen by priority (e.g. a compiling backend), only by backend=, an override "
