@@ -188,7 +188,9 @@ class _Converter:
         op = self.ops.get(op_id)
         if op is None:
             self.report(
-                codes.REGISTRY_PRIORITY_UNMAPPED, f"{source} gives a priority for op '{op_id}', which has no spec"
+                codes.REGISTRY_PRIORITY_UNMAPPED,
+                f"{source} gives a priority for op '{op_id}', which has no spec written; not imported",
+                Severity.WARNING,
             )
             return
         if isinstance(value, Mapping):
@@ -214,7 +216,8 @@ class _Converter:
         if op.priority_from and (op.priority, op.platform_priority) != (priority, platform_priority):
             self.report(
                 codes.REGISTRY_PRIORITY_UNMAPPED,
-                f"{source} gives op '{op_id}' a priority other than {op.priority_from}'s; the first is kept",
+                f"{source} gives op '{op_id}' a priority other than the one {op.priority_from} gives; "
+                "the first is kept",
                 Severity.WARNING,
             )
             return
