@@ -118,6 +118,8 @@ class KernelSpec:
     # False: priority never picks it (a compiling backend, say); only `backend=`, an override, a plan or a tuned
     # table does. From the backend's `auto:` in its manifest, else the settings' for that backend.
     auto: bool = True
+    # torch.compile may trace into the target (select/torch_ops.py): Inductor then sees its Triton kernels.
+    traceable: bool = False
     _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
 
     def load(self) -> Callable[..., Any]:

@@ -534,6 +534,7 @@ class _Linker:
                 target_location=node_location(file.path, children(value_node)["target"][1]),
                 allowed_modules=self.allow_lists,
                 auto=backend.auto if backend.auto is not None else info is None or info.auto,
+                traceable=backend.traceable,
             )
             self.declared.append(specs[name])
         return specs
