@@ -46,8 +46,8 @@ class _Op:
 
 @dataclass(frozen=True)
 class ConvertedCatalog:
-    """The catalog files (name -> text, the settings file 'kcatalog.yaml' first), what could not be expressed,
-    and how many ops and specs were written."""
+    """The catalog files (name -> text, the settings file 'kcatalog.yaml' first; none when no spec could be
+    written), what could not be expressed, and how many ops and specs were written."""
 
     files: dict[str, str]
     diagnostics: tuple[Diagnostic, ...]
@@ -257,6 +257,8 @@ def convert(
             Severity.WARNING,
         )
     order = tuple(priority) if priority is not None else default or ()
+    if not any(op.backends for op in converter.ops.values()):  # a catalog needs a backend: write nothing
+        return ConvertedCatalog({}, tuple(converter.diagnostics), 0, 0)
     files = {"kcatalog.yaml": _settings_text(converter, order)}
     groups: dict[str, list[_Op]] = {}
     for op in converter.ops.values():

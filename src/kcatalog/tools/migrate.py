@@ -70,6 +70,11 @@ def import_registry(options: argparse.Namespace) -> int:
     from ..migrate.convert import convert  # the schema's patterns: pydantic, only for this command
 
     converted = convert(dump, priority=priority, manual=options.no_auto)
+    if not converted.files:
+        for diagnostic in converted.diagnostics:
+            print(diagnostic)
+        print(f"error: none of the {plural(len(dump.specs), 'registry spec')} could be written", file=sys.stderr)
+        return 1
     problem = write_catalog(options.out, converted, force=options.force)
     if problem:
         return _usage(problem)
