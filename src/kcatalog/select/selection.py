@@ -92,6 +92,9 @@ def select(
         return ineligibility(spec, platform, dtype)
 
     notes: list[str] = []
+    # The backend named by an override (or, for tuned tables and plans, by them): the one `auto: false` does not
+    # keep out, since only priority-based choice skips such backends.
+    named: str | None = None
     if backend is not None:
         if backend not in info.backends:
             raise UnknownBackendError(info.id, backend, list(info.backends), info.location)
@@ -115,11 +118,11 @@ def select(
             continue
         order = (override.backend, *(n for n in order if n != override.backend))
         decided_by = f"override {override}"
+        named = override.backend
         break
 
     chosen: KernelSpec | None = None
     rejected = []
-    named = order[0] if decided_by.startswith("override ") else None  # an override names its backend
     for name in order:
         reason = reason_for(name)
         if reason is None and name != named and not info.backends[name].auto:
