@@ -31,6 +31,10 @@ SAMPLE_COMPARE: Final = "KC211"
 TORCH_SCHEMA_UNSUPPORTED: Final = "KC212"
 TORCH_FAKE_MISSING: Final = "KC213"
 TORCH_NAME_COLLISION: Final = "KC214"
+# KC22x link: layers together (read/layers.py, link/layers.py).
+BACKEND_REDECLARED: Final = "KC220"
+LAYER_PRIORITY_CONFLICT: Final = "KC221"
+REPLACES_UNKNOWN_BACKEND: Final = "KC222"
 # KC3xx check: import targets.
 TARGET_MODULE_NOT_FOUND: Final = "KC301"
 TARGET_ATTRIBUTE_MISSING: Final = "KC302"
@@ -80,6 +84,9 @@ CODES: Final[dict[str, str]] = {
     TORCH_SCHEMA_UNSUPPORTED: "signature torch.library cannot express as a torch op schema",
     TORCH_FAKE_MISSING: "op returns something but declares no fake implementation for torch.compile",
     TORCH_NAME_COLLISION: "two ops map to one torch op name",
+    BACKEND_REDECLARED: "backend declared by the settings of two layers",
+    LAYER_PRIORITY_CONFLICT: "a layer's priority list reorders backends an earlier layer ranked",
+    REPLACES_UNKNOWN_BACKEND: "an extension replaces a backend the op does not have",
     TARGET_MODULE_NOT_FOUND: "target module not found",
     TARGET_ATTRIBUTE_MISSING: "target attribute not defined by its module",
     TARGET_UNAVAILABLE: "target unavailable here: its top-level package is not installed",

@@ -115,6 +115,7 @@ class KernelSpec:
     # Module prefixes the imported object must be defined under, one tuple per list that applies (the
     # settings file's, the caller's): checked on import, before the object is returned.
     allowed_modules: tuple[tuple[str, ...], ...] = ()
+    layer: str = ""  # the name of the layer whose manifest declared it (see CatalogLayer)
     _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
 
     def load(self) -> Callable[..., Any]:
@@ -153,6 +154,7 @@ class OpInfo:
     fake: str | None = None
     torch_schema: str | None = None
     torch_problems: tuple[Diagnostic, ...] = ()
+    layer: str = ""  # the name of the layer whose manifest declared it
 
     @functools.cached_property
     def samples(self) -> Samples | None:
@@ -189,6 +191,15 @@ class CatalogSettings:
     platform_priority: Mapping[str, tuple[str, ...]]
     policy: Policy
     allowed_modules: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class CatalogLayer:
+    """One layer of a catalog: a directory of manifests with an optional settings file, and where it came from."""
+
+    name: str  # what diagnostics and `kcatalog layers` call it: 'shipped', a distribution's name, a path
+    origin: str  # how it was found: the shipped catalog, a path given, KCATALOG_PATH, an entry point
+    paths: tuple[str, ...]  # the directories (or files) read for it
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..check.overrides import OverridesArg, check_layer, parse_overrides
 from ..errors import CatalogError, KernelImportError, UnknownBackendError, UnknownOpError
-from ..model import CacheOutcome, CacheStatus, CatalogSettings, KernelSpec, Layer, OpInfo
+from ..model import CacheOutcome, CacheStatus, CatalogLayer, CatalogSettings, KernelSpec, Layer, OpInfo
 from ..platform import Platform
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ class Catalog:
         layers: Iterable[Layer] = (),
         strict: bool = False,
         cache_status: CacheStatus = _NOT_LOADED,
+        catalog_layers: Iterable[CatalogLayer] = (),
     ) -> None:
         self._ops = MappingProxyType(dict(sorted(ops.items())))
         self._settings = settings
@@ -57,6 +58,7 @@ class Catalog:
         self.cache_status = cache_status  # whether the load came from the cache, or why not (see load_catalog)
         self.strict = strict
         self._layers = tuple(layers)
+        self.catalog_layers = tuple(catalog_layers)  # the layers it was read from, in order (read/layers.py)
         self._scopes = OverrideScopes()
         self._platform: Platform | None = None
         self._kernels: dict[tuple[str, str | None], Callable[..., Any]] = {}
