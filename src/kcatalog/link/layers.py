@@ -45,7 +45,7 @@ def known_backends(files: Sequence[ValidatedFile], layers: Sequence[CatalogLayer
                     Diagnostic(
                         codes.BACKEND_REDECLARED,
                         f"backend '{name}' is already declared by layer '{layer_name(layers, earlier.layer)}' "
-                        f"({earlier.path}); a later layer uses it without declaring it again",
+                        f"({earlier.path}); a layer uses the backends of earlier layers without declaring them",
                         node_location(file.path, entries[name][0]),
                     )
                 )
