@@ -425,7 +425,11 @@ class _Linker:
             self.error(
                 codes.DUPLICATE_BACKEND,
                 f"backend '{name}' of op '{op_id}' already replaced at {earlier.location}"
-                + (f" by layer '{earlier.layer}'" if earlier.layer != spec.layer else ""),
+                + (
+                    f" by layer '{earlier.layer}'; layer '{spec.layer}' replaces it again"
+                    if earlier.layer != spec.layer
+                    else ""
+                ),
                 spec.location,
             )
             return
