@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import Location
 from ..platform import Platform
+from ..read.files import display_path
+from .report import plural
 
 if TYPE_CHECKING:
     from ..registry.catalog import Catalog
@@ -83,7 +85,8 @@ def render(catalog: Catalog, platforms: Sequence[Platform], title: str = "kcatal
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{e(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{e(title)}</h1>",
-        f"<p>{len(catalog)} ops, {len(catalog.all_specs())} backend specs, {len(catalog.catalog_layers)} layers. "
+        f"<p>{plural(len(catalog), 'op')}, {plural(len(catalog.all_specs()), 'backend spec')}, "
+        f"{plural(len(catalog.catalog_layers), 'layer')}. "
         "Hover a cell for the reason <code>kcatalog explain</code> gives; click it for the manifest line.</p>",
         '<p class="legend">' + "".join(f'<span class="{s}">{_MARK[s]}: {s}</span>' for s in _MARK) + "</p>",
         '<h2>Support matrix</h2><table id="matrix"><thead><tr><th rowspan="2">op</th>',
@@ -150,7 +153,7 @@ def _layers(catalog: Catalog) -> list[str]:
         part = added[layer.name]
         out.append(
             f'<tr data-layer="{e(layer.name)}"><td>{number}</td><td>{e(layer.name)}</td><td>{e(layer.origin)}</td>'
-            f"<td><code>{e(', '.join(layer.paths))}</code></td><td>{len(part.ops)}</td><td>{part.specs}</td></tr>"
+            f"<td><code>{e(', '.join(display_path(Path(p)) for p in layer.paths))}</code></td><td>{len(part.ops)}</td><td>{part.specs}</td></tr>"
         )
     out.append("</table>")
     return out
