@@ -72,7 +72,7 @@ def resolve_layers(paths: Iterable[PathLike] | None) -> ResolvedLayers:
         else:
             given = Path(raw)
             root = (given if given.is_dir() else given.parent).resolve() if given.exists() else given
-            origin = f"{PATH_VARIABLE}" if from_environment else "path"
+            origin = PATH_VARIABLE if from_environment else "a path given"
             # Named as given (not relative to the working directory), so that a cached load names it the same.
             add(root, str(given), origin, (str(given),))
     return ResolvedLayers(list(layers.values()), problems)

@@ -35,7 +35,8 @@ class OverrideScopes:
 class Catalog:
     """The loaded catalog: every op and backend, checked at load; kernels are imported on first use.
 
-    Backend precedence for a call: `backend=` in the call > `with catalog.use(...)` > KCATALOG_OVERRIDES
+    Backend precedence for a call: a backend named in `kernel`/`select`/`resolve(..., backend=)` (op handles take
+    only the op's own arguments) > `with catalog.use(...)` > KCATALOG_OVERRIDES
     > KCATALOG_BACKEND > `load_catalog(overrides=...)` > per-platform priority > per-op priority
     > catalog default. Every path checks that the backend can run here.
     """

@@ -77,7 +77,5 @@ def run(options: argparse.Namespace) -> int:
         if part.allowed_modules is not None:
             text += f"; targets under {', '.join(part.allowed_modules)}"
         rows.append([str(number), layer.name, layer.origin, text])
-    print(text_table(rows))
-    for layer in catalog.catalog_layers:
-        print(f"{layer.name}: {', '.join(layer.paths)}")
+    print(text_table(rows))  # the directories read for each: --output-format json
     return 0
