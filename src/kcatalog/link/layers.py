@@ -76,10 +76,9 @@ def merge_settings(
         priority = _merge_order(priority, settings.priority, file, ("priority",), "priority", out)
         for device, order in settings.platform_priority.items():
             check_names(order, file, ("platform_priority", device), f"{device} priority list")
-            merged = _merge_order(
+            platform_priority[device] = _merge_order(
                 platform_priority.get(device, []), order, file, ("platform_priority", device), f"{device} priority", out
             )
-            platform_priority[device] = merged
         check_names(settings.policy.required_backends, file, ("policy", "required_backends"), "policy")
         required_backends += [b for b in settings.policy.required_backends if b not in required_backends]
         required_platforms += [p for p in settings.policy.required_platforms if p not in required_platforms]

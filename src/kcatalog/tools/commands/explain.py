@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(options: argparse.Namespace) -> int:
     given = split_ops(options.items)
     if len(given.ops) != (0 if options.all else 1):
-        raise UsageError("give one op, or --all" + (f" (got {', '.join(given.ops)})" if given.ops else ""))
+        raise UsageError("give one op, or --all")
     try:
         platform = Platform.parse(options.platform) if options.platform else None
     except ValueError as exc:
