@@ -116,6 +116,8 @@ class KernelSpec:
     # settings file's, the caller's): checked on import, before the object is returned.
     allowed_modules: tuple[tuple[str, ...], ...] = ()
     layer: str = ""  # the name of the layer whose manifest declared it (see CatalogLayer)
+    # torch.compile may trace into the target (select/torch_ops.py): Inductor then sees its Triton kernels.
+    traceable: bool = False
     _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
 
     def load(self) -> Callable[..., Any]:

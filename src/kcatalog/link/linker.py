@@ -477,6 +477,7 @@ class _Linker:
                 target_location=node_location(file.path, children(value_node)["target"][1]),
                 allowed_modules=self.allow_lists(file),
                 layer=self.layer(file),
+                traceable=backend.traceable,
             )
             self.declared.append(specs[name])
         return specs
