@@ -37,10 +37,14 @@ def minimal(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Path:
     return directory
 
 
-EXPLAIN_MINIMAL = "norm.rms_norm on cpu: torch (kcatalog.kernels.torch.layernorm:rms_norm), by catalog default priority\n"
+EXPLAIN_MINIMAL = (
+    "norm.rms_norm on cpu: torch (kcatalog.kernels.torch.layernorm:rms_norm), by catalog default priority\n"
+)
 
 
-@pytest.mark.parametrize("given", [["mycat"], ["--catalog", "mycat"], ["./mycat/"]], ids=["positional", "option", "slash"])
+@pytest.mark.parametrize(
+    "given", [["mycat"], ["--catalog", "mycat"], ["./mycat/"]], ids=["positional", "option", "slash"]
+)
 def test_explain_takes_catalog_paths_as_every_command_does(
     run: Callable[..., Result], minimal: Path, given: list[str]
 ) -> None:

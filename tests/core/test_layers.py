@@ -98,11 +98,16 @@ def test_two_distributions_extend_and_replace_the_shipped_catalog(site: Path) ->
 
 def test_two_distributions_replacing_one_backend_are_named_both(site: Path) -> None:
     distribution(site, "kc-plugin-fast", "kc_plugin_fast", {"fast.yaml": TRITON_REPLACES})
-    distribution(site, "kc-plugin-faster", "kc_plugin_faster", {"faster.yaml": TRITON_REPLACES.replace("fast", "faster")})
+    distribution(
+        site, "kc-plugin-faster", "kc_plugin_faster", {"faster.yaml": TRITON_REPLACES.replace("fast", "faster")}
+    )
     catalog, diagnostics = kcatalog.check_catalog()
     assert catalog is None
     [error] = [str(d) for d in diagnostics if d.is_error]
-    assert "faster/catalog/faster.yaml:6:7: KC202 backend 'triton' of op 'layernorm.rms_norm' already replaced at " in error
+    assert (
+        "faster/catalog/faster.yaml:6:7: KC202 backend 'triton' of op 'layernorm.rms_norm' already replaced at "
+        in error
+    )
     assert error.endswith(
         "kc_plugin_fast/catalog/fast.yaml:6:7 by layer 'kc-plugin-fast'; layer 'kc-plugin-faster' replaces it again"
     )
@@ -214,7 +219,9 @@ def test_the_cache_key_covers_every_layer(tmp_path: Path, monkeypatch: pytest.Mo
     assert kcatalog.load_catalog(layers, cache=cache).cache_status.outcome is CacheOutcome.WRITTEN
     assert kcatalog.load_catalog(layers, cache=cache).cache_status.outcome is CacheOutcome.HIT
     # A settings file added to the last layer: its own allow-list now governs that layer's file.
-    (layers[2] / "kcatalog.yaml").write_text("kcatalog: 1\nallowed_modules: [kcatalog.kernels.aten]\n", encoding="utf-8")
+    (layers[2] / "kcatalog.yaml").write_text(
+        "kcatalog: 1\nallowed_modules: [kcatalog.kernels.aten]\n", encoding="utf-8"
+    )
     again = kcatalog.check_catalog(layers, cache=cache)
     assert [d.code for d in again.diagnostics] == ["KC305"]  # the last layer's own list now governs its file
     assert again.catalog is None

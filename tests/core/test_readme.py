@@ -34,8 +34,10 @@ def test_the_validate_sample_prints_what_the_readme_shows(
 ) -> None:
     manifest = re.search(r"\*\*1\. Declare an op\*\*.*?```yaml\n(.*?)```\n", README, re.S)
     assert manifest
-    typos = manifest.group(1).replace("      triton:\n", "      tritn:\n").replace(
-        "triton.layernorm:rms_norm", "triton.layernorm:rms_nrom"
+    typos = (
+        manifest.group(1)
+        .replace("      triton:\n", "      tritn:\n")
+        .replace("triton.layernorm:rms_norm", "triton.layernorm:rms_nrom")
     )
     assert typos.count("tritn") == 1 and typos.count("rms_nrom") == 1
     catalog = tmp_path / "catalog"
