@@ -532,9 +532,8 @@ def print_table(results: dict) -> None:
             f"{b['peak_rss_mib'][name]['median']:>8.1f}"
         )
     for name, ratio in b["ratio_to_torch"].items():
-        print(
-            f"{name.removeprefix('kcatalog load, ') + ' / torch':<34} {ratio['wall']:>8.2f} {ratio['cpu']:>8.2f} {ratio['rss']:>8.2f}"
-        )
+        label = name.removeprefix("kcatalog load, ") + " / torch"
+        print(f"{label:<34} {ratio['wall']:>8.2f} {ratio['cpu']:>8.2f} {ratio['rss']:>8.2f}")
     print(f"\n{'(c) command':<28} {'wall s':>8} {'CPU s':>8}")
     for name, wall in c["wall_s"].items():
         print(f"{name:<28} {wall['median']:>8.3f} {c['cpu_s'][name]['median']:>8.3f}")

@@ -151,9 +151,10 @@ def _layers(catalog: Catalog) -> list[str]:
     out.append("<th>ops</th><th>backend specs</th></tr>")
     for number, layer in enumerate(catalog.catalog_layers, 1):
         part = added[layer.name]
+        paths = ", ".join(display_path(Path(p)) for p in layer.paths)
         out.append(
             f'<tr data-layer="{e(layer.name)}"><td>{number}</td><td>{e(layer.name)}</td><td>{e(layer.origin)}</td>'
-            f"<td><code>{e(', '.join(display_path(Path(p)) for p in layer.paths))}</code></td><td>{len(part.ops)}</td><td>{part.specs}</td></tr>"
+            f"<td><code>{e(paths)}</code></td><td>{len(part.ops)}</td><td>{part.specs}</td></tr>"
         )
     out.append("</table>")
     return out
