@@ -55,10 +55,12 @@ def test_the_layers_example_runs_verbatim(tmp_path: Path) -> None:
     """My ops in my own directory, validated and loaded with `shipped`, each layer's allow-list on its own files."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    shim = bin_dir / "kcatalog"  # the `kcatalog` script of an install, run by this interpreter
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m kcatalog "$@"\n', encoding="utf-8")
-    shim.chmod(0o755)
-    (bin_dir / "python").symlink_to(sys.executable)
+    # `kcatalog` and `python` as an install has them, run by this interpreter (a symlink to a virtual
+    # environment's python would find no pyvenv.cfg beside it, and run the base interpreter).
+    for name, command in (("kcatalog", f'"{sys.executable}" -m kcatalog'), ("python", f'"{sys.executable}"')):
+        shim = bin_dir / name
+        shim.write_text(f'#!/bin/sh\nexec {command} "$@"\n', encoding="utf-8")
+        shim.chmod(0o755)
     work = tmp_path / "project"
     work.mkdir()
     env = child_env(work)
