@@ -69,6 +69,25 @@ def write_catalog(
     return directory
 
 
+def write_layered_catalog(directory: Path, n_ops: int, layers: int = 3) -> list[Path]:
+    """The same N ops split over `layers` directories `layer0/`, `layer1/`, ...: the first holds the settings and
+    the first share of the groups; each later one a settings file of its own (its allow-list, no backends) and
+    its share, so that loading them exercises the layer merge. Returns the layer directories, in order."""
+    whole = write_catalog(directory / "whole", n_ops)
+    groups = sorted(path for path in whole.iterdir() if path.name != "kcatalog.yaml")
+    found = []
+    for number in range(layers):
+        layer = directory / f"layer{number}"
+        layer.mkdir(parents=True, exist_ok=True)
+        settings = whole / "kcatalog.yaml" if number == 0 else None
+        text = settings.read_text() if settings else "kcatalog: 1\nallowed_modules: [kcatalog.kernels, sgl_kernel]\n"
+        (layer / "kcatalog.yaml").write_text(text)
+        for group in groups[number::layers]:
+            (layer / group.name).write_text(group.read_text())
+        found.append(layer)
+    return found
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("directory", type=Path)

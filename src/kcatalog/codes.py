@@ -33,6 +33,10 @@ TORCH_FAKE_MISSING: Final = "KC213"
 TORCH_NAME_COLLISION: Final = "KC214"
 UNKNOWN_DEVICE: Final = "KC215"
 UNKNOWN_PRIORITY_LIST: Final = "KC216"
+# KC22x link: layers together (read/layers.py, link/layers.py).
+BACKEND_REDECLARED: Final = "KC220"
+LAYER_PRIORITY_CONFLICT: Final = "KC221"
+REPLACES_UNKNOWN_BACKEND: Final = "KC222"
 # KC3xx check: import targets.
 TARGET_MODULE_NOT_FOUND: Final = "KC301"
 TARGET_ATTRIBUTE_MISSING: Final = "KC302"
@@ -94,6 +98,9 @@ CODES: Final[dict[str, str]] = {
     TORCH_NAME_COLLISION: "two ops map to one torch op name",
     UNKNOWN_DEVICE: "device kind neither built in nor declared in the settings' devices",
     UNKNOWN_PRIORITY_LIST: "op names a priority list the settings do not declare",
+    BACKEND_REDECLARED: "backend declared by the settings of two layers",
+    LAYER_PRIORITY_CONFLICT: "a layer's priority list reorders backends an earlier layer ranked",
+    REPLACES_UNKNOWN_BACKEND: "an extension replaces a backend the op does not have",
     TARGET_MODULE_NOT_FOUND: "target module not found",
     TARGET_ATTRIBUTE_MISSING: "target attribute not defined by its module",
     TARGET_UNAVAILABLE: "target unavailable here: its top-level package is not installed",

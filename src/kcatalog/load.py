@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, NamedTuple, TypedDict
 from .check.load_checks import Require, check_linked
 from .check.overrides import OverridesArg
 from .errors import CatalogError, Diagnostic
-from .model import CacheOutcome, CacheStatus, LinkedCatalog, TargetChecks
+from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
 from .platform import is_installed
-from .read.files import PathLike, SourceFile, discover, read_sources, shipped_catalog_dir
+from .read.files import PathLike, SourceFile, read_sources
+from .read.layers import layer_files, resolve_layers
 from .registry.catalog import Catalog
 
 if TYPE_CHECKING:
@@ -106,7 +107,9 @@ def load_catalog(
 ) -> Catalog:
     """Load a catalog (default: the one shipped with kcatalog), checking everything, importing no kernel.
 
-    `paths` are catalog directories or files; options (see LoadOptions) as an object, keywords, or both.
+    `paths` are the catalog's layers, in order: directories or files, and the tokens 'shipped' (the catalog
+    shipped with kcatalog) and 'plugins' (installed distributions' `kcatalog.catalogs` entry points); default:
+    shipped, plugins, then the directories of KCATALOG_PATH. Options (see LoadOptions) as an object, keywords, or both.
     The cache lets the next process skip PyYAML and pydantic; target checks are reused only while the
     modules they read are unchanged, and `require`, overrides and allow-lists are checked on every load.
     `catalog.cache_status` says what the cache did, and why.
@@ -121,24 +124,24 @@ def load_catalog(
 
 def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) -> CheckResult:
     is_installed.cache_clear()  # distributions come and go between loads; within one they are looked up once
-    if paths is None:
-        paths = [shipped_catalog_dir()]
-    elif isinstance(paths, (str, os.PathLike)):  # one path, not the characters of one
+    if isinstance(paths, (str, os.PathLike)):  # one path, not the characters of one
         paths = [paths]
-    files, diagnostics = discover(paths)
+    resolved = resolve_layers(paths)
+    found = layer_files(resolved.layers)
+    files, diagnostics = found.files, [*resolved.problems, *found.problems]
     sources: list[SourceFile] = []
     for item in read_sources(files):
         if isinstance(item, Diagnostic):
             diagnostics.append(item)
         else:
             sources.append(item)
-    store = _open_cache(sources, diagnostics, options.cache)
+    store = _open_cache(sources, resolved.layers, diagnostics, options.cache)
     read = None if isinstance(store, CacheStatus) else store.read()
     if read is not None and read.entry is not None:
         linked, known_targets = read.entry.linked, read.entry.targets
         diagnostics.extend(linked.warnings)  # what linking warned about, as a cold load would report it
     else:
-        linked, known_targets = _link(sources, diagnostics), None
+        linked, known_targets = _link(sources, resolved.layers, diagnostics), None
     linked_clean = not any(d.is_error for d in diagnostics)
     checks = check_linked(
         linked,
@@ -162,7 +165,15 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
     if options.allowed_modules is not None:
         linked = _with_allow_list(linked, tuple(options.allowed_modules))
     warnings = tuple(d for d in diagnostics if not d.is_error)
-    catalog = Catalog(linked.ops, settings, warnings, layers=checks.layers, strict=options.strict, cache_status=status)
+    catalog = Catalog(
+        linked.ops,
+        settings,
+        warnings,
+        layers=checks.layers,
+        strict=options.strict,
+        cache_status=status,
+        catalog_layers=resolved.layers,
+    )
     return CheckResult(catalog, diagnostics)
 
 
@@ -193,7 +204,7 @@ def _cache_outcome(
 
 
 def _open_cache(
-    sources: list[SourceFile], diagnostics: list[Diagnostic], cache: bool | PathLike
+    sources: list[SourceFile], layers: list[CatalogLayer], diagnostics: list[Diagnostic], cache: bool | PathLike
 ) -> Cache | CacheStatus:
     """The cache entry for these files, or the status saying why the cache is off."""
     if cache is False:
@@ -206,12 +217,12 @@ def _open_cache(
     if directory.path is None:
         return CacheStatus(CacheOutcome.OFF, directory.why_off)
     try:
-        return Cache(directory.path, sources)
+        return Cache(directory.path, sources, layers)
     except OSError as exc:  # kcatalog's own files cannot be listed (e.g. imported from a zip): no key
         return CacheStatus(CacheOutcome.OFF, f"cannot fingerprint kcatalog's code ({exc})")
 
 
-def _link(sources: list[SourceFile], diagnostics: list[Diagnostic]) -> LinkedCatalog:
+def _link(sources: list[SourceFile], layers: list[CatalogLayer], diagnostics: list[Diagnostic]) -> LinkedCatalog:
     """Validate and link the files, adding what is wrong to `diagnostics`."""
     from .link.linker import link_files  # PyYAML and pydantic: imported only when files must be parsed
     from .validate.validator import validate_sources
@@ -222,4 +233,4 @@ def _link(sources: list[SourceFile], diagnostics: list[Diagnostic]) -> LinkedCat
             diagnostics.append(item)
         else:
             validated.append(item)
-    return link_files(validated, diagnostics, settings_found=any(s.is_settings for s in sources))
+    return link_files(validated, diagnostics, settings_found=any(s.is_settings for s in sources), layers=layers)

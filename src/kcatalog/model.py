@@ -118,6 +118,7 @@ class KernelSpec:
     # False: priority never picks it (a compiling backend, say); only `backend=`, an override, a plan or a tuned
     # table does. From the backend's `auto:` in its manifest, else the settings' for that backend.
     auto: bool = True
+    layer: str = ""  # the name of the layer whose manifest declared it (see CatalogLayer)
     # torch.compile may trace into the target (select/torch_ops.py): Inductor then sees its Triton kernels.
     traceable: bool = False
     _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
@@ -158,6 +159,7 @@ class OpInfo:
     fake: str | None = None
     torch_schema: str | None = None
     torch_problems: tuple[Diagnostic, ...] = ()
+    layer: str = ""  # the name of the layer whose manifest declared it
 
     @functools.cached_property
     def samples(self) -> Samples | None:
@@ -198,6 +200,15 @@ class CatalogSettings:
     allowed_modules: tuple[str, ...] | None
     priorities: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # named orders ops refer to
     devices: tuple[str, ...] = ()  # device kinds declared beyond the built-in ones
+
+
+@dataclass(frozen=True)
+class CatalogLayer:
+    """One layer of a catalog: a directory of manifests with an optional settings file, and where it came from."""
+
+    name: str  # what diagnostics and `kcatalog layers` call it: 'shipped', a distribution's name, a path
+    origin: str  # how it was found: the shipped catalog, a path given, KCATALOG_PATH, an entry point
+    paths: tuple[str, ...]  # the directories (or files) read for it
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import pytest
 from catalog_builder import Workspace, child_env
 
-from kcatalog.tools import cli  # the CLI's module, to make one of its calls fail (main's error handling)
+from kcatalog import load  # the loader's module, to make the CLI's call of it fail (main's error handling)
 from kcatalog.tools.cli import main
 
 SETTINGS = """\
@@ -266,9 +266,12 @@ def test_usage_errors_exit_2_without_a_traceback(run: Callable[..., Run], argv: 
 
 
 def test_usage_error_messages(run: Callable[..., Run]) -> None:
-    assert run("explain", "--platform", "cpu").err == "error: give one op, or --all\n"
-    assert run("explain", "norm.rms_norm", "--platform", "gpu").err == (
-        "error: unknown device 'gpu' in platform 'gpu'; expected one of cuda, hip, cpu, npu, xpu, mps, musa\n"
+    """The subcommand's own usage, then one line saying what is wrong."""
+    err = run("explain", "--platform", "cpu").err
+    assert err.startswith("usage: kcatalog explain ") and err.endswith("\nerror: give one op, or --all\n")
+    err = run("explain", "norm.rms_norm", "--platform", "gpu").err
+    assert err.startswith("usage: kcatalog explain ") and err.endswith(
+        "\nerror: unknown device 'gpu' in platform 'gpu'; expected one of cuda, hip, cpu, npu, xpu, mps, musa\n"
     )
 
 
@@ -281,7 +284,7 @@ def test_an_internal_error_exits_2_with_one_line(run: Callable[..., Run], monkey
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(cli, "check_catalog", boom)
+    monkeypatch.setattr(load, "check_catalog", boom)
     assert run("validate") == Run(2, "", "error: internal error: RuntimeError: boom\n")
 
 
@@ -334,6 +337,7 @@ def test_list_json(run: Callable[..., Run], catalog: Callable[..., Path]) -> Non
         "requires": [],
         "capabilities": [{"device": "cuda", "min_arch": "8.0"}],
         "dtypes": ["bfloat16"],
+        "layer": ".",
     }
 
 

@@ -123,7 +123,9 @@ def test_case(
         workspace.module(module.stem, module.read_text(encoding="utf-8"))
     monkeypatch.chdir(directory)
     extra = directory / "args.txt"  # e.g. --import: options a case needs beyond a plain validate
-    code, out = validate(capsys, ".", *(extra.read_text(encoding="utf-8").split() if extra.exists() else ()))
+    layers = directory / "layers.txt"  # the layers of a case made of several, in order (default: '.')
+    paths = layers.read_text(encoding="utf-8").split() if layers.exists() else ["."]
+    code, out = validate(capsys, *paths, *(extra.read_text(encoding="utf-8").split() if extra.exists() else ()))
     expected = expected_lines(case)
     assert out == expected
     assert code == (1 if expected[-1].startswith("Found ") else 0)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..check.finder import digest, find_spec
-from ..model import CacheOutcome, CacheStatus, LinkedCatalog, TargetChecks
+from ..model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
 from ..read.files import SourceFile
 from .codec import Codec
 
@@ -79,10 +79,12 @@ def default_dir() -> CacheDir:
 class Cache:
     """The entry for one list of catalog files: looked up by their texts, written after a clean link."""
 
-    def __init__(self, directory: Path, sources: Sequence[SourceFile]) -> None:
+    def __init__(self, directory: Path, sources: Sequence[SourceFile], layers: Sequence[CatalogLayer] = ()) -> None:
         self.directory = directory
         self.files = [str(source.path) for source in sources]
         roles = [source.is_settings for source in sources]  # a renamed link can change a file's role
+        # Each file's layer, and the layers' names: they decide allow-lists, merges and what diagnostics say.
+        layering = [[source.layer for source in sources], [(layer.name, layer.origin) for layer in layers]]
         self.shown = [source.shown for source in sources]
         # Named by the files and the Python environment: an edit or an upgrade replaces the entry, and two
         # virtual environments loading one catalog keep one entry each instead of overwriting each other's.
@@ -92,7 +94,15 @@ class Cache:
             b"\0".join(
                 [
                     repr(
-                        [ENTRY_FORMAT, sys.version, _code_fingerprint(), self.files, roles, [len(t) for t in texts]]
+                        [
+                            ENTRY_FORMAT,
+                            sys.version,
+                            _code_fingerprint(),
+                            self.files,
+                            roles,
+                            layering,
+                            [len(t) for t in texts],
+                        ]
                     ).encode(),
                     *texts,
                 ]

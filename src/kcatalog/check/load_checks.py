@@ -43,28 +43,36 @@ def check_linked(
     fresh = None
     if check_targets or import_targets:
         wanted = [spec for spec in linked.declared if id(spec) not in refused]
-        lists = _allow_lists(linked, allowed_modules)
+        lists = _AllowLists(linked, allowed_modules)
         fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics)
     if require is not None:
         _check_require(linked, require, diagnostics)
     return LoadChecks(diagnostics, _check_overrides(linked, overrides, diagnostics), fresh)
 
 
-def _allow_lists(linked: LinkedCatalog, allowed_modules: Sequence[str] | None) -> list[tuple[str, tuple[str, ...]]]:
-    """(where it is given, prefixes) for each allow-list that applies: the settings file's, the caller's."""
-    from_settings = linked.settings.allowed_modules if linked.settings is not None else None
-    lists = [(f"{SETTINGS_FILE} allowed_modules", from_settings), ("allowed_modules", allowed_modules)]
-    return [(source, tuple(prefixes)) for source, prefixes in lists if prefixes is not None]
+class _AllowLists:
+    """(where it is given, prefixes) for each allow-list that applies to a spec: its own layer's settings file's
+    list (each layer's governs the targets declared in that layer's files), and the caller's."""
+
+    def __init__(self, linked: LinkedCatalog, allowed_modules: Sequence[str] | None) -> None:
+        self.caller = None if allowed_modules is None else tuple(allowed_modules)
+        self.layered = len({spec.layer for spec in linked.declared}) > 1
+
+    def __call__(self, spec: KernelSpec) -> list[tuple[str, tuple[str, ...]]]:
+        where = f"{SETTINGS_FILE} allowed_modules" + (f" of layer '{spec.layer}'" if self.layered else "")
+        lists = [(where, prefixes) for prefixes in spec.allowed_modules]
+        return lists + ([("allowed_modules", self.caller)] if self.caller is not None else [])
 
 
 def _check_allowed(linked: LinkedCatalog, allowed_modules: Sequence[str] | None, out: list[Diagnostic]) -> set[int]:
-    """Every target must sit under an allowed prefix of the settings file and of the caller, when given.
+    """Every target must sit under an allowed prefix of its layer's settings file and of the caller, when given.
 
     Returns the ids of the specs refused, whose modules are then never looked for."""
     refused: set[int] = set()
-    for source, prefixes in _allow_lists(linked, allowed_modules):
-        for spec in linked.declared:
-            if not is_under(spec.target.partition(":")[0], tuple(prefixes)):
+    lists = _AllowLists(linked, allowed_modules)
+    for spec in linked.declared:
+        for source, prefixes in lists(spec):
+            if not is_under(spec.target.partition(":")[0], prefixes):
                 refused.add(id(spec))
                 out.append(
                     Diagnostic(
@@ -82,7 +90,7 @@ def _check_targets(
     wanted: list[KernelSpec],
     import_targets: bool,
     known: TargetChecks | None,
-    allow_lists: list[tuple[str, tuple[str, ...]]],
+    allow_lists: _AllowLists,
     out: list[Diagnostic],
 ) -> TargetChecks | None:
     checks = _still_valid(known, wanted) if not import_targets else None
@@ -115,15 +123,13 @@ def _check_targets(
     return fresh
 
 
-def _defined_outside(
-    spec: KernelSpec, checks: TargetChecks, allow_lists: list[tuple[str, tuple[str, ...]]]
-) -> Diagnostic | None:
+def _defined_outside(spec: KernelSpec, checks: TargetChecks, allow_lists: _AllowLists) -> Diagnostic | None:
     """KC305 for a target whose object is defined outside an allow-list (a re-export of foreign code):
     importing it would be refused, so validating it is too."""
     module = checks.defined_in.get(spec.target)
     if module is None:
         return None
-    for source, prefixes in allow_lists:
+    for source, prefixes in allow_lists(spec):
         if not is_under(module, prefixes):
             return Diagnostic(
                 codes.TARGET_NOT_ALLOWED,

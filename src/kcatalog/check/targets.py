@@ -15,7 +15,9 @@ An attribute path may not walk through, or end at, a module bound by an import (
 from __future__ import annotations
 
 import builtins
+import functools
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -241,7 +243,8 @@ class TargetChecker:
         if failed_at == 0:
             return _Problem(
                 codes.TARGET_UNAVAILABLE,
-                f"module {_q(name)} unavailable here: top-level package {_q(parts[0])} is not installed",
+                f"module {_q(name)} unavailable here: top-level package {_q(parts[0])} is not installed"
+                f"{nearest_installed(parts[0], tuple(sys.path))}",
                 True,
             )
         parent = ".".join(parts[:failed_at])
@@ -672,3 +675,14 @@ def _reason(text: str) -> str:
 def _one_line(text: str) -> str:
     """No raw line breaks in a message."""
     return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+@functools.lru_cache(maxsize=256)
+def nearest_installed(name: str, path: tuple[str, ...]) -> str:
+    """' (did you mean 'x'?)' for the installed top-level module nearest to `name`, found on `path` (sys.path)
+    without importing anything; remembered per name and path, since a catalog often names one missing
+    package many times."""
+    import pkgutil
+
+    installed = {module.name for module in pkgutil.iter_modules(list(path))} | set(sys.builtin_module_names)
+    return did_you_mean(name, sorted(installed))

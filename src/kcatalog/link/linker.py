@@ -16,18 +16,18 @@ from .. import codes
 from ..errors import Diagnostic, Location, Severity, did_you_mean
 from ..model import (
     FAKE_REFERENCE,
-    BackendInfo,
     Capability,
+    CatalogLayer,
     CatalogSettings,
     KernelSpec,
     LinkedCatalog,
     OpInfo,
-    Policy,
 )
 from ..platform import DEVICES, Platform
 from ..read.yaml_nodes import children, find_node, node_location
 from ..validate.schema import Backend, Manifest, Op, Settings
 from ..validate.validator import ValidatedFile
+from .layers import known_backends, layer_name, merge_settings
 from .samples import sample_problems
 from .signature import signature_params, signature_positional
 from .torch_schema import torch_op_name, torch_schema
@@ -49,7 +49,7 @@ class _PendingOp:
     priority: tuple[str, ...] | None = None
     platform_priority: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def freeze(self, group: str) -> OpInfo:
+    def freeze(self, group: str, layer: str) -> OpInfo:
         op = self.op
         return OpInfo(
             id=self.op_id,
@@ -69,42 +69,40 @@ class _PendingOp:
             fake=op.fake,
             torch_schema=self.torch_schema,
             torch_problems=tuple(self.torch_problems),
+            layer=layer,
         )
-
-
-def _settings_model(settings: Settings) -> CatalogSettings:
-    return CatalogSettings(
-        backends=MappingProxyType(
-            {name: BackendInfo(info.description, info.auto) for name, info in settings.backends.items()}
-        ),
-        priority=settings.priority,
-        platform_priority=MappingProxyType(dict(settings.platform_priority)),
-        policy=Policy(
-            settings.policy.required_backends,
-            settings.policy.required_platforms,
-            settings.policy.torch_ops,
-            settings.policy.require_reference,
-        ),
-        allowed_modules=settings.allowed_modules,
-        priorities=MappingProxyType(dict(settings.priorities)),
-        devices=settings.devices,
-    )
 
 
 class _Linker:
     """Collects diagnostics while assembling ops from validated files."""
 
-    def __init__(self, files: Sequence[ValidatedFile], settings_found: bool, diagnostics: list[Diagnostic]) -> None:
+    def __init__(
+        self,
+        files: Sequence[ValidatedFile],
+        settings_found: bool,
+        diagnostics: list[Diagnostic],
+        layers: Sequence[CatalogLayer] = (),
+    ) -> None:
         self.files = files
         self.settings_found = settings_found  # a settings file was read, even if it failed the schema
         self.diagnostics = diagnostics
-        self.settings: Settings | None = None
+        self.layers = layers
+        self.settings: CatalogSettings | None = None  # every layer's settings merged (link/layers.py)
         self.known: tuple[str, ...] = ()
         self.devices: tuple[str, ...] = DEVICES  # the built-in device kinds, and those the settings declare
         self.pending: dict[str, _PendingOp] = {}
         self.ops: dict[str, OpInfo] = {}
-        self.allow_lists: tuple[tuple[str, ...], ...] = ()  # the settings file's, for every spec
+        self.layer_allow_lists: Mapping[int, tuple[str, ...] | None] = {}  # each layer's, for its own files' specs
+        self.replaced: dict[tuple[str, str], KernelSpec] = {}  # (op, backend) -> the spec that replaced it
         self.declared: list[KernelSpec] = []
+
+    def allow_lists(self, file: ValidatedFile) -> tuple[tuple[str, ...], ...]:
+        """The allow-lists a target declared in `file` must satisfy: its own layer's, if it has one."""
+        prefixes = self.layer_allow_lists.get(file.layer)
+        return () if prefixes is None else (prefixes,)
+
+    def layer(self, file: ValidatedFile) -> str:
+        return layer_name(self.layers, file.layer)
 
     def error(self, code: str, message: str, location: Location | None) -> None:
         self.diagnostics.append(Diagnostic(code, message, location))
@@ -115,7 +113,7 @@ class _Linker:
     # -- settings -------------------------------------------------------------------------------
 
     def link_settings(self) -> None:
-        found = [(f, f.model) for f in self.files if isinstance(f.model, Settings)]
+        found = [f for f in self.files if isinstance(f.model, Settings)]
         if not found and self.settings_found:
             return  # the settings file's own diagnostics say what is wrong with it
         if not found:
@@ -126,34 +124,39 @@ class _Linker:
                 None,
             )
             return
-        first, settings = found[0]
-        for extra, _ in found[1:]:
+        chosen: dict[int, ValidatedFile] = {}  # one settings file per layer
+        for extra in found:
+            first = chosen.setdefault(extra.layer, extra)
+            if first is not extra:
+                self.error(
+                    codes.SETTINGS_FILE,
+                    f"second catalog settings file; the first is {first.path}",
+                    node_location(extra.path, extra.parsed.root),
+                )
+        files = [chosen[number] for number in sorted(chosen)]
+        self.known = tuple(known_backends(files, self.layers, self.diagnostics))
+        merged = merge_settings(files, self.layers, self.known, self.check_names, self.diagnostics)
+        self.settings, self.layer_allow_lists = merged.settings, merged.allow_lists
+        if not self.known:
             self.error(
                 codes.SETTINGS_FILE,
-                f"second catalog settings file; the first is {first.path}",
-                node_location(extra.path, extra.parsed.root),
+                "no settings file among the layers declares a backend; at least one must declare the known "
+                "backends, their priority and the policy",
+                None,
             )
-        self.settings = settings
-        self.known = tuple(settings.backends)
-        self.devices = (*DEVICES, *(d for d in settings.devices if d not in DEVICES))
-        if settings.allowed_modules is not None:
-            self.allow_lists = (settings.allowed_modules,)
-        entries = children(first.parsed.root)
-        self.check_names(settings.priority, first, ("priority",), "priority list")
-        for device, order in settings.platform_priority.items():
-            self.check_device(device, first, find_node(first.parsed.root, ["platform_priority", device], key=True))
-            self.check_names(order, first, ("platform_priority", device), f"{device} priority list")
-        for name, order in settings.priorities.items():
-            self.check_names(order, first, ("priorities", name), f"priority list '{name}'")
-        policy_node = entries.get("policy", (None, None))[1]
-        self.check_names(settings.policy.required_backends, first, ("policy", "required_backends"), "policy")
-        platforms_node = children(policy_node).get("required_platforms", (None, None))[1]
-        for index, text in enumerate(settings.policy.required_platforms):
-            try:
-                Platform.parse(text, self.devices)
-            except ValueError as exc:
-                item = platforms_node.value[index] if platforms_node is not None else None
-                self.error(codes.INVALID_VALUE, str(exc), node_location(first.path, item))
+        self.devices = (*DEVICES, *(d for d in self.settings.devices if d not in DEVICES))
+        for file in files:
+            assert isinstance(file.model, Settings)
+            for device in file.model.platform_priority:
+                self.check_device(device, file, find_node(file.parsed.root, ["platform_priority", device], key=True))
+            policy_node = children(file.parsed.root).get("policy", (None, None))[1]
+            platforms_node = children(policy_node).get("required_platforms", (None, None))[1]
+            for index, text in enumerate(file.model.policy.required_platforms):
+                try:
+                    Platform.parse(text, self.devices)
+                except ValueError as exc:
+                    item = platforms_node.value[index] if platforms_node is not None else None
+                    self.error(codes.INVALID_VALUE, str(exc), node_location(file.path, item))
 
     def check_names(
         self,
@@ -219,20 +222,27 @@ class _Linker:
                 if op.samples is not None:
                     self.check_samples(file, op_id, op, value_node)
                 if op_id in self.pending:
-                    first = self.pending[op_id].location
-                    self.error(codes.DUPLICATE_OP, f"op '{op_id}' already declared at {first}", location)
+                    earlier = self.pending[op_id]
+                    self.error(
+                        codes.DUPLICATE_OP,
+                        f"op '{op_id}' already declared at {earlier.location}{self.across(earlier.file, file)}",
+                        location,
+                    )
                     continue
                 pending = self.pending[op_id] = _PendingOp(file, name, op_id, op, location, specs)
                 self.link_torch_op(pending, value_node)
                 groups[op_id] = manifest.group
-        for file, manifest in manifests:
-            self.link_extensions(file, manifest)
+        for replacing in (False, True):  # every added backend first, so that one may be replaced too
+            for file, manifest in manifests:
+                self.link_extensions(file, manifest, replacing=replacing)
         for pending in self.pending.values():  # after extensions, which may add the backends an order names
             self.resolve_priorities(pending)
         self.check_torch_names()
         if self.settings is not None and self.settings.policy.torch_ops:
             self.diagnostics.extend(d for pending in self.pending.values() for d in pending.torch_problems)
-        self.ops = {op_id: pending.freeze(groups[op_id]) for op_id, pending in self.pending.items()}
+        self.ops = {
+            op_id: pending.freeze(groups[op_id], self.layer(pending.file)) for op_id, pending in self.pending.items()
+        }
 
     # -- as torch ops ---------------------------------------------------------------------------------
 
@@ -298,7 +308,8 @@ class _Linker:
                 dtypes=op.dtypes,
                 location=node_location(file.path, key_node),
                 target_location=node_location(file.path, value_node),
-                allowed_modules=self.allow_lists,
+                allowed_modules=self.allow_lists(file),
+                layer=self.layer(file),
             )
         )
 
@@ -467,29 +478,73 @@ class _Linker:
                     node_location(file.path, entries[field_name][1]),
                 )
 
-    def link_extensions(self, file: ValidatedFile, manifest: Manifest) -> None:
+    def across(self, earlier: ValidatedFile, later: ValidatedFile) -> str:
+        """Where two definitions come from different layers, both layers' names (for a duplicate's message)."""
+        if earlier.layer == later.layer:
+            return ""
+        return f" by layer '{self.layer(earlier)}'; layer '{self.layer(later)}' declares it again"
+
+    def link_extensions(self, file: ValidatedFile, manifest: Manifest, *, replacing: bool) -> None:
+        """An extension's added backends (or, `replacing`, its replacements) merged into the op it extends."""
         ext_nodes = children(children(file.parsed.root).get("extends", (None, None))[1])
         for op_id, extension in manifest.extends.items():
             key_node, value_node = ext_nodes[op_id]
             pending = self.pending.get(op_id)
             if pending is None:
-                self.error(
-                    codes.EXTENDS_UNKNOWN_OP,
-                    f"extends op '{op_id}', which no manifest declares{did_you_mean(op_id, self.pending)}",
-                    node_location(file.path, key_node),
-                )
+                if not replacing:
+                    self.error(
+                        codes.EXTENDS_UNKNOWN_OP,
+                        f"extends op '{op_id}', which no manifest declares{did_you_mean(op_id, self.pending)}",
+                        node_location(file.path, key_node),
+                    )
                 continue
-            added = self.backend_specs(file, op_id, pending.op.dtypes, extension.backends, value_node)
+            given = extension.replaces if replacing else extension.backends
+            key = "replaces" if replacing else "backends"
+            added = self.backend_specs(file, op_id, pending.op.dtypes, given, value_node, key=key)
             specs = pending.specs
             for name, spec in added.items():
-                if name in specs:
+                if replacing:
+                    self.replace(pending, spec, file)
+                elif name in specs:
+                    earlier = specs[name]
+                    across = (
+                        f" by layer '{earlier.layer}'; layer '{spec.layer}' lists it under 'replaces' to swap it"
+                        if earlier.layer != spec.layer
+                        else ""
+                    )
                     self.error(
                         codes.DUPLICATE_BACKEND,
-                        f"backend '{name}' of op '{op_id}' already declared at {specs[name].location}",
+                        f"backend '{name}' of op '{op_id}' already declared at {earlier.location}{across}",
                         spec.location,
                     )
                 else:
                     specs[name] = spec
+
+    def replace(self, pending: _PendingOp, spec: KernelSpec, file: ValidatedFile) -> None:
+        """`spec` takes the place of the op's backend of its name; one backend is replaced at most once."""
+        op_id, name, specs = pending.op_id, spec.backend, pending.specs
+        if name not in specs:
+            self.error(
+                codes.REPLACES_UNKNOWN_BACKEND,
+                f"replaces backend '{name}' of op '{op_id}', which the op does not have"
+                f"{did_you_mean(name, specs)}; its backends: {', '.join(specs)}",
+                spec.location,
+            )
+            return
+        earlier = self.replaced.get((op_id, name))
+        if earlier is not None:
+            self.error(
+                codes.DUPLICATE_BACKEND,
+                f"backend '{name}' of op '{op_id}' already replaced at {earlier.location}"
+                + (
+                    f" by layer '{earlier.layer}'; layer '{spec.layer}' replaces it again"
+                    if earlier.layer != spec.layer
+                    else ""
+                ),
+                spec.location,
+            )
+            return
+        self.replaced[(op_id, name)] = specs[name] = spec
 
     def backend_specs(
         self,
@@ -498,9 +553,11 @@ class _Linker:
         op_dtypes: tuple[str, ...] | None,
         backends: Mapping[str, Backend],
         op_node: yaml.Node,
+        *,
+        key: str = "backends",
     ) -> dict[str, KernelSpec]:
         specs: dict[str, KernelSpec] = {}
-        backend_nodes = children(children(op_node).get("backends", (None, None))[1])
+        backend_nodes = children(children(op_node).get(key, (None, None))[1])
         for name, backend in backends.items():
             key_node, value_node = backend_nodes[name]
             location = node_location(file.path, key_node)
@@ -532,8 +589,9 @@ class _Linker:
                 dtypes=backend.dtypes or op_dtypes,
                 location=location,
                 target_location=node_location(file.path, children(value_node)["target"][1]),
-                allowed_modules=self.allow_lists,
+                allowed_modules=self.allow_lists(file),
                 auto=backend.auto if backend.auto is not None else info is None or info.auto,
+                layer=self.layer(file),
                 traceable=backend.traceable,
             )
             self.declared.append(specs[name])
@@ -573,15 +631,19 @@ class _Linker:
 
 
 def link_files(
-    files: Sequence[ValidatedFile], diagnostics: list[Diagnostic], *, settings_found: bool = False
+    files: Sequence[ValidatedFile],
+    diagnostics: list[Diagnostic],
+    *,
+    settings_found: bool = False,
+    layers: Sequence[CatalogLayer] = (),
 ) -> LinkedCatalog:
-    """Link validated files, adding what is wrong to `diagnostics`; the result is complete only when none
-    of them is an error."""
+    """Link validated files (of `layers`, in order), adding what is wrong to `diagnostics`; the result is complete
+    only when none of them is an error."""
     start = len(diagnostics)
-    linker = _Linker(files, settings_found, diagnostics)
+    linker = _Linker(files, settings_found, diagnostics, layers)
     linker.link_settings()
     linker.link_ops()
     linker.check_policy()
-    settings = None if linker.settings is None else _settings_model(linker.settings)
+    settings = linker.settings
     warnings = tuple(d for d in diagnostics[start:] if not d.is_error)
     return LinkedCatalog(settings, MappingProxyType(linker.ops), tuple(linker.declared), warnings)

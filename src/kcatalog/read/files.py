@@ -25,16 +25,18 @@ class CatalogFile:
 
     path: Path
     is_settings: bool
+    layer: int = 0  # its layer's number in the catalog's list of layers (read/layers.py)
 
 
 @dataclass(frozen=True)
 class SourceFile:
-    """A catalog file's text, its resolved path, its role, and the path diagnostics show."""
+    """A catalog file's text, its resolved path, its role, its layer's number, and the path diagnostics show."""
 
     path: Path
     shown: str
     text: str
     is_settings: bool
+    layer: int = 0
 
 
 def shipped_catalog_dir() -> Path:
@@ -123,7 +125,7 @@ def read_sources(files: Iterable[CatalogFile]) -> Iterator[SourceFile | Diagnost
     for file in files:
         shown = display_path(file.path)
         text = _read_text(file.path, shown)
-        yield text if isinstance(text, Diagnostic) else SourceFile(file.path, shown, text, file.is_settings)
+        yield text if isinstance(text, Diagnostic) else SourceFile(file.path, shown, text, file.is_settings, file.layer)
 
 
 def _read_text(path: Path, shown: str) -> str | Diagnostic:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..check.overrides import OverridesArg, check_layer, parse_overrides
 from ..errors import CatalogError, KernelImportError, UnknownBackendError, UnknownOpError
-from ..model import CacheOutcome, CacheStatus, CatalogSettings, KernelSpec, Layer, OpInfo
+from ..model import CacheOutcome, CacheStatus, CatalogLayer, CatalogSettings, KernelSpec, Layer, OpInfo
 from ..platform import DEVICES, Platform
 
 if TYPE_CHECKING:
@@ -35,7 +35,8 @@ class OverrideScopes:
 class Catalog:
     """The loaded catalog: every op and backend, checked at load; kernels are imported on first use.
 
-    Backend precedence for a call: `backend=` in the call > `with catalog.use(...)` > KCATALOG_OVERRIDES
+    Backend precedence for a call: a backend named in `kernel`/`select`/`resolve(..., backend=)` (op handles take
+    only the op's own arguments) > `with catalog.use(...)` > KCATALOG_OVERRIDES
     > KCATALOG_BACKEND > `load_catalog(overrides=...)` > per-platform priority > per-op priority
     > catalog default. Every path checks that the backend can run here.
     """
@@ -49,6 +50,7 @@ class Catalog:
         layers: Iterable[Layer] = (),
         strict: bool = False,
         cache_status: CacheStatus = _NOT_LOADED,
+        catalog_layers: Iterable[CatalogLayer] = (),
     ) -> None:
         self._ops = MappingProxyType(dict(sorted(ops.items())))
         self._settings = settings
@@ -58,6 +60,7 @@ class Catalog:
         self.cache_status = cache_status  # whether the load came from the cache, or why not (see load_catalog)
         self.strict = strict
         self._layers = tuple(layers)
+        self.catalog_layers = tuple(catalog_layers)  # the layers it was read from, in order (read/layers.py)
         self._scopes = OverrideScopes()
         self._platform: Platform | None = None
         self._kernels: dict[tuple[str, str | None], Callable[..., Any]] = {}

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..migrate.source import RegistryDump, RegistryError, read_json, read_registry
 from .report import plural
@@ -15,9 +15,11 @@ if TYPE_CHECKING:
     from ..migrate.convert import ConvertedCatalog
 
 
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The two commands' arguments, on the CLI's subparsers."""
-    imp = sub.add_parser("import-registry", help="write a catalog from a Python kernel registry (all_specs())")
+def add_import_parser(sub: Any) -> argparse.ArgumentParser:
+    """`import-registry`'s arguments, on the CLI's subparsers (tools/commands/import_registry.py)."""
+    imp: argparse.ArgumentParser = sub.add_parser(
+        "import-registry", help="write a catalog from a Python kernel registry (all_specs())"
+    )
     imp.add_argument(
         "registry", nargs="?", metavar="MODULE:OBJECT", help="the registry object, e.g. pkg.kernels:registry"
     )
@@ -34,9 +36,17 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="keep this backend out of auto-selection (auto: false; repeatable)",
     )
     imp.add_argument("--force", action="store_true", help="replace the files of an earlier import in DIR")
-    dump = sub.add_parser("dump-registry", help="write a Python kernel registry as JSON, for import-registry")
+    return imp
+
+
+def add_dump_parser(sub: Any) -> argparse.ArgumentParser:
+    """`dump-registry`'s arguments (tools/commands/dump_registry.py)."""
+    dump: argparse.ArgumentParser = sub.add_parser(
+        "dump-registry", help="write a Python kernel registry as JSON, for import-registry"
+    )
     dump.add_argument("registry", metavar="MODULE:OBJECT")
     dump.add_argument("--out", type=Path, default=None, metavar="FILE", help="default: standard output")
+    return dump
 
 
 def _read(options: argparse.Namespace) -> RegistryDump:
@@ -139,6 +149,3 @@ def dump_registry(options: argparse.Namespace) -> int:
         return _usage(f"cannot write {options.out}: {exc}")
     print(f"Wrote {plural(len(dump.specs), 'spec')} of {dump.source} to {options.out}", file=sys.stderr)
     return 0
-
-
-COMMANDS = {"import-registry": import_registry, "dump-registry": dump_registry}

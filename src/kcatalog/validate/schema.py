@@ -228,9 +228,23 @@ class Op(_Strict):
 
 
 class OpExtension(_Strict):
-    """More backends for an op declared in another manifest (e.g. a vendor's package)."""
+    """More backends for an op declared in another manifest or layer (e.g. a vendor's package), or backends that
+    replace the op's backends of the same names."""
 
-    backends: dict[BackendName, Backend] = Field(min_length=1)
+    backends: dict[BackendName, Backend] = Field(
+        default_factory=dict, min_length=1, description="backends added to the op"
+    )
+    replaces: dict[BackendName, Backend] = Field(
+        default_factory=dict,
+        min_length=1,
+        description="backends that replace the op's backends of these names (declared in another layer, say)",
+    )
+
+    @model_validator(mode="after")
+    def _adds_or_replaces(self) -> OpExtension:
+        if not self.backends and not self.replaces:
+            raise ValueError("an extension adds 'backends', 'replaces' some, or both")
+        return self
 
 
 class Manifest(_Strict):
@@ -273,11 +287,18 @@ class BackendInfo(_Strict):
 
 
 class Settings(_Strict):
-    """The catalog settings file, kcatalog.yaml: known backends, default priority, policy."""
+    """A layer's settings file, kcatalog.yaml: known backends, default priority, policy, and the modules the
+    targets of that layer's files may name."""
 
     kcatalog: Literal[1] = Field(description="format version")
-    backends: dict[BackendName, BackendInfo] = Field(min_length=1)
-    priority: tuple[BackendName, ...] = Field(description="default backend order, best first")
+    backends: dict[BackendName, BackendInfo] = Field(
+        default_factory=dict, min_length=1, description="backends this layer declares (a layer may declare none)"
+    )
+    priority: tuple[BackendName, ...] = Field(
+        (),
+        description="default backend order, best first; a later layer's list places its own backends among "
+        "those of earlier layers (after the one it names before them), without reordering those",
+    )
     platform_priority: dict[Device, tuple[BackendName, ...]] = Field(
         default_factory=dict, description="backend order per device kind, overriding the default"
     )
@@ -291,5 +312,7 @@ class Settings(_Strict):
     )
     policy: Policy = Field(default_factory=Policy)
     allowed_modules: tuple[Annotated[str, Field(pattern=rf"^{_IDENT}(\.{_IDENT})*$")], ...] | None = Field(
-        None, description="module prefixes targets may name (e.g. [kcatalog.kernels]); unset: any module"
+        None,
+        description="module prefixes the targets declared in this layer's files may name (e.g. [kcatalog.kernels]); "
+        "unset: any module",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import typing
 from collections.abc import Iterable, Iterator
@@ -31,6 +32,7 @@ class ValidatedFile:
 
     parsed: ParsedFile
     model: Manifest | Settings
+    layer: int = 0  # its layer's number (read/layers.py)
 
     @property
     def path(self) -> str:
@@ -44,7 +46,8 @@ def validate_sources(sources: Iterable[SourceFile]) -> Iterator[ValidatedFile | 
         if isinstance(parsed, Diagnostic):
             yield parsed
             continue
-        yield from validate(parsed, is_settings=source.is_settings)
+        for item in validate(parsed, is_settings=source.is_settings):
+            yield dataclasses.replace(item, layer=source.layer) if isinstance(item, ValidatedFile) else item
 
 
 def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile | Diagnostic]:

@@ -1,0 +1,138 @@
+"""The settings files of a catalog's layers merged into one: backends and priorities are the union of the
+layers' (a later layer places its backends among the earlier ones', never reorders them), policies add up,
+and each layer keeps its own allow-list for the targets of its own files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from .. import codes
+from ..errors import Diagnostic
+from ..model import BackendInfo, CatalogLayer, CatalogSettings, Policy
+from ..read.yaml_nodes import children, find_node, node_location
+from ..validate.schema import Settings
+from ..validate.validator import ValidatedFile
+
+# Reports a priority list's unknown names: (names, file, path to the list in the file, what the list is).
+NameCheck = Callable[[Sequence[str], ValidatedFile, Sequence[str], str], None]
+
+
+@dataclass(frozen=True)
+class MergedSettings:
+    """The catalog's settings, and each layer's allow-list (None: any module), by layer number."""
+
+    settings: CatalogSettings
+    allow_lists: Mapping[int, tuple[str, ...] | None]
+
+
+def layer_name(layers: Sequence[CatalogLayer], number: int) -> str:
+    """The name of layer `number` ('' for a catalog read without layers)."""
+    return layers[number].name if 0 <= number < len(layers) else ""
+
+
+def known_backends(files: Sequence[ValidatedFile], layers: Sequence[CatalogLayer], out: list[Diagnostic]) -> list[str]:
+    """Every backend the settings files declare, in layer order; one declared by two layers is an error."""
+    first: dict[str, ValidatedFile] = {}
+    for file in files:
+        assert isinstance(file.model, Settings)
+        entries = children(children(file.parsed.root).get("backends", (None, None))[1])
+        for name in file.model.backends:
+            earlier = first.setdefault(name, file)
+            if earlier is not file:
+                out.append(
+                    Diagnostic(
+                        codes.BACKEND_REDECLARED,
+                        f"backend '{name}' is already declared by layer '{layer_name(layers, earlier.layer)}' "
+                        f"({earlier.path}); a layer uses the backends of earlier layers without declaring them",
+                        node_location(file.path, entries[name][0]),
+                    )
+                )
+    return list(first)
+
+
+def merge_settings(
+    files: Sequence[ValidatedFile],
+    layers: Sequence[CatalogLayer],
+    known: Sequence[str],
+    check_names: NameCheck,
+    out: list[Diagnostic],
+) -> MergedSettings:
+    """One settings file per layer (at most), in layer order, merged; what conflicts is added to `out`."""
+    backends: dict[str, BackendInfo] = {}
+    priority: list[str] = []
+    platform_priority: dict[str, list[str]] = {}
+    required_backends: list[str] = []
+    required_platforms: list[str] = []
+    priorities: dict[str, list[str]] = {}
+    devices: list[str] = []
+    torch_ops = require_reference = False
+    allow_lists: dict[int, tuple[str, ...] | None] = {}
+    for file in files:
+        settings = file.model
+        assert isinstance(settings, Settings)
+        for name, info in settings.backends.items():
+            backends.setdefault(name, BackendInfo(info.description, info.auto))
+        check_names(settings.priority, file, ("priority",), "priority list")
+        priority = _merge_order(priority, settings.priority, file, ("priority",), "priority", out)
+        for device, order in settings.platform_priority.items():
+            check_names(order, file, ("platform_priority", device), f"{device} priority list")
+            platform_priority[device] = _merge_order(
+                platform_priority.get(device, []), order, file, ("platform_priority", device), f"{device} priority", out
+            )
+        for name, order in settings.priorities.items():
+            check_names(order, file, ("priorities", name), f"priority list '{name}'")
+            priorities[name] = _merge_order(
+                priorities.get(name, []), order, file, ("priorities", name), f"priority list '{name}'", out
+            )
+        devices += [d for d in settings.devices if d not in devices]
+        check_names(settings.policy.required_backends, file, ("policy", "required_backends"), "policy")
+        required_backends += [b for b in settings.policy.required_backends if b not in required_backends]
+        required_platforms += [p for p in settings.policy.required_platforms if p not in required_platforms]
+        torch_ops = torch_ops or settings.policy.torch_ops
+        require_reference = require_reference or settings.policy.require_reference
+        allow_lists[file.layer] = settings.allowed_modules
+    first_list = next((s.model.allowed_modules for s in files if isinstance(s.model, Settings)), None)
+    merged = CatalogSettings(
+        backends=MappingProxyType(backends),
+        priority=tuple(name for name in priority if name in known),
+        platform_priority=MappingProxyType(
+            {d: tuple(n for n in o if n in known) for d, o in platform_priority.items()}
+        ),
+        policy=Policy(tuple(required_backends), tuple(required_platforms), torch_ops, require_reference),
+        allowed_modules=first_list if len(files) == 1 else None,
+        priorities=MappingProxyType({name: tuple(order) for name, order in priorities.items()}),
+        devices=tuple(devices),
+    )
+    return MergedSettings(merged, MappingProxyType(allow_lists))
+
+
+def _merge_order(
+    merged: list[str], order: Sequence[str], file: ValidatedFile, path: Sequence[str], what: str, out: list[Diagnostic]
+) -> list[str]:
+    """`order` merged into the earlier layers' `merged`: each new name goes right after the name before it in
+    `order` (or, first in `order`, before the earlier name after it); the earlier names keep their order."""
+    earlier = [name for name in order if name in merged]
+    if earlier != [name for name in merged if name in earlier]:
+        out.append(
+            Diagnostic(
+                codes.LAYER_PRIORITY_CONFLICT,
+                f"{what} ranks {', '.join(earlier)} in another order than the earlier layers ({', '.join(merged)}); "
+                "a layer places its own backends among the earlier ones but cannot reorder those",
+                node_location(file.path, find_node(file.parsed.root, list(path))),
+            )
+        )
+        return merged
+    result = list(merged)
+    previous: str | None = None
+    for index, name in enumerate(order):
+        if name not in result:
+            if previous is not None:
+                at = result.index(previous) + 1
+            else:
+                after = next((n for n in order[index + 1 :] if n in merged), None)
+                at = result.index(after) if after is not None else len(result)
+            result.insert(at, name)
+        previous = name
+    return result

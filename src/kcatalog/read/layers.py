@@ -1,0 +1,118 @@
+"""Catalog layers: which directories a catalog is made of, in order, and where each came from.
+
+A layer is the shipped catalog (the token `shipped`), a path given, a directory of KCATALOG_PATH, or a package
+of manifests that an installed distribution names under the entry-point group `kcatalog.catalogs` (the token
+`plugins`). Entry points are read from the distributions' metadata and their packages located with the finder
+that never imports (check/finder.py): no plugin code runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import codes
+from ..errors import Diagnostic
+from ..model import CatalogLayer
+from .files import CatalogFile, PathLike, discover, shipped_catalog_dir
+
+SHIPPED = "shipped"  # the token for the catalog shipped inside the package
+PLUGINS = "plugins"  # the token for every installed distribution's `kcatalog.catalogs` entry points
+ENTRY_POINT_GROUP = "kcatalog.catalogs"
+PATH_VARIABLE = "KCATALOG_PATH"  # more layers (directories, os.pathsep-separated) on top of the default ones
+
+
+@dataclass(frozen=True)
+class ResolvedLayers:
+    """The layers, in order, and what was wrong with the sources asked for."""
+
+    layers: list[CatalogLayer]
+    problems: list[Diagnostic]
+
+
+@dataclass(frozen=True)
+class LayerFiles:
+    """Every layer's files, each tagged with its layer's number; a file reached from two layers is the first's."""
+
+    files: list[CatalogFile]
+    problems: list[Diagnostic]
+
+
+def default_sources() -> list[PathLike]:
+    """What a catalog is made of when no paths are given: the shipped one, plugins, then KCATALOG_PATH."""
+    extra = [entry for entry in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if entry]
+    return [SHIPPED, PLUGINS, *extra]
+
+
+def resolve_layers(paths: Iterable[PathLike] | None) -> ResolvedLayers:
+    """The layers `paths` name (None: the default ones). Paths under one directory make one layer: a manifest
+    given alone belongs to its directory's layer, with the settings file beside it."""
+    from_environment = paths is None
+    layers: dict[str, CatalogLayer] = {}  # by root directory, in order of first mention
+    problems: list[Diagnostic] = []
+
+    def add(root: Path, name: str, origin: str, paths: tuple[str, ...]) -> None:
+        key = str(root)
+        known = layers.get(key)
+        if known is None:
+            layers[key] = CatalogLayer(name, origin, paths)
+        else:
+            more = tuple(path for path in paths if path not in known.paths)
+            layers[key] = CatalogLayer(known.name, known.origin, (*known.paths, *more))
+
+    for raw in default_sources() if paths is None else paths:
+        if isinstance(raw, str) and raw == SHIPPED:
+            shipped = shipped_catalog_dir()
+            add(shipped.resolve(), SHIPPED, "the catalog shipped with kcatalog", (str(shipped),))
+        elif isinstance(raw, str) and raw == PLUGINS:
+            for plugin in _entry_point_layers(problems):
+                add(Path(plugin.paths[0]).resolve(), plugin.name, plugin.origin, plugin.paths)
+        else:
+            given = Path(raw)
+            root = (given if given.is_dir() else given.parent).resolve() if given.exists() else given
+            origin = PATH_VARIABLE if from_environment else "a path given"
+            # Named as given (not relative to the working directory), so that a cached load names it the same.
+            add(root, str(given), origin, (str(given),))
+    return ResolvedLayers(list(layers.values()), problems)
+
+
+def layer_files(layers: Sequence[CatalogLayer]) -> LayerFiles:
+    """The catalog files of every layer, in layer order."""
+    seen: set[Path] = set()
+    files: list[CatalogFile] = []
+    problems: list[Diagnostic] = []
+    for number, layer in enumerate(layers):
+        found, found_problems = discover(layer.paths)
+        problems.extend(found_problems)
+        for file in found:
+            if file.path not in seen:
+                seen.add(file.path)
+                files.append(CatalogFile(file.path, file.is_settings, number))
+    return LayerFiles(files, problems)
+
+
+def _entry_point_layers(problems: list[Diagnostic]) -> list[CatalogLayer]:
+    """One layer per `kcatalog.catalogs` entry point, sorted by distribution and entry name."""
+    from importlib.metadata import entry_points
+
+    from ..check.finder import locate  # finds a package's directory without running its __init__
+
+    found = []
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        dist = entry.dist.name if entry.dist is not None else entry.name
+        found.append((dist, entry.name, entry.value))
+    names = [dist for dist, _, _ in found]
+    layers = []
+    for dist, name, value in sorted(set(found)):
+        package = value.partition(":")[0].strip()
+        origin = f"entry point {ENTRY_POINT_GROUP}: {name} = {value} (distribution {dist})"
+        location = locate(package).location
+        if location is None or location.search is None:
+            what = "not found" if location is None else "a module, not a package of manifests"
+            problems.append(Diagnostic(codes.PATH_NOT_FOUND, f"{origin}: package '{package}' is {what}"))
+            continue
+        layer_name = dist if names.count(dist) == 1 else f"{dist}:{name}"
+        layers.append(CatalogLayer(layer_name, origin, tuple(location.search)))
+    return layers

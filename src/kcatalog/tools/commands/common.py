@@ -1,0 +1,103 @@
+"""What every subcommand shares: one way to name the catalog (positional paths and/or `--catalog`, the `shipped`
+and `plugins` tokens), loading it with its diagnostics on stderr, dtype and device arguments."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...read.layers import PLUGINS, SHIPPED
+
+if TYPE_CHECKING:
+    from ...registry.catalog import Catalog
+
+CATALOG_HELP = (
+    "catalog layers, in order: directories or files, 'shipped' (the catalog shipped with kcatalog) and 'plugins' "
+    "(installed kcatalog.catalogs entry points); default: shipped, plugins, then KCATALOG_PATH"
+)
+# An op id or glob ('layernorm.rms_norm', 'layernorm.*', 'norm*'): told apart from a catalog path given positionally.
+_OP_PATTERN = re.compile(r"^[A-Za-z0-9_*?\[\]!-]*[.*?\[][A-Za-z0-9_.*?\[\]!-]*$")
+
+
+def add_catalog_arguments(parser: argparse.ArgumentParser, *, positional: str | None = "paths") -> None:
+    """The catalog's layers as positional PATHs (stored in `positional`, unless None: the command's positionals
+    are its own, e.g. op ids, and paths among them are told apart by `split_ops`) and a repeatable --catalog."""
+    if positional is not None:
+        parser.add_argument(positional, nargs="*", metavar="PATH", help=CATALOG_HELP)
+    parser.add_argument(
+        "--catalog", action="append", default=[], metavar="PATH", help="a catalog layer (repeatable); as PATH"
+    )
+
+
+def is_catalog_path(item: str) -> bool:
+    """Whether a positional argument names a catalog layer rather than an op: a token, an existing path, or
+    anything that is not shaped like an op id or glob (then reported as a path that does not exist)."""
+    return item in (SHIPPED, PLUGINS) or "/" in item or Path(item).exists() or not _OP_PATTERN.match(item)
+
+
+@dataclass(frozen=True)
+class OpsAndPaths:
+    """A command's positionals split into op ids or globs and catalog paths."""
+
+    ops: list[str]
+    paths: list[str]
+
+
+def split_ops(items: Sequence[str]) -> OpsAndPaths:
+    """Positionals of a command that takes ops (`explain OP [PATH...]`, `test [OPS] [PATH...]`)."""
+    return OpsAndPaths([i for i in items if not is_catalog_path(i)], [i for i in items if is_catalog_path(i)])
+
+
+def catalog_paths(options: argparse.Namespace, positional: Sequence[str] = ()) -> list[str] | None:
+    """The layers to load: positional paths (`positional`, or the `paths` argument) then --catalog ones, in the
+    order given; None when none is given (the default layers)."""
+    given = [*(positional or getattr(options, "paths", None) or ()), *options.catalog]
+    return given or None
+
+
+def load_or_report(paths: Sequence[str] | None) -> Catalog | None:
+    """The catalog, or None after printing its diagnostics to stderr."""
+    from ...load import check_catalog
+    from ..report import concise
+
+    catalog, diagnostics = check_catalog(paths)
+    if catalog is None:
+        print(concise(diagnostics), file=sys.stderr)
+    return catalog
+
+
+def dtype(text: str) -> str:
+    """An argparse type: a dtype the manifests may name (float32, bfloat16, ...), else a usage error."""
+    import typing
+
+    from ...validate.schema import DType
+
+    known = typing.get_args(DType)
+    if text not in known:
+        from ...errors import did_you_mean
+
+        raise argparse.ArgumentTypeError(
+            f"unknown dtype '{text}'{did_you_mean(text, known)}; known: {', '.join(known)}"
+        )
+    return text
+
+
+class UsageError(Exception):
+    """A command's arguments cannot work here: printed as `error: ...` with the command's usage, exit 2."""
+
+
+def require_device(device: str) -> None:
+    """UsageError unless the device can be used here (a CUDA device for `cuda`)."""
+    if device != "cuda":
+        return
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("--device cuda needs torch: pip install 'kcatalog[torch]'") from None
+    if not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available here (torch.cuda.is_available() is False)")

@@ -1,0 +1,93 @@
+"""`kcatalog explain`: which backend runs an op on a platform, and why not the others (and, with layers, which
+layer supplied each backend)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from ...platform import Platform
+from .common import UsageError, add_catalog_arguments, catalog_paths, dtype, load_or_report, split_ops
+
+if TYPE_CHECKING:
+    from ...registry.catalog import Catalog
+    from ...select.selection import Selection
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "explain", help="which backend runs an op on a platform, and why not the others"
+    )
+    parser.add_argument("items", nargs="*", metavar="OP|PATH", help="an op id (e.g. layernorm.rms_norm), then PATHs")
+    parser.add_argument("--all", action="store_true", help="explain every op")
+    parser.add_argument("--platform", help="e.g. cuda:9.0, hip:gfx942, cpu (default: this machine)")
+    parser.add_argument("--dtype", type=dtype, help="the call's dtype, e.g. bfloat16")
+    parser.add_argument(
+        "--torch-ops",
+        action="store_true",
+        help="also show each op as a torch op: its schema, its fake, and what each device type binds",
+    )
+    add_catalog_arguments(parser, positional=None)
+    parser.add_argument("--output-format", choices=["text", "json"], default="text")
+    return parser
+
+
+def run(options: argparse.Namespace) -> int:
+    given = split_ops(options.items)
+    if len(given.ops) != (0 if options.all else 1):
+        raise UsageError("give one op, or --all")
+    catalog = load_or_report(catalog_paths(options, given.paths))
+    if catalog is None:
+        return 1
+    try:  # after loading: the catalog's settings may declare more device kinds
+        platform = Platform.parse(options.platform, catalog.devices) if options.platform else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    ops = catalog.ops() if options.all else given.ops
+    selections = [catalog.select(op, platform, options.dtype) for op in ops]
+    torch_ops = {}
+    if options.torch_ops:
+        from ...select.torch_ops import describe
+
+        torch_ops = {op: describe(catalog, op, platform=platform) for op in ops}
+    if options.output_format == "json":
+        import json
+
+        entries = [_as_dict(catalog, s) for s in selections]
+        for entry in entries if torch_ops else ():
+            entry["torch_op"] = torch_ops[str(entry["op"])].as_dict()
+        print(json.dumps(entries, indent=2))
+    else:
+        layered = len(catalog.catalog_layers) > 1
+
+        def layer(backend: str, op: str) -> str:
+            return f" [layer {catalog.get_backend(op, backend).layer}]" if layered else ""
+
+        for s in selections:
+            chosen = (
+                f"{s.chosen.backend} ({s.chosen.target}){layer(s.chosen.backend, s.op)}, by {s.decided_by}"
+                if s.chosen
+                else "nothing eligible"
+            )
+            print(f"{s.op} on {s.platform}: {chosen}")
+            for note in s.notes:
+                print(f"  note: {note}")
+            for r in s.rejected:
+                print(f"  {r.backend}{layer(r.backend, s.op)}: {r.reason}")
+            for line in torch_ops[s.op].lines() if torch_ops else ():
+                print(line)
+    return 0 if all(s.chosen for s in selections) else 1
+
+
+def _as_dict(catalog: Catalog, s: Selection) -> dict[str, Any]:
+    return {
+        "op": s.op,
+        "platform": str(s.platform),
+        "chosen": s.chosen.backend if s.chosen else None,
+        "target": s.chosen.target if s.chosen else None,
+        "decided_by": s.decided_by,
+        "notes": list(s.notes),
+        "order": list(s.order),
+        "rejected": [{"backend": r.backend, "reason": r.reason} for r in s.rejected],
+        "layers": {name: spec.layer for name, spec in catalog.info(s.op).backends.items()},
+    }

@@ -1,0 +1,41 @@
+"""`kcatalog report --html FILE`: the support matrix, policy and layers as one self-contained HTML page."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ...platform import Platform
+from .common import UsageError, add_catalog_arguments, catalog_paths, load_or_report
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "report", help="write the op x backend x platform support matrix as one HTML page"
+    )
+    add_catalog_arguments(parser)
+    parser.add_argument("--html", required=True, metavar="FILE", help="the page to write")
+    parser.add_argument(
+        "--platform",
+        action="append",
+        default=[],
+        help="a column group (repeatable; default: the policy's required platforms, else cpu)",
+    )
+    return parser
+
+
+def run(options: argparse.Namespace) -> int:
+    from ..html_report import render
+
+    catalog = load_or_report(catalog_paths(options))
+    if catalog is None:
+        return 1
+    try:  # after loading: the catalog's settings may declare more device kinds
+        texts = options.platform or catalog.settings.policy.required_platforms or ("cpu",)
+        platforms = [Platform.parse(text, catalog.devices) for text in texts]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    Path(options.html).write_text(render(catalog, platforms), encoding="utf-8")
+    print(f"wrote {options.html} ({len(catalog)} ops x {len(platforms)} platforms)")
+    return 0

@@ -1,0 +1,79 @@
+"""`kcatalog test`: every eligible backend checked against the op's reference on its declared samples."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from ..report import plural
+from .common import (
+    UsageError,
+    add_catalog_arguments,
+    catalog_paths,
+    dtype,
+    load_or_report,
+    require_device,
+    split_ops,
+)
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "test", help="check every eligible backend against the reference on declared samples"
+    )
+    parser.add_argument("items", nargs="*", metavar="OP|PATH", help="op ids or globs (default: every op), PATHs")
+    parser.add_argument("--backend", action="append", default=[], help="only this backend (repeatable)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--dtype", type=dtype, action="append", default=[], help="only this dtype (repeatable)")
+    parser.add_argument("--seed", type=int, default=None, help="base seed of the inputs (default: random, printed)")
+    parser.add_argument("--interpret", action="store_true", help="run Triton kernels on the CPU (TRITON_INTERPRET=1)")
+    add_catalog_arguments(parser, positional=None)
+    parser.add_argument("--output-format", choices=["concise", "json"], default="concise")
+    return parser
+
+
+def run(options: argparse.Namespace) -> int:
+    from .. import conformance
+
+    if options.interpret:
+        if options.device != "cpu":
+            raise UsageError("--interpret runs Triton kernels on the CPU; use it with --device cpu")
+        os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
+    require_device(options.device)
+    given = split_ops(options.items)
+    paths = catalog_paths(options, given.paths)
+    catalog = load_or_report(paths)
+    if catalog is None:
+        return 1
+    seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "little")
+    ops = conformance.select_ops(catalog, given.ops)
+    cases, notes = conformance.plan(
+        catalog,
+        ops,
+        device=options.device,
+        backends=options.backend,
+        dtypes=options.dtype,
+        base_seed=seed,
+        interpret=options.interpret,
+    )
+    results = list(conformance.run(cases, catalog, options.device))
+    failed = [r for r in results if not r.passed]
+    if options.output_format == "json":
+        summary = {"checks": len(results), "failed": len(failed)}
+        document = {"seed": seed, "results": [r.as_dict() for r in results], "notes": notes, "summary": summary}
+        print(json.dumps(document, indent=2))
+    else:
+        print(f"seed {seed}")
+        if results:
+            print(conformance.format_table(results))
+        for note in notes:
+            print(f"note: {note}")
+        for r in failed:
+            line = conformance.failure_line(
+                r, seed, catalogs=paths or (), device=options.device, interpret=options.interpret
+            )
+            print(line)
+        print(f"{plural(len(results), 'check')}, {len(failed)} failed.")
+    return 1 if failed or not results else 0

@@ -1,0 +1,63 @@
+"""`kcatalog validate`: check every file of the catalog's layers and report every problem."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from ...errors import Diagnostic, Severity
+from ..report import REPORTERS
+from .common import add_catalog_arguments, catalog_paths
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser("validate", help="check catalog files and report every problem")
+    add_catalog_arguments(parser)
+    parser.add_argument("--output-format", choices=sorted(REPORTERS), default="concise")
+    parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
+    parser.add_argument("--no-targets", action="store_true", help="skip the static checks of import targets")
+    parser.add_argument(
+        "--import",
+        dest="import_targets",
+        action="store_true",
+        help="deeper check: import every target (runs kernel modules' code) and compare "
+        "its parameters with the op's signature",
+    )
+    parser.add_argument(
+        "--allow-module",
+        action="append",
+        default=None,
+        metavar="PREFIX",
+        help="only allow targets under this module prefix (repeatable; on top of each layer's own list)",
+    )
+    parser.add_argument("--strict", action="store_true", help="warnings fail too (for CI)")
+    parser.add_argument(
+        "--error-on",
+        action="append",
+        default=[],
+        metavar="CODES",
+        help="these warning codes fail (comma-separated, repeatable), e.g. KC303",
+    )
+    return parser
+
+
+def run(options: argparse.Namespace) -> int:
+    from ...load import check_catalog
+
+    _, diagnostics = check_catalog(
+        catalog_paths(options),
+        check_targets=not options.no_targets,
+        allowed_modules=options.allow_module,
+        import_targets=options.import_targets,
+    )
+    promoted = {code.strip() for codes in options.error_on for code in codes.split(",") if code.strip()}
+    diagnostics = [_as_error(d) if options.strict or d.code in promoted else d for d in diagnostics]
+    print(REPORTERS[options.output_format](diagnostics))
+    failed = any(d.is_error for d in diagnostics)
+    return 0 if options.exit_zero or not failed else 1
+
+
+def _as_error(diagnostic: Diagnostic) -> Diagnostic:
+    """A warning that `--strict` or `--error-on` makes fail: reported, and counted, as an error."""
+    return dataclasses.replace(diagnostic, severity=Severity.ERROR)

@@ -1,0 +1,160 @@
+"""The catalog as one self-contained HTML page (no scripts, no network): the op x backend x platform support
+matrix, each cell's reason on hover and a link to its manifest line, the policy's status and the layers."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import Location
+from ..platform import Platform
+from ..read.files import display_path
+from .report import plural
+
+if TYPE_CHECKING:
+    from ..registry.catalog import Catalog
+
+CHOSEN, ELIGIBLE, UNAVAILABLE, MISSING = "chosen", "eligible", "unavailable", "missing"
+_MARK = {CHOSEN: "runs", ELIGIBLE: "yes", UNAVAILABLE: "no", MISSING: "—"}
+
+_STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #1d1d1f; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
+table { border-collapse: collapse; }
+th, td { border: 1px solid #d0d0d5; padding: 3px 8px; text-align: left; }
+th { background: #f3f3f6; font-weight: 600; }
+td.cell { text-align: center; min-width: 52px; }
+td.cell a { color: inherit; text-decoration: none; display: block; }
+.chosen { background: #1a7f37; color: #fff; font-weight: 700; }
+.eligible { background: #bfe5c6; }
+.unavailable { background: #f6dcc0; color: #6e4a1f; }
+.missing { background: #f7f7f9; color: #9a9aa2; }
+.legend span { display: inline-block; padding: 2px 8px; margin-right: 6px; border: 1px solid #d0d0d5; }
+code { font-size: 12px; }
+"""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One op x backend x platform: its state, why (the reason `explain` gives), and where the backend is declared."""
+
+    op: str
+    backend: str
+    platform: str
+    state: str
+    reason: str
+    location: Location | None
+
+
+def cells(catalog: Catalog, platforms: Sequence[Platform]) -> list[Cell]:
+    """Every cell of the matrix, ops sorted, then platforms, then backends in the catalog's order."""
+    found = []
+    for op in catalog:
+        info = catalog.info(op)
+        for platform in platforms:
+            selection = catalog.select(op, platform)
+            reasons = {r.backend: r.reason for r in selection.rejected}
+            for backend in catalog.backends:
+                spec = info.backends.get(backend)
+                if spec is None:
+                    state, reason = MISSING, f"op '{op}' declares no '{backend}' backend"
+                elif selection.chosen is not None and selection.chosen.backend == backend:
+                    state, reason = CHOSEN, f"chosen, by {selection.decided_by}"
+                elif reasons.get(backend, "").startswith("ranked below"):
+                    state, reason = ELIGIBLE, reasons[backend]
+                else:
+                    state, reason = UNAVAILABLE, reasons.get(backend, "")
+                found.append(Cell(op, backend, str(platform), state, reason, spec.location if spec else None))
+    return found
+
+
+def _href(location: Location) -> str:
+    return f"{Path(location.path).resolve().as_uri()}#L{location.line}"
+
+
+def render(catalog: Catalog, platforms: Sequence[Platform], title: str = "kcatalog support matrix") -> str:
+    """The page, as text."""
+    e = html.escape
+    backends = [b for b in catalog.backends if any(catalog.has(op, b) for op in catalog)]
+    by_key = {(c.op, c.backend, c.platform): c for c in cells(catalog, platforms)}
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{e(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{e(title)}</h1>",
+        f"<p>{plural(len(catalog), 'op')}, {plural(len(catalog.all_specs()), 'backend spec')}, "
+        f"{plural(len(catalog.catalog_layers), 'layer')}. "
+        "Hover a cell for the reason <code>kcatalog explain</code> gives; click it for the manifest line.</p>",
+        '<p class="legend">' + "".join(f'<span class="{s}">{_MARK[s]}: {s}</span>' for s in _MARK) + "</p>",
+        '<h2>Support matrix</h2><table id="matrix"><thead><tr><th rowspan="2">op</th>',
+    ]
+    out += [f'<th colspan="{len(backends)}">{e(str(p))}</th>' for p in platforms]
+    out.append("</tr><tr>")
+    out += [f"<th>{e(b)}</th>" for _ in platforms for b in backends]
+    out.append("</tr></thead><tbody>")
+    for op in catalog:
+        info = catalog.info(op)
+        out.append(
+            f'<tr data-op="{e(op)}"><th><a href="{e(_href(info.location))}" title="{e(str(info.location))}">'
+            f"{e(op)}</a></th>"
+        )
+        for platform in platforms:
+            for backend in backends:
+                cell = by_key[(op, backend, str(platform))]
+                mark = e(_MARK[cell.state])
+                link = (
+                    f'<a href="{e(_href(cell.location))}" data-location="{e(str(cell.location))}">{mark}</a>'
+                    if cell.location
+                    else mark
+                )
+                out.append(
+                    f'<td class="cell {cell.state}" data-backend="{e(backend)}" data-platform="{e(cell.platform)}" '
+                    f'title="{e(cell.reason)}">{link}</td>'
+                )
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    out += _policy(catalog)
+    out += _layers(catalog)
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _policy(catalog: Catalog) -> list[str]:
+    e = html.escape
+    policy = catalog.settings.policy
+    rows = [
+        ("required backends", ", ".join(policy.required_backends) or "none", "met by every op"),
+        ("required platforms", ", ".join(policy.required_platforms) or "none", "every op has an eligible backend"),
+        ("torch ops", "yes" if policy.torch_ops else "no", "problems are warnings below"),
+    ]
+    out = ['<h2>Coverage policy</h2><table id="policy"><tr><th>rule</th><th>value</th><th>status</th></tr>']
+    out += [f"<tr><td>{e(a)}</td><td>{e(b)}</td><td>{e(c)}</td></tr>" for a, b, c in rows]
+    out.append("</table>")
+    if catalog.warnings:
+        out.append(f"<p>{len(catalog.warnings)} warnings:</p><ul>")
+        out += [f"<li><code>{e(str(d))}</code></li>" for d in catalog.warnings]
+        out.append("</ul>")
+    else:
+        out.append("<p>The catalog loaded with no warnings: every rule is met.</p>")
+    return out
+
+
+def _layers(catalog: Catalog) -> list[str]:
+    from .commands.layers import contributions
+
+    e = html.escape
+    added = contributions(catalog)
+    out = ['<h2>Layers</h2><table id="layers"><tr><th>#</th><th>layer</th><th>origin</th><th>paths</th>']
+    out.append("<th>ops</th><th>backend specs</th></tr>")
+    for number, layer in enumerate(catalog.catalog_layers, 1):
+        part = added[layer.name]
+        paths = ", ".join(display_path(Path(p)) for p in layer.paths)
+        out.append(
+            f'<tr data-layer="{e(layer.name)}"><td>{number}</td><td>{e(layer.name)}</td><td>{e(layer.origin)}</td>'
+            f"<td><code>{e(paths)}</code></td><td>{len(part.ops)}</td><td>{part.specs}</td></tr>"
+        )
+    out.append("</table>")
+    return out
