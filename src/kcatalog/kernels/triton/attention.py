@@ -31,11 +31,14 @@ class RotaryTuning(Spread):
     """The rotary kernel's tunables and launch configuration (:meth:`config`).
 
     `max_tile`: most rotated elements (both halves) of one tensor per program: 64 heads at rot_dim 128;
-    `min_tile`: smallest q tile when the heads of a token are split across programs for small token counts.
+    `min_tile`: smallest q tile when the heads of a token are split across programs for small token counts;
+    `values_per_thread`: rotated q elements per thread, which sets the warps (at most `max_warps`).
     """
 
     max_tile: int = 8192
     min_tile: int = 512
+    values_per_thread: int = 16
+    max_warps: int = 16
 
     def config(self, n_tokens: int, n_q_heads: int, n_k_heads: int, half: int, sms: int) -> RotaryConfig:
         """(BLOCK_HQ, BLOCK_HK, n_split, num_warps) on `sms` SMs: pure, so it can be tuned or tested.
@@ -60,7 +63,8 @@ class RotaryTuning(Spread):
             bhq //= 2
             bhk = min(bhk, bhq)
             split = n_split()
-        return RotaryConfig(bhq, bhk, split, max(1, min(16, (2 * bhq * block_d) // 512)))
+        warps = (2 * bhq * block_d) // (32 * self.values_per_thread)
+        return RotaryConfig(bhq, bhk, split, max(1, min(self.max_warps, warps)))
 
 
 #: The tunables in effect; ``with TUNING.override(programs_per_sm=0): ...`` changes them within a block.

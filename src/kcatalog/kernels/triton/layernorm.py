@@ -66,8 +66,10 @@ class NormTuning(RowTiling):
       the chunked two-pass path the way inductor does it: `rms_chunk`-wide chunks, `rms_chunk_warps` warps, no software
       pipelining, the first read kept in L2 (evict_last) for the second (evict_first). At 8192x8192 bf16:
       68.5 us (0.935 of copy bandwidth, = torch.compile) against 70.8 us single-pass.
+    * `ln_chunked_widths`: the same chunked two-pass scheme for layer_norm (`ln_chunk`-wide chunks,
+      `ln_chunk_warps` warps); an empty range (the default) turns it off.
     * `wide_load_min_width`: single-pass rows at least this wide are loaded with `wide_load_cache` (".cg":
-      L2 only; ~1% at 7168/8192 wide, a loss at 2048).
+      L2 only; ~1% at 7168/8192 wide, a loss at 2048). `store_cache`: the single-pass stores' cache modifier.
     * `ln_persistent_min_width`: layer_norm at ragged widths of at least this (BLOCK_N > width) with at least
       `persistent_min_tiles_per_sm` rows per SM runs on a persistent grid of `ln_persistent_warps`-warp programs
       (at most `ln_persistent_per_sm` per SM, fewer if they do not fit), each looping over rows with the next
@@ -83,8 +85,12 @@ class NormTuning(RowTiling):
     rms_chunk: int = 4096
     rms_chunk_warps: int = 16
     rms_chunk_stages: int = 1
+    ln_chunked_widths: tuple[int, int] = (1, 0)
+    ln_chunk: int = 1024
+    ln_chunk_warps: int = 4
     wide_load_min_width: int = 6144
     wide_load_cache: str = ".cg"
+    store_cache: str = ""
     ln_persistent_min_width: int = 6144
     ln_persistent_per_sm: int = 8
     ln_persistent_warps: int = 4
@@ -285,9 +291,11 @@ def _norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps:
     load_cache = _wide_load(t, single, n)
     stages, evict1, evict2 = t.loop_stages, "", ""
     prefill = block_m == 1 and n_tiles >= t.late_weights_programs
-    if b is None and single and prefill and t.rms_chunked_widths[0] <= n <= t.rms_chunked_widths[1]:
+    lo, hi = t.rms_chunked_widths if b is None else t.ln_chunked_widths
+    if single and prefill and lo <= n <= hi:
         # inductor's scheme at this width (see rms_chunked_widths): two reads of each row, the second from L2
-        block_n, num_warps, single, load_cache = min(t.rms_chunk, block_n), t.rms_chunk_warps, False, ""
+        chunk, num_warps = (t.rms_chunk, t.rms_chunk_warps) if b is None else (t.ln_chunk, t.ln_chunk_warps)
+        block_n, single, load_cache = min(chunk, block_n), False, ""
         stages, evict1, evict2 = t.rms_chunk_stages, "evict_last", "evict_first"
     elif b is not None and single and block_n != n and n >= t.ln_persistent_min_width:
         key = (x.dtype, x.device.index, block_m, block_n, t.ln_persistent_warps, load_cache)
@@ -295,7 +303,8 @@ def _norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps:
         if progs:
             compiled = _layer_norm_persistent_kernel[(progs,)](
                 x2, w, b, out, m, n, x2.stride(0), n, eps,
-                BLOCK_M=block_m, BLOCK_N=block_n, EVEN=False, LOAD_CACHE=load_cache, num_warps=t.ln_persistent_warps,
+                BLOCK_M=block_m, BLOCK_N=block_n, EVEN=False, LOAD_CACHE=load_cache, STORE_CACHE=t.store_cache,
+                num_warps=t.ln_persistent_warps,
             )  # fmt: skip
             if key not in _RESIDENT:
                 _learn_residency(key, compiled, t.ln_persistent_warps, x.device)
@@ -304,7 +313,7 @@ def _norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps:
         x2, w, b, out, m, n, x2.stride(0), n, eps,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=stages, LAYER=b is not None,
         EVEN=block_n == n, LATE_W=n_tiles >= t.late_weights_programs, LOAD_CACHE=load_cache,
-        EVICT1=evict1, EVICT2=evict2, num_warps=num_warps,
+        STORE_CACHE=t.store_cache, EVICT1=evict1, EVICT2=evict2, num_warps=num_warps,
     )  # fmt: skip
     return out
 
@@ -341,7 +350,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     _fused_add_rms_norm_kernel[(n_tiles,)](
         x2, r2, w, m, n, x2.stride(0), r2.stride(0), eps,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=t.loop_stages,
-        EVEN=block_n == n, LATE_W=n_tiles >= t.late_weights_programs, num_warps=num_warps,
+        EVEN=block_n == n, LATE_W=n_tiles >= t.late_weights_programs, STORE_CACHE=t.store_cache, num_warps=num_warps,
     )  # fmt: skip
     # as_rows only copies when no in-place view exists; write such temporaries back.
     if x2.data_ptr() != x.data_ptr():
