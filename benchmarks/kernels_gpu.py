@@ -479,7 +479,6 @@ _NORM_SWEEP: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("rows2", "prefill", {"row_tile": 8192, "programs_per_sm": 0}),
     ("cs", "", {"store_cache": ".cs"}),
 )
-_LN_CHUNKED = (0, _BIG)
 _ACT_SWEEP: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("vpt4", "", {"values_per_thread": 4}),
     ("vpt16", "", {"values_per_thread": 16}),
@@ -524,11 +523,6 @@ SWEEPS: dict[str, tuple[str, tuple[tuple[str, str, dict[str, Any]], ...]]] = {
             ("pw16", "prefill", {"ln_persistent_warps": 16, "ln_persistent_min_width": 0}),
             ("pps2", "prefill", {"ln_persistent_per_sm": 2, "ln_persistent_min_width": 0}),
             ("pps4", "prefill", {"ln_persistent_per_sm": 4, "ln_persistent_min_width": 0}),
-            ("chunk1024_w4", "prefill", {"ln_chunked_widths": _LN_CHUNKED, "ln_chunk": 1024, "ln_chunk_warps": 4}),
-            ("chunk1024_w8", "prefill", {"ln_chunked_widths": _LN_CHUNKED, "ln_chunk": 1024, "ln_chunk_warps": 8}),
-            ("chunk2048_w8", "prefill", {"ln_chunked_widths": _LN_CHUNKED, "ln_chunk": 2048, "ln_chunk_warps": 8}),
-            ("chunk4096_w16", "prefill", {"ln_chunked_widths": _LN_CHUNKED, "ln_chunk": 4096, "ln_chunk_warps": 16}),
-            ("chunk512_w2", "prefill", {"ln_chunked_widths": _LN_CHUNKED, "ln_chunk": 512, "ln_chunk_warps": 2}),
         ),
     ),
     "activation.silu_and_mul": ("kcatalog.kernels.triton.activation", _ACT_SWEEP),
@@ -554,6 +548,23 @@ SWEEPS: dict[str, tuple[str, tuple[tuple[str, str, dict[str, Any]], ...]]] = {
 }
 
 
+_UNTIED = (("untied", "decode", {"tie_weights": False}),)
+_NO_EF = (("no_ef", "decode", {"small_load_evict": ""}),)
+#: --sweep ab: the shipped tunables that the first sweep (call 1 on the H200, 2026-12-01) changed, timed as
+#: they were before, beside them in the same run.
+SWEEPS_AB: dict[str, tuple[str, tuple[tuple[str, str, dict[str, Any]], ...]]] = {
+    "layernorm.rms_norm": ("kcatalog.kernels.triton.layernorm", _UNTIED),
+    "layernorm.fused_add_rms_norm": ("kcatalog.kernels.triton.layernorm", _UNTIED),
+    "layernorm.layer_norm": ("kcatalog.kernels.triton.layernorm", _UNTIED),
+    "activation.silu_and_mul": ("kcatalog.kernels.triton.activation", _NO_EF),
+    "activation.gelu_and_mul": ("kcatalog.kernels.triton.activation", _NO_EF),
+    "attention.rotary_embedding": (
+        "kcatalog.kernels.triton.attention",
+        (("old", "decode", {"min_tile": 512, "decode_values_per_thread": 16}),),
+    ),
+}
+
+
 def _tuned(kernel: Callable[..., Any], module: Any, overrides: dict[str, Any]) -> Callable[..., Any]:
     """`kernel` called with `module.TUNING` overridden (read at launch, so also inside a CUDA-graph capture)."""
 
@@ -564,15 +575,15 @@ def _tuned(kernel: Callable[..., Any], module: Any, overrides: dict[str, Any]) -
     return call
 
 
-def sweep_contenders(op: OpEntry, phase: str) -> list[Contender]:
-    """The --sweep variants of `op`'s Triton backend that apply to `phase` ("llama-prefill" / "llama-decode"),
-    then the shipped configuration again."""
+def sweep_contenders(op: OpEntry, phase: str, sweeps: dict[str, Any]) -> list[Contender]:
+    """The variants in `sweeps` (SWEEPS or SWEEPS_AB) of `op`'s Triton backend that apply to `phase` (a llama
+    phase), then the shipped configuration again."""
     import importlib
 
-    if op.op_id not in SWEEPS or "triton" not in op.specs:
+    if op.op_id not in sweeps or "triton" not in op.specs:
         return []
-    module_name, variants = SWEEPS[op.op_id]
-    kind = phase.removeprefix("llama-")
+    module_name, variants = sweeps[op.op_id]
+    kind = "decode" if phase.endswith("decode") else "prefill"
 
     def contender(name: str, overrides: dict[str, Any]) -> Contender:
         return Contender(
@@ -941,7 +952,13 @@ def _short(exc: BaseException) -> str:
 
 
 #: How each phase is timed: do_bench (L2 flushed) or CUDA-graph replays; the check phase is not timed.
-TIMING = {"prefill": "bench", "llama-prefill": "bench", "decode": "graph", "llama-decode": "graph"}
+TIMING = {
+    "prefill": "bench",
+    "llama-prefill": "bench",
+    "llama-prefill-graph": "graph",  # the same shapes without the host: CUDA-graph replays of rotating inputs
+    "decode": "graph",
+    "llama-decode": "graph",
+}
 
 
 def _catalog_contender(op: OpEntry, backend: str) -> Contender:
@@ -997,7 +1014,8 @@ def run_case(run: Run, phase: str, case: Case, backends: list[str], extra: Itera
             if timing == "bench":
                 rec.ms = time_prefill(fn, args, run.args.warmup_ms, run.args.rep_ms)
             elif timing == "graph":
-                sets = [case.inputs(run.device, variant=i) for i in range(run.args.graph_calls)]
+                n_sets = run.args.prefill_graph_calls if phase.endswith("prefill-graph") else run.args.graph_calls
+                sets = [case.inputs(run.device, variant=i) for i in range(n_sets)]
                 rec.ms = time_graph(fn, [who.prepare(a) for a in sets] if who.prepare else sets)
         except Exception as exc:
             rec.note = f"timing failed: {_short(exc)}"
@@ -1067,7 +1085,7 @@ def phase_check(run: Run, op_ids: list[str]) -> None:
 def phase_timed(run: Run, op_ids: list[str], phase: str, dtypes: Iterable[torch.dtype]) -> None:
     """Check then time every backend, the op's peer (Liger) and, in the llama phases with --sweep, the Triton
     backend's tuning variants, at the phase's shapes."""
-    shapes_field = phase.replace("-", "_")  # prefill, decode, llama_prefill, llama_decode
+    shapes_field = phase.removesuffix("-graph").replace("-", "_")  # prefill, decode, llama_prefill, llama_decode
     wanted = set(run.args.backends.split(",")) if run.args.backends else None
     for dtype in dtypes:
         for op_id in op_ids:
@@ -1080,7 +1098,7 @@ def phase_timed(run: Run, op_ids: list[str], phase: str, dtypes: Iterable[torch.
                     backends = [b for b in backends if b != "torch_compile"]
                 extra = [run.peers[op_id]] if op_id in run.peers and (wanted is None or "liger" in wanted) else []
                 if run.args.sweep and phase.startswith("llama"):
-                    extra += sweep_contenders(op, phase)
+                    extra += sweep_contenders(op, phase, SWEEPS_AB if run.args.sweep == "ab" else SWEEPS)
                 run_case(run, phase, Case(op, bench, params, dtype), backends, extra)
                 if run.device.type == "cuda" and not run.cuda_broken:
                     torch.cuda.empty_cache()  # prefill shapes move GBs: keep the pool from growing per shape
@@ -1332,11 +1350,11 @@ def write_results(run: Run, final: bool) -> int:
     if final:
         tables: list[str] = []
         sweeps: list[str] = []
-        for phase in ("llama-decode", "llama-prefill"):
+        for phase in ("llama-decode", "llama-prefill", "llama-prefill-graph"):
             table = sweep_table(run, phase)
             sweeps += [*table, ""] if table else []
         # decode first: if the device keeps only the tail, prefill survives
-        for phase in ("decode", "prefill", "llama-decode", "llama-prefill"):
+        for phase in ("decode", "prefill", "llama-decode", "llama-prefill", "llama-prefill-graph"):
             table = short_table(run, phase)
             tables += [*table, ""] if table else []
         tables += lines
@@ -1358,10 +1376,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--phases",
         default="check,prefill,decode,llama",
-        help="comma-separated, in this order: check, prefill (bf16, fp16 last), decode, llama (Llama-3-8B shapes)",
+        help="comma-separated; run in this order: check, llama (Llama-3-8B shapes), prefill (bf16; fp16 last), decode",
     )
     parser.add_argument(
-        "--sweep", action="store_true", help="llama phases: also time the Triton backend's tuning variants (SWEEPS)"
+        "--sweep",
+        choices=("", "full", "ab"),
+        default="",
+        help="llama phases: also time the Triton backend's tuning variants (full: SWEEPS; ab: SWEEPS_AB)",
+    )
+    parser.add_argument(
+        "--prefill-graph-calls", type=int, default=4, help="input sets per CUDA graph in llama-prefill-graph"
     )
     parser.add_argument("--ops", default="", help="comma-separated op ids or names (default: all)")
     parser.add_argument("--backends", default="", help="comma-separated backends (default: all declared)")
@@ -1431,6 +1455,11 @@ def main(argv: list[str] | None = None) -> int:
             write_results(run, final=False)
         if device.type == "cuda":
             dtypes = TIMED_DTYPES[:1] if args.quick else TIMED_DTYPES
+            if "llama" in phases:
+                log("== Llama-3-8B shapes, bf16: prefill (do_bench, then CUDA graph), decode (CUDA graph) ==")
+                for phase in ("llama-prefill", "llama-prefill-graph", "llama-decode"):
+                    phase_timed(run, op_ids, phase, TIMED_DTYPES[:1])
+                    write_results(run, final=False)
             if "prefill" in phases:
                 log("== prefill (do_bench, median, L2 flushed) ==")
                 phase_timed(run, op_ids, "prefill", dtypes[:1])
@@ -1438,12 +1467,6 @@ def main(argv: list[str] | None = None) -> int:
             if "decode" in phases:
                 log(f"== decode (CUDA graph of {args.graph_calls} calls on rotating inputs) ==")
                 phase_timed(run, op_ids, "decode", dtypes[:1])
-                write_results(run, final=False)
-            if "llama" in phases:
-                log("== Llama-3-8B shapes, bf16: prefill (do_bench), decode (CUDA graph) ==")
-                phase_timed(run, op_ids, "llama-prefill", TIMED_DTYPES[:1])
-                write_results(run, final=False)
-                phase_timed(run, op_ids, "llama-decode", TIMED_DTYPES[:1])
                 write_results(run, final=False)
             if "prefill" in phases and len(dtypes) > 1:
                 log("== prefill, second dtype ==")
