@@ -124,30 +124,6 @@ def run_all_ops_checked(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, b: to
     check_close("fused_add residual", rt, rr, tol("fused_add_rms_norm", dtype))
 
 
-@pytest.mark.parametrize("rows,width", [(1, 7), (5, 1000), (33, 64), (2, 4099)])
-def test_tied_statistics_change_nothing(rows: int, width: int) -> None:
-    """Small launches make the statistics wait for the weights (TIE): the outputs are bit for bit those of the
-    untied kernel, at ragged widths and multi-row tiles too, and a non-finite weight stays in its column."""
-    dtype = torch.bfloat16
-    g = gen("tie", rows, width)
-    x, r = randn((rows, width), dtype, g, scale=2.0), randn((rows, width), dtype, g)
-    w, b = randn((width,), dtype, g, shift=1.0), randn((width,), dtype, g)
-    w[width // 2] = float("inf")
-    b[width // 3] = float("nan")
-    outs = []
-    for tie in (True, False):
-        with triton_ln.TUNING.override(sms=1 << 20, tie_weights=tie):
-            assert triton_ln._tie(triton_ln.TUNING.get(), rows, x.device) is tie
-            xf, rf = x.clone(), r.clone()
-            triton_ln.fused_add_rms_norm(xf, rf, w)
-            outs.append((triton_ln.rms_norm(x, w), triton_ln.layer_norm(x, w, b), xf, rf))
-    for tied, untied in zip(*outs, strict=True):
-        torch.testing.assert_close(tied, untied, rtol=0, atol=0, equal_nan=True)
-    finite = torch.ones(width, dtype=torch.bool)
-    finite[[width // 2, width // 3]] = False
-    assert bool(torch.isfinite(outs[0][1][:, finite]).all())  # layer_norm: other columns unaffected
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16], ids=["bf16"])
 def test_triton_default_config_few_rows(dtype: torch.dtype) -> None:
     """The shipped config on an H200 (one row per program for decode-sized batches) on short rows."""

@@ -127,22 +127,6 @@ def late_vec(early, ptrs, col_ok, EVEN: tl.constexpr, LATE: tl.constexpr):
 
 
 @triton.jit
-def tied(x, v, cols, n_cols, TIE: tl.constexpr):
-    """`x` (TIE: as float32) made to depend on a per-column parameter `v`, for the row statistics.
-
-    ptxas issues the loads of a row's weight and bias late, after the first step of the row's reduction (seen
-    in sm_90 SASS compiled offline with triton 3.9), so a program that has one row to do then waits for them once more after
-    its reduction. Taking `v` instead of `x` where ``cols >= n_cols`` (no valid column, but n_cols is only
-    known at run time, so the select is not folded away; one select per element) makes the statistics wait
-    for `v` instead, whose load was issued with the row's. Padding columns of both read 0.
-    """
-    if TIE:
-        return tl.where((cols >= n_cols)[None, :], v[None, :], x.to(tl.float32))
-    else:
-        return x
-
-
-@triton.jit
 def store_rows(ptrs, value, row_ok, col_ok, BLOCK_M: tl.constexpr, EVEN: tl.constexpr, CACHE: tl.constexpr):
     """Store a tile; no mask at all when it is one whole row of exact width (the row index is never clamped)."""
     if EVEN and BLOCK_M == 1:

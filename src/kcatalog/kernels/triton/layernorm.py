@@ -52,7 +52,6 @@ from ._rows import (
     sm_limits,
     store_chunk,
     store_rows,
-    tied,
 )
 
 
@@ -64,15 +63,15 @@ class NormTuning(RowTiling):
       8192 wide -> 16 warps, 7168 -> 16, 5120 -> 8 (16 was 7% slower), 4096 -> 8, 2048 -> 4 (8 was 2-4%
       slower). The steps are the geometric midpoints (2^k * sqrt(2)).
     * `late_weights_programs`: launches of at least this many programs load the weights after the row
-      statistics (``LATE_W``), so that they are not held in registers during the reduction. Smaller launches
-      load them first; `tie_weights`: launches of at most one program per SM make the statistics wait for them
-      (``TIE``, see ``_rows.tied``), so that all of a program's loads are in flight at once.
+      statistics (``LATE_W``), so that they are not held in registers during the reduction. (ptxas issues
+      the early weights' loads after the row's first reduction step; making the statistics wait for them, so
+      that all loads are in flight at once, was 0-8% slower at 1-64 rows: H200, 2026-12-01.)
     * `rms_chunked_widths`: rms_norm with that many programs (one row each), at a width in this range, takes
       the chunked two-pass path the way inductor does it: `rms_chunk`-wide chunks, `rms_chunk_warps` warps, no software
       pipelining, the first read kept in L2 (evict_last) for the second (evict_first). At 8192x8192 bf16:
       68.5 us (0.935 of copy bandwidth, = torch.compile) against 70.8 us single-pass.
     * `wide_load_min_width`: single-pass rows at least this wide are loaded with `wide_load_cache` (".cg":
-      L2 only; ~1% at 7168/8192 wide, a loss at 2048). `store_cache`: the single-pass stores' cache modifier.
+      L2 only; ~1% at 7168/8192 wide, a loss at 2048).
     * `ln_persistent_min_width`: layer_norm at ragged widths of at least this (BLOCK_N > width) with at least
       `persistent_min_tiles_per_sm` rows per SM runs on a persistent grid of `ln_persistent_warps`-warp programs
       (at most `ln_persistent_per_sm` per SM, fewer if they do not fit), each looping over rows with the next
@@ -90,8 +89,6 @@ class NormTuning(RowTiling):
     rms_chunk_stages: int = 1
     wide_load_min_width: int = 6144
     wide_load_cache: str = ".cg"
-    store_cache: str = ""
-    tie_weights: bool = True
     ln_persistent_min_width: int = 6144
     ln_persistent_per_sm: int = 8
     ln_persistent_warps: int = 4
@@ -132,17 +129,16 @@ def _learn_residency(key: Hashable, compiled: object, num_warps: int, device: to
 
 
 @triton.jit
-def _norm_tile(xr, xs, w, b, w_ptr, b_ptr, cols, col_ok, n_cols, eps, EVEN: tl.constexpr, LATE_W: tl.constexpr,
+def _norm_tile(xr, w, b, w_ptr, b_ptr, cols, col_ok, n_cols, eps, EVEN: tl.constexpr, LATE_W: tl.constexpr,
                LAYER: tl.constexpr):  # fmt: skip
-    """rms_norm (or, LAYER, layer_norm) of a [BLOCK_M, BLOCK_N] tile `xr`, float32, its statistics taken from
-    `xs` (xr, or xr `tied` to the weights); `w`/`b` are early_vec's."""
+    """rms_norm (or, LAYER, layer_norm) of a [BLOCK_M, BLOCK_N] tile, float32; `w`/`b` are early_vec's."""
     if LAYER:
-        mean, rstd = mean_rstd(xs, col_ok, n_cols, eps, EVEN)
+        mean, rstd = mean_rstd(xr, col_ok, n_cols, eps, EVEN)
         w = late_vec(w, w_ptr + cols, col_ok, EVEN, LATE_W)
         b = late_vec(b, b_ptr + cols, col_ok, EVEN, LATE_W)
         return (f32_again(xr) - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :]
     else:
-        rstd = inv_rms(row_sum_sq(xs), n_cols, eps)
+        rstd = inv_rms(row_sum_sq(xr), n_cols, eps)
         w = late_vec(w, w_ptr + cols, col_ok, EVEN, LATE_W)
         return f32_again(xr) * rstd[:, None] * w[None, :]
 
@@ -183,10 +179,9 @@ def _norm_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, LOOP_STAGES: tl.constexpr,
     LAYER: tl.constexpr, EVEN: tl.constexpr = False, LATE_W: tl.constexpr = False, LOAD_CACHE: tl.constexpr = "",
-    STORE_CACHE: tl.constexpr = "", EVICT1: tl.constexpr = "", EVICT2: tl.constexpr = "", TIE: tl.constexpr = False,
+    STORE_CACHE: tl.constexpr = "", EVICT1: tl.constexpr = "", EVICT2: tl.constexpr = "",
 ):  # fmt: skip
-    """rms_norm, or (LAYER) layer_norm; b_ptr is unread for rms_norm. EVEN: n_cols == BLOCK_N, no column masks.
-    TIE (only with early weights): the statistics wait for the weights (see _rows.tied)."""
+    """rms_norm, or (LAYER) layer_norm; b_ptr is unread for rms_norm. EVEN: n_cols == BLOCK_N, no column masks."""
     x_rows, row_ok = row_ptrs(x_ptr, tl.program_id(0), n_rows, stride_x, BLOCK_M)
     y_rows, _ = row_ptrs(y_ptr, tl.program_id(0), n_rows, stride_y, BLOCK_M)
     if SINGLE_PASS:
@@ -195,11 +190,9 @@ def _norm_kernel(
         w = early_vec(w_ptr + cols, col_ok, EVEN, LATE_W)
         if LAYER:
             b = early_vec(b_ptr + cols, col_ok, EVEN, LATE_W)
-            xs = tied(xr, w + b, cols, n_cols, TIE)  # one select that needs both (two would fold into one)
         else:
             b = 0.0
-            xs = tied(xr, w, cols, n_cols, TIE)
-        y = _norm_tile(xr, xs, w, b, w_ptr, b_ptr, cols, col_ok, n_cols, eps, EVEN, LATE_W, LAYER)
+        y = _norm_tile(xr, w, b, w_ptr, b_ptr, cols, col_ok, n_cols, eps, EVEN, LATE_W, LAYER)
         store_rows(y_rows + cols[None, :], y.to(y_ptr.dtype.element_ty), row_ok, col_ok, BLOCK_M, EVEN, STORE_CACHE)
     else:
         mean, rstd = _chunked_stats(x_rows, n_cols, eps, BLOCK_M, BLOCK_N, LOOP_STAGES, EVICT1, LAYER)
@@ -220,7 +213,7 @@ def _fused_add_rms_norm_kernel(
     x_ptr, r_ptr, w_ptr, n_rows, n_cols, stride_x, stride_r, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, LOOP_STAGES: tl.constexpr,
     EVEN: tl.constexpr = False, LATE_W: tl.constexpr = False, LOAD_CACHE: tl.constexpr = "",
-    STORE_CACHE: tl.constexpr = "", TIE: tl.constexpr = False,
+    STORE_CACHE: tl.constexpr = "",
 ):  # fmt: skip
     x_rows, row_ok = row_ptrs(x_ptr, tl.program_id(0), n_rows, stride_x, BLOCK_M)
     r_rows, _ = row_ptrs(r_ptr, tl.program_id(0), n_rows, stride_r, BLOCK_M)
@@ -231,8 +224,7 @@ def _fused_add_rms_norm_kernel(
         w = early_vec(w_ptr + cols, col_ok, EVEN, LATE_W)
         sr = (x + r).to(r_ptr.dtype.element_ty)  # the sum is rounded to the stored dtype before the norm
         store_rows(r_rows + cols[None, :], sr, row_ok, col_ok, BLOCK_M, EVEN, STORE_CACHE)
-        xs = tied(sr, w, cols, n_cols, TIE)
-        y = _norm_tile(sr, xs, w, 0.0, w_ptr, None, cols, col_ok, n_cols, eps, EVEN, LATE_W, False)
+        y = _norm_tile(sr, w, 0.0, w_ptr, None, cols, col_ok, n_cols, eps, EVEN, LATE_W, False)
         store_rows(x_rows + cols[None, :], y.to(x_ptr.dtype.element_ty), row_ok, col_ok, BLOCK_M, EVEN, STORE_CACHE)
     else:
         # Pass 1 only reads; pass 2 re-reads the original x and residual, then writes both, so no lane ever
@@ -270,16 +262,10 @@ def _layer_norm_persistent_kernel(
     xr = prefetch_tile(x_ptr, pid, n_rows, stride_x, cols, col_ok, BLOCK_M, LOAD_CACHE)
     for tile in range(pid, n_tiles, nprog):
         xn = prefetch_tile(x_ptr, tile + nprog, n_rows, stride_x, cols, col_ok, BLOCK_M, LOAD_CACHE)
-        y = _norm_tile(xr, xr, 0.0, 0.0, w_ptr, b_ptr, cols, col_ok, n_cols, eps, EVEN, True, True)
+        y = _norm_tile(xr, 0.0, 0.0, w_ptr, b_ptr, cols, col_ok, n_cols, eps, EVEN, True, True)
         y_rows, row_ok = row_ptrs(y_ptr, tile, n_rows, stride_y, BLOCK_M)
         store_rows(y_rows + cols[None, :], y.to(y_ptr.dtype.element_ty), row_ok, col_ok, BLOCK_M, EVEN, STORE_CACHE)
         xr = xn
-
-
-def _tie(t: NormTuning, n_tiles: int, device: torch.device) -> bool:
-    """Whether a launch of `n_tiles` programs makes the row statistics wait for the weights (TIE): only when
-    every program has an SM to itself (the weights' registers then cost no occupancy)."""
-    return t.tie_weights and n_tiles <= min(t.device_sms(device), t.late_weights_programs - 1)
 
 
 def _wide_load(t: NormTuning, single: bool, n: int) -> str:
@@ -314,19 +300,17 @@ def _norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps:
         if progs:
             compiled = _layer_norm_persistent_kernel[(progs,)](
                 x2, w, b, out, m, n, x2.stride(0), n, eps,
-                BLOCK_M=block_m, BLOCK_N=block_n, EVEN=False, LOAD_CACHE=load_cache, STORE_CACHE=t.store_cache,
-                num_warps=t.ln_persistent_warps,
+                BLOCK_M=block_m, BLOCK_N=block_n, EVEN=False, LOAD_CACHE=load_cache, num_warps=t.ln_persistent_warps,
             )  # fmt: skip
             if key not in _RESIDENT:
                 _learn_residency(key, compiled, t.ln_persistent_warps, x.device)
             return out
-    late = n_tiles >= t.late_weights_programs
     # rms_norm passes w for the unread b_ptr: Inductor's launcher of a kernel in a graph takes no None pointer
     tracing.launch(_norm_kernel, (n_tiles,))(
         x2, w, w if b is None else b, out, m, n, x2.stride(0), n, eps,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=stages, LAYER=b is not None,
-        EVEN=block_n == n, LATE_W=late, LOAD_CACHE=load_cache, STORE_CACHE=t.store_cache, EVICT1=evict1,
-        EVICT2=evict2, TIE=_tie(t, n_tiles, x.device), num_warps=num_warps,
+        EVEN=block_n == n, LATE_W=n_tiles >= t.late_weights_programs, LOAD_CACHE=load_cache,
+        EVICT1=evict1, EVICT2=evict2, num_warps=num_warps,
     )  # fmt: skip
     return out
 
@@ -361,11 +345,10 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     t = TUNING.get()
     block_m, block_n, num_warps, single = t.config(n, m, t.device_sms(x.device))
     n_tiles = cdiv(m, block_m)
-    late = n_tiles >= t.late_weights_programs
     tracing.launch(_fused_add_rms_norm_kernel, (n_tiles,))(
         x2, r2, w, m, n, x2.stride(0), r2.stride(0), eps,
-        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=t.loop_stages, EVEN=block_n == n,
-        LATE_W=late, STORE_CACHE=t.store_cache, TIE=_tie(t, n_tiles, x.device), num_warps=num_warps,
+        BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=t.loop_stages,
+        EVEN=block_n == n, LATE_W=n_tiles >= t.late_weights_programs, num_warps=num_warps,
     )  # fmt: skip
     # Where no in-place view exists, the kernel updated a copy: write it back.
     if x_view is None:
