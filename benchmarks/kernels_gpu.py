@@ -24,7 +24,15 @@ move). In order (benchmarks/BENCH_METHOD.md):
 3. prefill timings (bf16, then fp16 at the end): every shape is checked again first (that also warms
    up torch.compile), then timed with ``triton.testing.do_bench`` (median, L2 flushed per run);
 4. decode timings (1-64 tokens, bf16): N calls on rotating input sets captured in one CUDA graph,
-   replayed, time / N.
+   replayed, time / N;
+5. the Llama-3-8B model's shapes (``--phases llama``, run right after the checks): prefill by do_bench and
+   again under CUDA-graph replay of rotating input sets larger than the L2 (kernel time without the host),
+   decode as above; with ``--sweep full`` or ``--sweep ab``, tuning variants of the Triton backend
+   (``TUNING.override``) are timed beside the shipped configuration.
+
+Every timed phase also times Liger-Kernel's forward kernel for the op where it has one (``liger_contenders``:
+its ops-level functions on the same inputs, checked against the same reference; a difference is reported and
+the peer still timed). The order is check, llama, prefill (bf16), decode, prefill (fp16).
 
 A time budget (``--budget-s``) keeps the whole run under the device's limit: when it runs short, the
 cases still to come are skipped with that reason (torch.compile ones first), never silently.
@@ -1216,7 +1224,8 @@ def summary(run: Run) -> tuple[list[str], dict[str, Any]]:
     large = [r for r in prefill if r.bytes >= LARGE_BYTES and r.frac_copy is not None]
     vs_compile = [r for r in prefill if r.x_compile]
     decode = [r for r in triton if r.phase == "decode"]
-    llama = [r for r in triton if r.phase.startswith("llama")]
+    # kernel-level: CUDA-graph replays (do_bench's llama-prefill also times the host at these 20-90 us sizes)
+    llama = [r for r in triton if r.phase in ("llama-decode", "llama-prefill-graph")]
     targets = [  # what, the records it covers, those that miss it, how to show a miss
         (
             f"large shapes (>= {LARGE_BYTES / 1e6:.0f} MB) >= {DEFAULT_TARGET_FRAC:.2f} of copy BW (rotary >= 0.80)",
@@ -1237,13 +1246,13 @@ def summary(run: Run) -> tuple[list[str], dict[str, Any]]:
             lambda r: f"{r.ms * 1e3:.1f} us",
         ),
         (
-            "Llama-3-8B shapes: triton >= 1.0x liger",
+            "Llama-3-8B shapes (CUDA graphs): triton >= 1.0x liger",
             [r for r in llama if r.x_liger],
             [r for r in llama if r.x_liger and r.x_liger < 1.0],
             lambda r: f"{r.x_liger:.2f}x",
         ),
         (
-            "Llama-3-8B shapes: triton >= 1.0x torch_compile",
+            "Llama-3-8B shapes (CUDA graphs): triton >= 1.0x torch_compile",
             [r for r in llama if r.x_compile],
             [r for r in llama if r.x_compile and r.x_compile < 1.0],
             lambda r: f"{r.x_compile:.2f}x",
@@ -1328,14 +1337,14 @@ def environment(device: torch.device) -> dict[str, Any]:
     return env
 
 
-def write_results(run: Run, final: bool) -> int:
+def write_results(run: Run, final: bool, env: dict[str, Any] | None = None) -> int:
     """Write the JSON (and, when final, the text tables); return the exit status."""
     derive(run)
     out = Path(run.args.out)
     out.mkdir(parents=True, exist_ok=True)
     lines, data = summary(run)
     payload = {
-        "environment": environment(run.device),
+        "environment": env or environment(run.device),
         "complete": final,
         "copy": run.copy,
         "notes": run.notes,
@@ -1383,6 +1392,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--prefill-graph-calls", type=int, default=4, help="input sets per CUDA graph in llama-prefill-graph"
     )
+    parser.add_argument("--render", default="", help="re-render this results JSON into --out (no GPU, nothing run)")
     parser.add_argument("--ops", default="", help="comma-separated op ids or names (default: all)")
     parser.add_argument("--backends", default="", help="comma-separated backends (default: all declared)")
     parser.add_argument("--catalog", type=Path, default=REPO / "catalog", help="manifests folder (default: catalog/)")
@@ -1411,8 +1421,19 @@ def _op_ids(run: Run, wanted: str, problems: list[str]) -> list[str]:
     return [op for op in chosen if op in run.ops]
 
 
+def render(args: argparse.Namespace) -> int:
+    """--render: the tables and targets of a results JSON again, by this script's reporting code (no GPU)."""
+    saved = json.loads(Path(args.render).read_text())
+    fields = {f.name for f in dataclasses.fields(Record)}
+    records = [Record(**{k: v for k, v in r.items() if k in fields}) for r in saved["records"]]
+    run = Run(args=args, device=torch.device("cuda"), ops={}, records=records, notes=saved["notes"], copy=saved["copy"])
+    return write_results(run, final=True, env=saved["environment"])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        return render(args)
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
     device = torch.device(args.device)
