@@ -24,7 +24,15 @@ move). In order (benchmarks/BENCH_METHOD.md):
 3. prefill timings (bf16, then fp16 at the end): every shape is checked again first (that also warms
    up torch.compile), then timed with ``triton.testing.do_bench`` (median, L2 flushed per run);
 4. decode timings (1-64 tokens, bf16): N calls on rotating input sets captured in one CUDA graph,
-   replayed, time / N.
+   replayed, time / N;
+5. the Llama-3-8B model's shapes (``--phases llama``, run right after the checks): prefill by do_bench and
+   again under CUDA-graph replay of rotating input sets larger than the L2 (kernel time without the host),
+   decode as above; with ``--sweep full`` or ``--sweep ab``, tuning variants of the Triton backend
+   (``TUNING.override``) are timed beside the shipped configuration.
+
+Every timed phase also times Liger-Kernel's forward kernel for the op where it has one (``liger_contenders``:
+its ops-level functions on the same inputs, checked against the same reference; a difference is reported and
+the peer still timed). The order is check, llama, prefill (bf16), decode, prefill (fp16).
 
 A time budget (``--budget-s``) keeps the whole run under the device's limit: when it runs short, the
 cases still to come are skipped with that reason (torch.compile ones first), never silently.
@@ -66,6 +74,10 @@ TARGET_FRAC = {"attention.rotary_embedding": 0.80}  # of copy bandwidth at large
 DEFAULT_TARGET_FRAC = 0.90
 DECODE_TARGET_US = 4.0
 DEVICE_CHECK_NUMEL = 1 << 22  # larger outputs are compared on the GPU instead of in kcatalog.testing
+# Llama-3-8B (the "llama" phases): hidden, intermediate, heads, head_dim; prefill and decode token counts
+LLAMA_HIDDEN, LLAMA_INTERMEDIATE, LLAMA_Q_HEADS, LLAMA_KV_HEADS, LLAMA_HEAD_DIM = 4096, 14336, 32, 8, 128
+LLAMA_PREFILL, LLAMA_DECODE = 4096, (1, 16, 64)
+LAYER_NORM_WIDE = ((32768, 7168), (65536, 2880))
 
 Params = dict[str, Any]
 Args = dict[str, Any]
@@ -143,6 +155,10 @@ class OpBench:
     expected: Callable[[Any, Args], dict[str, torch.Tensor]] | None = None
     ref_dtype: torch.dtype | None = None  # None: float64 for float32 inputs, else float32
     tol_override: dict[str, float] = field(default_factory=dict)
+    # the Llama-3-8B model's shapes (hidden 4096, intermediate 14336, 32 q / 8 kv heads of 128; prefill of
+    # 4,096 tokens, decode of 1, 16 and 64), timed in the "llama" phases beside Liger-Kernel
+    llama_prefill: tuple[Params, ...] = ()
+    llama_decode: tuple[Params, ...] = ()
 
 
 def _rows_label(p: Params) -> str:
@@ -167,6 +183,15 @@ def _norm_bench(passes: int, weights: int, *, extra: Callable[[Params, torch.dty
         cpu=_shapes("T H pad", (3, 33), (5, 1000, 7), (2, 4099)),
         prefill=_shapes("T H", (8192, 8192), (32768, 4096), (16384, 2048), (4096, 4096), (16384, 5120), (8192, 7168)),
         decode=_grid(H=(4096, 8192), T=(1, 8, 32, 64)),
+        llama_prefill=_shapes("T H", (LLAMA_PREFILL, LLAMA_HIDDEN)),
+        llama_decode=_grid(H=(LLAMA_HIDDEN,), T=LLAMA_DECODE),
+    )
+
+
+def _with_llama(bench: OpBench, prefill: tuple[Params, ...] = (), decode: tuple[Params, ...] = ()) -> OpBench:
+    """`bench` with more Llama-phase shapes after its own."""
+    return dataclasses.replace(
+        bench, llama_prefill=bench.llama_prefill + prefill, llama_decode=bench.llama_decode + decode
     )
 
 
@@ -174,8 +199,12 @@ def _weight(p: Params, dtype: torch.dtype, rng: Rng) -> torch.Tensor:
     return rng.normal(p["H"], dtype=dtype, scale=0.1, shift=1.0)
 
 
-def _act_bench(check: tuple[Params, ...] = (), cpu: tuple[Params, ...] = ()) -> OpBench:
-    """A gated activation: x [T, 2I] read once, [T, I] written once; `check`/`cpu` add op-specific shapes."""
+def _act_bench(
+    check: tuple[Params, ...] = (), cpu: tuple[Params, ...] = (), llama: dict[str, tuple[Any, ...]] | None = None
+) -> OpBench:
+    """A gated activation: x [T, 2I] read once, [T, I] written once; `check`/`cpu` add op-specific shapes,
+    `llama` extra axes of its Llama-shape cases."""
+    llama = llama or {}
 
     def build(p: Params, dtype: torch.dtype, rng: Rng) -> Args:
         args: Args = {"x": rng.rows(p["T"], 2 * p["I"], dtype, p.get("pad", 0))}
@@ -193,6 +222,8 @@ def _act_bench(check: tuple[Params, ...] = (), cpu: tuple[Params, ...] = ()) -> 
         cpu=_shapes("T I pad", (3, 33), (5, 1000, 6)) + cpu,
         prefill=_grid(T=(8192,), I=(28672, 11008, 14336, 18432)),
         decode=_grid(I=(14336,), T=(1, 8, 32, 64)),
+        llama_prefill=_grid(T=(LLAMA_PREFILL,), I=(LLAMA_INTERMEDIATE,), **llama),
+        llama_decode=_grid(T=LLAMA_DECODE, I=(LLAMA_INTERMEDIATE,), **llama),
     )
 
 
@@ -256,20 +287,28 @@ def _quant_expected(result: Any, args: Args) -> dict[str, torch.Tensor]:
 
 
 BENCHES: dict[str, OpBench] = {
-    "layernorm.rms_norm": _norm_bench(2, 1, extra=lambda p, dt, rng: {"weight": _weight(p, dt, rng), "eps": 1e-6}),
+    "layernorm.rms_norm": _with_llama(
+        _norm_bench(2, 1, extra=lambda p, dt, rng: {"weight": _weight(p, dt, rng), "eps": 1e-6}),
+        # Qwen3's per-head q_norm: rows of head_dim 128, 32 per token
+        prefill=_shapes("T H", (LLAMA_PREFILL * LLAMA_Q_HEADS, LLAMA_HEAD_DIM)),
+        decode=_grid(H=(LLAMA_HEAD_DIM,), T=tuple(t * LLAMA_Q_HEADS for t in LLAMA_DECODE)),
+    ),
     "layernorm.fused_add_rms_norm": _norm_bench(
         4,
         1,
         extra=lambda p, dt, rng: {"residual": rng.rows(p["T"], p["H"], dt), "weight": _weight(p, dt, rng), "eps": 1e-6},
     ),
-    "layernorm.layer_norm": _norm_bench(
-        2,
-        2,
-        extra=lambda p, dt, rng: {
-            "weight": _weight(p, dt, rng),
-            "bias": rng.normal(p["H"], dtype=dt, scale=0.1),
-            "eps": 1e-5,
-        },
+    "layernorm.layer_norm": _with_llama(
+        _norm_bench(
+            2,
+            2,
+            extra=lambda p, dt, rng: {
+                "weight": _weight(p, dt, rng),
+                "bias": rng.normal(p["H"], dtype=dt, scale=0.1),
+                "eps": 1e-5,
+            },
+        ),
+        prefill=_shapes("T H", *LAYER_NORM_WIDE),  # ragged wide rows (DeepSeek-V3's 7168, gpt-oss's 2880)
     ),
     "elementwise.softmax": dataclasses.replace(
         _norm_bench(2, 0, extra=lambda p, dt, rng: {}),
@@ -279,6 +318,7 @@ BENCHES: dict[str, OpBench] = {
     "activation.gelu_and_mul": _act_bench(
         check=({"T": 5, "I": 2048, "approximate": "tanh"}, {"T": 3, "I": 4099, "pad": 1, "approximate": "tanh"}),
         cpu=({"T": 2, "I": 100, "approximate": "tanh"},),
+        llama={"approximate": ("tanh",)},  # Gemma's gelu_pytorch_tanh (Liger's GeGLU is tanh only)
     ),
     "attention.rotary_embedding": OpBench(
         build=_build_rotary,
@@ -299,6 +339,13 @@ BENCHES: dict[str, OpBench] = {
         ),
         prefill=_grid(T=(16384, 4096), Hq=(32, 64), Hk=(8,), hs=(128,)),
         decode=_grid(T=(1, 8, 32, 64), Hq=(32,), Hk=(8,), hs=(128,)),
+        # q and k as transformers' q_proj / k_proj give them: separate contiguous [T, H * 128] tensors
+        llama_prefill=_grid(
+            T=(LLAMA_PREFILL,), Hq=(LLAMA_Q_HEADS,), Hk=(LLAMA_KV_HEADS,), hs=(LLAMA_HEAD_DIM,), layout=("2d",)
+        ),  # fmt: skip
+        llama_decode=_grid(
+            T=LLAMA_DECODE, Hq=(LLAMA_Q_HEADS,), Hk=(LLAMA_KV_HEADS,), hs=(LLAMA_HEAD_DIM,), layout=("2d",)
+        ),  # fmt: skip
     ),
     "quantization.per_token_quant_fp8": OpBench(
         build=_build_quant,
@@ -314,6 +361,241 @@ BENCHES: dict[str, OpBench] = {
         tol_override={"scale": SCALE_TOL, "dequant_vs_x": FP8_ROUNDING_TOL},
     ),
 }
+
+
+# --------------------------------------------------------------------------------------------------
+# Peers outside the catalog (Liger-Kernel) and tuning variants of the Triton backend
+
+
+@dataclass(frozen=True)
+class Contender:
+    """What run_case checks and times under one backend name: a catalog backend, another library's kernel for
+    the op, or the Triton backend under overridden tunables.
+
+    `applies` says whether it has an equivalent of a case (its parameters); `prepare` turns the case's
+    arguments into its own (outside the timing); `outputs` picks what to compare from its result and the
+    case's arguments (None: the case's own choice).
+    """
+
+    name: str
+    load: Callable[[], Callable[..., Any]]
+    prepare: Callable[[Args], Args] | None = None
+    outputs: Callable[[Any, Args], dict[str, torch.Tensor]] | None = None
+    applies: Callable[[Params], bool] = lambda params: True
+
+    @property
+    def is_peer(self) -> bool:
+        return self.name == "liger"
+
+
+def _liger_rotary_args(a: Args) -> Args:
+    """Liger's rope_forward takes q [B, Hq, S, D] and k as views of [B, S, H, D] memory (transformers' layout
+    after q_proj / k_proj) and cos/sin [1, S, rot] already gathered for the positions, in the activations'
+    dtype (transformers' LlamaRotaryEmbedding does that once per forward, for all layers): built here."""
+    q, k, hs = a["query"], a["key"], a["head_size"]
+    t = q.shape[0]
+    cache = a["cos_sin_cache"]
+    half = cache.shape[-1] // 2
+    rows = cache.index_select(0, a["positions"])
+    cos = torch.cat((rows[:, :half], rows[:, :half]), dim=-1).to(q.dtype)[None]
+    sin = torch.cat((rows[:, half:], rows[:, half:]), dim=-1).to(q.dtype)[None]
+    return {
+        "q": q.view(1, t, -1, hs).transpose(1, 2),
+        "k": k.view(1, t, -1, hs).transpose(1, 2),
+        "cos": cos,
+        "sin": sin,
+    }
+
+
+def _dense(p: Params) -> bool:
+    """Whether the case's x is a plain contiguous tensor (Liger's wrappers view it as rows without strides)."""
+    return not p.get("pad")
+
+
+def liger_contenders() -> tuple[dict[str, Contender], str]:
+    """Liger-Kernel's forward kernels for the catalog's ops, called through its ops-level forward functions
+    (no autograd.Function around them), or the reason it is unavailable."""
+    try:
+        from liger_kernel.ops.fused_add_rms_norm import fused_add_rms_norm_forward
+        from liger_kernel.ops.geglu import geglu_forward
+        from liger_kernel.ops.layer_norm import layer_norm_forward
+        from liger_kernel.ops.rms_norm import rms_norm_forward
+        from liger_kernel.ops.rope import rope_forward
+        from liger_kernel.ops.swiglu import swiglu_fused_gate_up_forward
+    except Exception as exc:
+        return {}, f"liger_kernel unavailable: {type(exc).__name__}: {exc}"
+
+    def peer(
+        load: Callable[..., Any], prepare: Callable[[Args], Args], outputs: Any = None, applies: Any = _dense
+    ) -> Contender:
+        return Contender("liger", lambda: load, prepare, outputs, applies)
+
+    def gelu_args(a: Args) -> Args:
+        d = a["x"].shape[-1] // 2
+        return {"a": a["x"][..., :d].contiguous(), "b": a["x"][..., d:].contiguous()}
+
+    def fused_out(result: Any, args: Args) -> dict[str, torch.Tensor]:
+        return {"x": result[0], "residual": result[1]}
+
+    peers = {
+        # casting_mode "llama": what apply_liger_kernel_to_llama uses (rstd in float32, weight product in x's dtype)
+        "layernorm.rms_norm": peer(
+            lambda X, W, eps: rms_norm_forward(X, W, eps, 0.0, "llama", None)[0],
+            lambda a: {"X": a["x"], "W": a["weight"], "eps": a["eps"]},
+        ),
+        "layernorm.fused_add_rms_norm": peer(
+            lambda X, R, W, eps: fused_add_rms_norm_forward(X, R, W, eps, 0.0, "llama")[:2],
+            lambda a: {"X": a["x"], "R": a["residual"], "W": a["weight"], "eps": a["eps"]},
+            fused_out,
+        ),
+        "layernorm.layer_norm": peer(
+            lambda X, W, B, eps: layer_norm_forward(X, W, B, eps)[0],
+            lambda a: {"X": a["x"], "W": a["weight"], "B": a["bias"], "eps": a["eps"]},
+        ),
+        # the fused [T, 2I] gate|up layout, as the catalog's op takes it
+        "activation.silu_and_mul": peer(lambda y: swiglu_fused_gate_up_forward(y)[1], lambda a: {"y": a["x"]}),
+        # separate gate and up tensors (its only form): copied out of x outside the timing
+        "activation.gelu_and_mul": peer(
+            lambda a, b: geglu_forward(a, b)[2],
+            gelu_args,
+            applies=lambda p: _dense(p) and p.get("approximate") == "tanh",
+        ),
+        # in place on q and k, as the catalog's op; only where q and k are separate contiguous tensors, as in
+        # transformers (elsewhere its .contiguous() would copy them and leave the op's arguments unrotated)
+        "attention.rotary_embedding": peer(
+            lambda q, k, cos, sin: rope_forward(q, k, cos, sin),
+            _liger_rotary_args,
+            applies=lambda p: p.get("layout") == "2d" and p.get("neox", True),
+        ),
+    }
+    return peers, ""
+
+
+_BIG = 1 << 30
+#: Warps forced for the norm kernels, whatever the width: RowTiling.warp_steps for 16, 8, 4, 2 warps.
+_WARPS = {16: (0, 0, 0, 0), 8: (_BIG, 0, 0, 0), 4: (_BIG, _BIG, 0, 0), 2: (_BIG, _BIG, _BIG, 0)}
+
+#: --sweep: tunables overrides timed beside the shipped configuration in the llama phases, per op:
+#: (name, "prefill" / "decode" / "" for both, overrides). "again" is the shipped one timed once more (the spread).
+_NORM_SWEEP: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("w2", "decode", {"warp_steps": _WARPS[2]}),
+    ("w4", "", {"warp_steps": _WARPS[4]}),
+    ("w8", "", {"warp_steps": _WARPS[8]}),
+    ("w16", "", {"warp_steps": _WARPS[16]}),
+    ("late_w", "decode", {"late_weights_programs": 0}),
+    ("early_w", "prefill", {"late_weights_programs": _BIG}),
+    ("rows2", "prefill", {"row_tile": 8192, "programs_per_sm": 0}),
+)
+_ACT_SWEEP: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("vpt4", "", {"values_per_thread": 4}),
+    ("vpt16", "", {"values_per_thread": 16}),
+    ("vpt4_w16", "", {"values_per_thread": 4, "max_warps": 16}),
+    ("min512", "decode", {"min_tile": 512}),
+    ("min2048", "decode", {"min_tile": 2048}),
+    ("min2048_vpt4", "decode", {"min_tile": 2048, "values_per_thread": 4}),
+    ("pps1", "decode", {"programs_per_sm": 1}),
+    ("pps4", "decode", {"programs_per_sm": 4}),
+    ("tile8192", "prefill", {"tile": 8192}),
+    ("tile2048", "prefill", {"tile": 2048}),
+    ("ef", "", {"load_evict": "evict_first"}),
+    ("cs", "", {"store_cache": ".cs"}),
+    ("ef_cs", "", {"load_evict": "evict_first", "store_cache": ".cs"}),
+)
+SWEEPS: dict[str, tuple[str, tuple[tuple[str, str, dict[str, Any]], ...]]] = {
+    "layernorm.rms_norm": (
+        "kcatalog.kernels.triton.layernorm",
+        (
+            *_NORM_SWEEP,
+            ("cg", "", {"wide_load_min_width": 0}),
+            ("chunked", "prefill", {"rms_chunked_widths": (4096, 4096)}),
+            ("chunk2048_w8", "prefill", {"rms_chunked_widths": (4096, 4096), "rms_chunk": 2048, "rms_chunk_warps": 8}),
+            ("chunk1024_w4", "prefill", {"rms_chunked_widths": (4096, 4096), "rms_chunk": 1024, "rms_chunk_warps": 4}),
+            ("pps0", "", {"programs_per_sm": 0}),
+            ("pps1", "decode", {"programs_per_sm": 1}),
+            ("pps8", "decode", {"programs_per_sm": 8}),
+            ("tile8192", "", {"row_tile": 8192}),
+        ),
+    ),
+    "layernorm.fused_add_rms_norm": ("kcatalog.kernels.triton.layernorm", _NORM_SWEEP),
+    "layernorm.layer_norm": (
+        "kcatalog.kernels.triton.layernorm",
+        (
+            *_NORM_SWEEP,
+            ("cg", "", {"wide_load_min_width": 0}),
+            ("no_cg", "prefill", {"wide_load_cache": ""}),
+            ("no_persist", "prefill", {"ln_persistent_per_sm": 0}),
+            ("persist", "prefill", {"ln_persistent_min_width": 0}),
+            ("pw2", "prefill", {"ln_persistent_warps": 2, "ln_persistent_min_width": 0}),
+            ("pw8", "prefill", {"ln_persistent_warps": 8, "ln_persistent_min_width": 0}),
+            ("pw16", "prefill", {"ln_persistent_warps": 16, "ln_persistent_min_width": 0}),
+            ("pps2", "prefill", {"ln_persistent_per_sm": 2, "ln_persistent_min_width": 0}),
+            ("pps4", "prefill", {"ln_persistent_per_sm": 4, "ln_persistent_min_width": 0}),
+        ),
+    ),
+    "activation.silu_and_mul": ("kcatalog.kernels.triton.activation", _ACT_SWEEP),
+    "activation.gelu_and_mul": ("kcatalog.kernels.triton.activation", _ACT_SWEEP),
+    "attention.rotary_embedding": (
+        "kcatalog.kernels.triton.attention",
+        (
+            ("vpt4", "", {"values_per_thread": 4}),
+            ("vpt8", "", {"values_per_thread": 8}),
+            ("vpt32", "", {"values_per_thread": 32}),
+            ("min256", "decode", {"min_tile": 256}),
+            ("min1024", "decode", {"min_tile": 1024}),
+            ("min2048", "decode", {"min_tile": 2048}),
+            ("min1024_vpt4", "decode", {"min_tile": 1024, "values_per_thread": 4}),
+            ("pps1", "decode", {"programs_per_sm": 1}),
+            ("pps4", "decode", {"programs_per_sm": 4}),
+            ("nosplit", "decode", {"programs_per_sm": 0}),
+            ("nosplit_vpt4", "decode", {"programs_per_sm": 0, "values_per_thread": 4}),
+            ("max4096", "prefill", {"max_tile": 4096}),
+            ("max2048", "prefill", {"max_tile": 2048}),
+        ),
+    ),
+}
+
+
+_NO_EF = (("no_ef", "decode", {"small_load_evict": ""}),)
+#: --sweep ab: the shipped tunables that the first sweep (H200, 2026-12-01) changed, timed as they were
+#: before, beside them in the same run. (That run also had the norms' weights tied to their statistics at
+#: decode, against "untied": 0-8% slower, so it was taken out again.)
+SWEEPS_AB: dict[str, tuple[str, tuple[tuple[str, str, dict[str, Any]], ...]]] = {
+    "activation.silu_and_mul": ("kcatalog.kernels.triton.activation", _NO_EF),
+    "activation.gelu_and_mul": ("kcatalog.kernels.triton.activation", _NO_EF),
+    "attention.rotary_embedding": (
+        "kcatalog.kernels.triton.attention",
+        (("old", "decode", {"min_tile": 512, "decode_values_per_thread": 16}),),
+    ),
+}
+
+
+def _tuned(kernel: Callable[..., Any], module: Any, overrides: dict[str, Any]) -> Callable[..., Any]:
+    """`kernel` called with `module.TUNING` overridden (read at launch, so also inside a CUDA-graph capture)."""
+
+    def call(**kwargs: Any) -> Any:
+        with module.TUNING.override(**overrides):
+            return kernel(**kwargs)
+
+    return call
+
+
+def sweep_contenders(op: OpEntry, phase: str, sweeps: dict[str, Any]) -> list[Contender]:
+    """The variants in `sweeps` (SWEEPS or SWEEPS_AB) of `op`'s Triton backend that apply to `phase` (a llama
+    phase), then the shipped configuration again."""
+    import importlib
+
+    if op.op_id not in sweeps or "triton" not in op.specs:
+        return []
+    module_name, variants = sweeps[op.op_id]
+    kind = "decode" if phase.endswith("decode") else "prefill"
+
+    def contender(name: str, overrides: dict[str, Any]) -> Contender:
+        return Contender(
+            f"triton:{name}", lambda: _tuned(op.kernel("triton"), importlib.import_module(module_name), overrides)
+        )
+
+    chosen = [contender(name, ov) for name, when, ov in variants if when in ("", kind)]
+    return [*chosen, contender("again", {})] if chosen else []
 
 
 # --------------------------------------------------------------------------------------------------
@@ -497,22 +779,28 @@ def reference_outputs(case: Case, device: torch.device) -> dict[str, torch.Tenso
 
 
 def check_backend(
-    case: Case, fn: Callable[..., Any], expected: dict[str, torch.Tensor], device: torch.device
+    case: Case,
+    fn: Callable[..., Any],
+    expected: dict[str, torch.Tensor],
+    device: torch.device,
+    who: Contender | None = None,
 ) -> tuple[dict[str, float], Args]:
-    """Call `fn` on the case's inputs and compare; return the errors and the arguments (for timing).
+    """Call `fn` on the case's inputs (through `who.prepare`, for a peer) and compare; return the errors and
+    the arguments it was called with (for timing).
 
     Raises AssertionError listing every output that failed.
     """
     args = case.inputs(device)
     snaps = _snapshot(args)
-    result = fn(**args)
+    call_args = who.prepare(args) if who and who.prepare else args
+    result = fn(**call_args)
     if not case.op.mutates and device.type == "cuda":
         # The wrappers allocate their outputs: call again into freed NaN-filled blocks of the same sizes.
         specs = [(t.shape, t.dtype) for t in _tensors(result)]
         del result  # free the first outputs' blocks, so that the NaN blocks take their place
         _poison_allocator(specs, device)
-        result = fn(**args)
-    got = case.outputs(result, args)
+        result = fn(**call_args)
+    got = who.outputs(result, args) if who and who.outputs else case.outputs(result, args)
     tol = case.op.tolerance.get(_dtype_name(case.dtype))
     errors: dict[str, float] = {}
     failures: list[str] = []
@@ -530,7 +818,7 @@ def check_backend(
         failures.append(str(exc))
     if failures:
         raise AssertionError("; ".join(failures))
-    return errors, args
+    return errors, call_args
 
 
 # --------------------------------------------------------------------------------------------------
@@ -601,6 +889,7 @@ class Record:
     frac_copy: float | None = None
     x_eager: float | None = None
     x_compile: float | None = None
+    x_liger: float | None = None
 
 
 @dataclass
@@ -615,6 +904,7 @@ class Run:
     copy: dict[str, float] = field(default_factory=dict)
     deadline: float = 0.0
     cuda_broken: str = ""
+    peers: dict[str, Contender] = field(default_factory=dict)  # op id -> Liger-Kernel's kernel for it
 
     def remaining(self) -> float:
         return self.deadline - time.perf_counter()
@@ -665,44 +955,72 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 400 else text[:400] + "..."
 
 
-def run_case(run: Run, phase: str, case: Case, backends: list[str]) -> None:
-    """Check, then (phase prefill/decode) time, each of `backends` on one case."""
+#: How each phase is timed: do_bench (L2 flushed) or CUDA-graph replays; the check phase is not timed.
+TIMING = {
+    "prefill": "bench",
+    "llama-prefill": "bench",
+    "llama-prefill-graph": "graph",  # the same shapes without the host: CUDA-graph replays of rotating inputs
+    "decode": "graph",
+    "llama-decode": "graph",
+}
+
+
+def _catalog_contender(op: OpEntry, backend: str) -> Contender:
+    return Contender(backend, lambda: op.kernel(backend))
+
+
+def run_case(run: Run, phase: str, case: Case, backends: list[str], extra: Iterable[Contender] = ()) -> None:
+    """Check, then (a timed phase) time, each of `backends` and then `extra` (peers, variants) on one case."""
     meta = {"phase": phase, "op": case.op.op_id, "shape": case.label, "dtype": _dtype_name(case.dtype)}
     what = " ".join(meta.values())
     nbytes = case.bench.min_bytes(case.params, case.dtype)
-    if not backends:
+    contenders = [_catalog_contender(case.op, b) for b in backends] + list(extra)
+    if not contenders:
         return
     try:
         expected = reference_outputs(case, run.device)
     except Exception as exc:
         note = f"reference failed: {_short(exc)}"
         run.records += [
-            Record(**meta, backend=b, params=case.params, bytes=nbytes, ok=False, note=note) for b in backends
+            Record(**meta, backend=c.name, params=case.params, bytes=nbytes, ok=False, note=note) for c in contenders
         ]
         log(f"FAIL {what}: {note}")
         _cuda_lost(run, exc)
         return
-    for backend in backends:
+    for who in contenders:
+        backend = who.name
+        if not who.applies(case.params):
+            continue  # a peer without an equivalent of this case (e.g. Liger's GeGLU at the erf gelu)
         rec = Record(**meta, backend=backend, params=case.params, bytes=nbytes)
         run.records.append(rec)
         rec.note = run.skip_reason(backend, budget=phase != "check")  # correctness is never cut for time
         if rec.note:
             continue
         try:
-            fn = case.op.kernel(backend)
+            fn = who.load()
             start = time.perf_counter()
-            rec.errors, args = check_backend(case, fn, expected, run.device)
+            rec.errors, args = check_backend(case, fn, expected, run.device, who)
             rec.warm_s, rec.ok = time.perf_counter() - start, True
-        except Exception as exc:  # an import error, a crash or a wrong answer: all fail the check
+        except AssertionError as exc:
+            rec.ok, rec.note = False, f"check failed: {_short(exc)}"
+            log(f"FAIL {what} {backend}: {rec.note}")
+            if not who.is_peer:
+                continue
+            args = who.prepare(case.inputs(run.device)) if who.prepare else case.inputs(run.device)
+            # a peer computing differently (its own rounding) is still timed; the difference is reported
+        except Exception as exc:  # an import error, a crash: both fail the check
             rec.ok, rec.note = False, f"check failed: {_short(exc)}"
             log(f"FAIL {what} {backend}: {rec.note}")
             _cuda_lost(run, exc)
             continue
         try:
-            if phase == "prefill":
+            timing = TIMING.get(phase)
+            if timing == "bench":
                 rec.ms = time_prefill(fn, args, run.args.warmup_ms, run.args.rep_ms)
-            elif phase == "decode":
-                rec.ms = time_graph(fn, [case.inputs(run.device, variant=i) for i in range(run.args.graph_calls)])
+            elif timing == "graph":
+                n_sets = run.args.prefill_graph_calls if phase.endswith("prefill-graph") else run.args.graph_calls
+                sets = [case.inputs(run.device, variant=i) for i in range(n_sets)]
+                rec.ms = time_graph(fn, [who.prepare(a) for a in sets] if who.prepare else sets)
         except Exception as exc:
             rec.note = f"timing failed: {_short(exc)}"
             log(f"note {what} {backend}: {rec.note}")
@@ -733,7 +1051,7 @@ def _log_record(rec: Record, run: Run) -> None:
 
 
 def _selected(run: Run, shapes: tuple[Params, ...], phase: str) -> tuple[Params, ...]:
-    if not run.args.quick:
+    if not run.args.quick or phase.startswith("llama"):
         return shapes
     if phase == "prefill":
         return shapes[:1]
@@ -769,17 +1087,23 @@ def phase_check(run: Run, op_ids: list[str]) -> None:
 
 
 def phase_timed(run: Run, op_ids: list[str], phase: str, dtypes: Iterable[torch.dtype]) -> None:
-    """Check then time every backend at the phase's shapes."""
+    """Check then time every backend, the op's peer (Liger) and, in the llama phases with --sweep, the Triton
+    backend's tuning variants, at the phase's shapes."""
+    shapes_field = phase.removesuffix("-graph").replace("-", "_")  # prefill, decode, llama_prefill, llama_decode
+    wanted = set(run.args.backends.split(",")) if run.args.backends else None
     for dtype in dtypes:
         for op_id in op_ids:
             op, bench = run.ops[op_id], BENCHES[op_id]
             if _dtype_name(dtype) not in op.dtypes:
                 continue
-            for params in _selected(run, getattr(bench, phase), phase):
+            for params in _selected(run, getattr(bench, shapes_field), phase):
                 backends = _backends(run, op, dtype)
                 if phase == "decode" and not _compile_at_decode(params):
                     backends = [b for b in backends if b != "torch_compile"]
-                run_case(run, phase, Case(op, bench, params, dtype), backends)
+                extra = [run.peers[op_id]] if op_id in run.peers and (wanted is None or "liger" in wanted) else []
+                if run.args.sweep and phase.startswith("llama"):
+                    extra += sweep_contenders(op, phase, SWEEPS_AB if run.args.sweep == "ab" else SWEEPS)
+                run_case(run, phase, Case(op, bench, params, dtype), backends, extra)
                 if run.device.type == "cuda" and not run.cuda_broken:
                     torch.cuda.empty_cache()  # prefill shapes move GBs: keep the pool from growing per shape
 
@@ -796,7 +1120,7 @@ def derive(run: Run) -> None:
             continue
         r.gbps = r.bytes / r.ms / 1e6
         r.frac_copy = r.gbps / run.copy["gbps"] if run.copy else None
-        for attr, peer in (("x_eager", "torch"), ("x_compile", "torch_compile")):
+        for attr, peer in (("x_eager", "torch"), ("x_compile", "torch_compile"), ("x_liger", "liger")):
             other = index.get((r.phase, r.op, r.shape, r.dtype, peer))
             setattr(r, attr, other.ms / r.ms if other else None)
 
@@ -812,14 +1136,15 @@ def full_table(run: Run) -> list[str]:
     """One line per record."""
     lines = [
         f"{'phase':7s} {'op':34s} {'backend':13s} {'shape':26s} {'dtype':8s} {'MB':>8s} {'check':>5s} "
-        f"{'us':>9s} {'GB/s':>7s} {'frac':>5s} {'x_eag':>6s} {'x_comp':>6s}  errors or note"
+        f"{'us':>9s} {'GB/s':>7s} {'frac':>5s} {'x_eag':>6s} {'x_comp':>6s} {'x_lig':>6s}  errors or note"
     ]
     for r in run.records:
         check = {None: "-", True: "ok", False: "FAIL"}[r.ok]
         lines.append(
             f"{r.phase:7s} {r.op:34s} {r.backend:13s} {r.shape:26s} {r.dtype:8s} {r.bytes / 1e6:8.1f} {check:>9s} "
             f"{_fmt(r.ms and r.ms * 1e3, '.1f', 9)} {_fmt(r.gbps, '.0f', 7)} {_fmt(r.frac_copy, '.2f', 5)} "
-            f"{_fmt(r.x_eager, '.2f', 6)} {_fmt(r.x_compile, '.2f', 6)}  {r.note or _errors_text(r.errors)}"
+            f"{_fmt(r.x_eager, '.2f', 6)} {_fmt(r.x_compile, '.2f', 6)} {_fmt(r.x_liger, '.2f', 6)}  "
+            f"{r.note or _errors_text(r.errors)}"
         )
     return lines
 
@@ -827,32 +1152,64 @@ def full_table(run: Run) -> list[str]:
 def short_table(run: Run, phase: str) -> list[str]:
     """One line per timed (op, shape, dtype) of `phase`: each backend's us, and triton's fraction of
     copy bandwidth and speedups over eager and torch.compile."""
+    rows = _by_case(run, phase)
+    if not rows:
+        return []
+    lines = [
+        f"-- {phase} (us; frac: of copy bandwidth; x: triton's speedup) --",
+        f"{'op':19s} {'shape':23s} {'dt':4s} {'MB':>6s} {'triton':>7s} {'frac':>4s} {'compile':>7s} {'frac':>4s} "
+        f"{'liger':>7s} {'frac':>4s} {'aten':>7s} {'eager':>7s} {'x_eag':>5s} {'x_cmp':>5s} {'x_lig':>5s}",
+    ]
+    for key, by_backend in rows.items():
+        op, shape, dtype = key
+        t, c, lg = by_backend.get("triton"), by_backend.get("torch_compile"), by_backend.get("liger")
+        us = {b: r.ms * 1e3 if r.ms else None for b, r in by_backend.items()}
+        lines.append(
+            f"{op.split('.')[-1]:19s} {shape:23s} {_DT_SHORT.get(dtype, dtype):4s} "
+            f"{next(iter(by_backend.values())).bytes / 1e6:6.1f} {_fmt(us.get('triton'), '.1f', 7)} "
+            f"{_fmt(t and t.frac_copy, '.2f', 4)} {_fmt(us.get('torch_compile'), '.1f', 7)} "
+            f"{_fmt(c and c.frac_copy, '.2f', 4)} {_fmt(us.get('liger'), '.1f', 7)} "
+            f"{_fmt(lg and lg.frac_copy, '.2f', 4)} "
+            f"{_fmt(us.get('aten'), '.1f', 7)} {_fmt(us.get('torch'), '.1f', 7)} {_fmt(t and t.x_eager, '.2f', 5)} "
+            f"{_fmt(t and t.x_compile, '.2f', 5)} {_fmt(t and t.x_liger, '.2f', 5)}"
+        )
+    return lines
+
+
+def _by_case(run: Run, phase: str) -> dict[tuple[str, str, str], dict[str, Record]]:
+    """The phase's records per (op, shape, dtype), in table order (op, bf16 first, size), by backend."""
     rows: dict[tuple[str, str, str], dict[str, Record]] = {}
     for r in run.records:
         if r.phase == phase:
             rows.setdefault((r.op, r.shape, r.dtype), {})[r.backend] = r
-    if not rows:
-        return []
     ops = list(BENCHES)
     order = sorted(rows, key=lambda k: (ops.index(k[0]), k[2] != "bfloat16", next(iter(rows[k].values())).bytes))
-    lines = [
-        f"-- {phase} (us; frac: of copy bandwidth; x: triton's speedup) --",
-        f"{'op':19s} {'shape':23s} {'dt':4s} {'MB':>6s} {'triton':>7s} {'frac':>4s} {'compile':>7s} {'frac':>4s} "
-        f"{'aten':>7s} {'eager':>7s} {'x_eag':>5s} {'x_cmp':>5s}",
-    ]
-    for key in order:
-        (op, shape, dtype), by_backend = key, rows[key]
-        t, c = by_backend.get("triton"), by_backend.get("torch_compile")
-        us = {b: by_backend[b].ms * 1e3 if b in by_backend and by_backend[b].ms else None for b in BACKEND_ORDER}
-        lines.append(
-            f"{op.split('.')[-1]:19s} {shape:23s} {_DT_SHORT.get(dtype, dtype):4s} "
-            f"{next(iter(by_backend.values())).bytes / 1e6:6.1f} {_fmt(us['triton'], '.1f', 7)} "
-            f"{_fmt(t and t.frac_copy, '.2f', 4)} {_fmt(us['torch_compile'], '.1f', 7)} "
-            f"{_fmt(c and c.frac_copy, '.2f', 4)} "
-            f"{_fmt(us['aten'], '.1f', 7)} {_fmt(us['torch'], '.1f', 7)} {_fmt(t and t.x_eager, '.2f', 5)} "
-            f"{_fmt(t and t.x_compile, '.2f', 5)}"
+    return {k: rows[k] for k in order}
+
+
+def sweep_table(run: Run, phase: str) -> list[str]:
+    """--sweep: per case, the shipped Triton configuration, Liger, and every variant's time as a ratio to
+    the shipped one (below 1: faster), fastest first."""
+    rows = _by_case(run, phase)
+    lines: list[str] = []
+    for (op, shape, _), by_backend in rows.items():
+        base = by_backend.get("triton")
+        variants = sorted(
+            ((b.removeprefix("triton:"), r.ms) for b, r in by_backend.items() if b.startswith("triton:") and r.ms),
+            key=lambda v: v[1],
         )
-    return lines
+        if not variants or not base or not base.ms:
+            continue
+        lig = by_backend.get("liger")
+        head = f"{op.split('.')[-1]:19s} {shape:23s} triton {base.ms * 1e3:7.2f} us, liger " + (
+            f"{lig.ms * 1e3:7.2f}" if lig and lig.ms else "      -"
+        )
+        lines.append(head + " | " + " ".join(f"{name} {ms / base.ms:.3f}" for name, ms in variants))
+    return [f"-- {phase} sweep (variant time / shipped time) --", *lines] if lines else []
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def _listed(records: list[Record], show: Callable[[Record], str], limit: int = 8) -> str:
@@ -867,6 +1224,8 @@ def summary(run: Run) -> tuple[list[str], dict[str, Any]]:
     large = [r for r in prefill if r.bytes >= LARGE_BYTES and r.frac_copy is not None]
     vs_compile = [r for r in prefill if r.x_compile]
     decode = [r for r in triton if r.phase == "decode"]
+    # kernel-level: CUDA-graph replays (do_bench's llama-prefill also times the host at these 20-90 us sizes)
+    llama = [r for r in triton if r.phase in ("llama-decode", "llama-prefill-graph")]
     targets = [  # what, the records it covers, those that miss it, how to show a miss
         (
             f"large shapes (>= {LARGE_BYTES / 1e6:.0f} MB) >= {DEFAULT_TARGET_FRAC:.2f} of copy BW (rotary >= 0.80)",
@@ -886,10 +1245,28 @@ def summary(run: Run) -> tuple[list[str], dict[str, Any]]:
             [r for r in decode if r.ms * 1e3 > DECODE_TARGET_US],
             lambda r: f"{r.ms * 1e3:.1f} us",
         ),
+        (
+            "Llama-3-8B shapes (CUDA graphs): triton >= 1.0x liger",
+            [r for r in llama if r.x_liger],
+            [r for r in llama if r.x_liger and r.x_liger < 1.0],
+            lambda r: f"{r.x_liger:.2f}x",
+        ),
+        (
+            "Llama-3-8B shapes (CUDA graphs): triton >= 1.0x torch_compile",
+            [r for r in llama if r.x_compile],
+            [r for r in llama if r.x_compile and r.x_compile < 1.0],
+            lambda r: f"{r.x_compile:.2f}x",
+        ),
     ]
-    geomean = math.exp(sum(math.log(r.x_compile) for r in vs_compile) / len(vs_compile)) if vs_compile else None
-    checked = [r for r in run.records if r.ok is not None]
+    geomean = _geomean([r.x_compile for r in vs_compile])
+    vs_liger = {  # phase -> geomean of triton's speedup over Liger there
+        phase: _geomean([r.x_liger for r in triton if r.phase == phase and r.x_liger])
+        for phase in TIMING
+        if any(r.phase == phase and r.x_liger for r in triton)
+    }
+    checked = [r for r in run.records if r.ok is not None and r.backend != "liger"]
     failed = [r for r in checked if not r.ok]
+    peer_failed = [r for r in run.records if r.backend == "liger" and r.ok is False]
     not_run: dict[str, int] = {}  # reason -> count: budget skips, timing failures
     for r in run.records:
         if r.note and (r.ok is None or (r.ok and r.phase != "check" and not r.ms)):
@@ -906,17 +1283,21 @@ def summary(run: Run) -> tuple[list[str], dict[str, Any]]:
             lines.append(f"[{verdict}] {what}: {len(covered) - len(misses)}/{len(covered)}{detail}")
         verdict = "PASS" if geomean is not None and geomean >= 1.1 else "MISS"
         lines.append(f"[{verdict}] triton geomean vs torch_compile >= 1.1x: " + (f"{geomean:.2f}x" if geomean else "-"))
+        for phase, g in vs_liger.items():
+            lines.append(f"triton vs liger, geomean over {phase}: {g:.2f}x")
     lines.append(
         f"[{'MISS' if failed else 'PASS'}] correctness: {len(checked) - len(failed)}/{len(checked)} checks passed"
     )
     lines += [f"  FAIL {r.phase} {r.op} {r.backend} {r.shape} {r.dtype}: {r.note}" for r in failed[:20]]
     lines += [f"  ... {len(failed) - 20} more failures in the JSON"] if len(failed) > 20 else []
+    lines += [f"  peer (liger) differs: {r.phase} {r.op} {r.shape} {r.dtype}: {r.note}" for r in peer_failed]
     lines += [f"  not run or untimed x{n}: {reason}" for reason, n in not_run.items()]
     lines += [f"note: {n}" for n in run.notes]
     data = {
         "copy_gbps": run.copy.get("gbps"),
         "targets": {what: {"n": len(covered), "misses": len(misses)} for what, covered, misses, _ in targets},
         "triton_vs_compile_geomean": geomean,
+        "triton_vs_liger_geomean": vs_liger,
         "checks": {"n": len(checked), "failed": len(failed)},
         "not_run": not_run,
     }
@@ -956,14 +1337,14 @@ def environment(device: torch.device) -> dict[str, Any]:
     return env
 
 
-def write_results(run: Run, final: bool) -> int:
+def write_results(run: Run, final: bool, env: dict[str, Any] | None = None) -> int:
     """Write the JSON (and, when final, the text tables); return the exit status."""
     derive(run)
     out = Path(run.args.out)
     out.mkdir(parents=True, exist_ok=True)
     lines, data = summary(run)
     payload = {
-        "environment": environment(run.device),
+        "environment": env or environment(run.device),
         "complete": final,
         "copy": run.copy,
         "notes": run.notes,
@@ -973,12 +1354,17 @@ def write_results(run: Run, final: bool) -> int:
     (out / "kernels_gpu.json").write_text(json.dumps(payload, indent=1, default=str))
     if final:
         tables: list[str] = []
-        for phase in ("decode", "prefill"):  # decode first: if the device keeps only the tail, prefill survives
+        sweeps: list[str] = []
+        for phase in ("llama-decode", "llama-prefill", "llama-prefill-graph"):
+            table = sweep_table(run, phase)
+            sweeps += [*table, ""] if table else []
+        # decode first: if the device keeps only the tail, prefill survives
+        for phase in ("decode", "prefill", "llama-decode", "llama-prefill", "llama-prefill-graph"):
             table = short_table(run, phase)
             tables += [*table, ""] if table else []
         tables += lines
-        (out / "kernels_gpu.txt").write_text("\n".join([*full_table(run), "", *tables]) + "\n")
-        print("\n".join(tables), flush=True)
+        (out / "kernels_gpu.txt").write_text("\n".join([*full_table(run), "", *sweeps, *tables]) + "\n")
+        print("\n".join([*sweeps, *tables]), flush=True)
         print(f"results: {out / 'kernels_gpu.json'}, {out / 'kernels_gpu.txt'}", flush=True)
     return 1 if data["checks"]["failed"] else 0
 
@@ -992,6 +1378,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--device", choices=("cuda", "cpu"), default="cuda", help="cpu: checks only, Triton interpreted"
     )
     parser.add_argument("--quick", action="store_true", help="a few shapes per op (smoke test)")
+    parser.add_argument(
+        "--phases",
+        default="check,prefill,decode,llama",
+        help="comma-separated; run in this order: check, llama (Llama-3-8B shapes), prefill (bf16; fp16 last), decode",
+    )
+    parser.add_argument(
+        "--sweep",
+        choices=("", "full", "ab"),
+        default="",
+        help="llama phases: also time the Triton backend's tuning variants (full: SWEEPS; ab: SWEEPS_AB)",
+    )
+    parser.add_argument(
+        "--prefill-graph-calls", type=int, default=4, help="input sets per CUDA graph in llama-prefill-graph"
+    )
+    parser.add_argument("--render", default="", help="re-render this results JSON into --out (no GPU, nothing run)")
     parser.add_argument("--ops", default="", help="comma-separated op ids or names (default: all)")
     parser.add_argument("--backends", default="", help="comma-separated backends (default: all declared)")
     parser.add_argument("--catalog", type=Path, default=REPO / "catalog", help="manifests folder (default: catalog/)")
@@ -1020,8 +1421,19 @@ def _op_ids(run: Run, wanted: str, problems: list[str]) -> list[str]:
     return [op for op in chosen if op in run.ops]
 
 
+def render(args: argparse.Namespace) -> int:
+    """--render: the tables and targets of a results JSON again, by this script's reporting code (no GPU)."""
+    saved = json.loads(Path(args.render).read_text())
+    fields = {f.name for f in dataclasses.fields(Record)}
+    records = [Record(**{k: v for k, v in r.items() if k in fields}) for r in saved["records"]]
+    run = Run(args=args, device=torch.device("cuda"), ops={}, records=records, notes=saved["notes"], copy=saved["copy"])
+    return write_results(run, final=True, env=saved["environment"])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        return render(args)
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
     device = torch.device(args.device)
@@ -1043,23 +1455,37 @@ def main(argv: list[str] | None = None) -> int:
         from kcatalog.kernels.compiled._lazy import allow_recompiles
 
         allow_recompiles(4096)
+    phases = {p.strip() for p in args.phases.split(",") if p.strip()}
+    if device.type == "cuda" and (not args.backends or "liger" in args.backends.split(",")):
+        run.peers, why = liger_contenders()
+        if why:
+            run.notes.append(why)
+            log(f"note: {why}")
     try:
         if device.type == "cuda":
             run.copy = measure_copy_bandwidth(int(args.copy_gb * 1e9), device, args.warmup_ms, args.rep_ms)
             copy = run.copy
             log(f"copy bandwidth {copy['gbps']:.0f} GB/s ({copy['bytes'] / 1e9:.1f} GB in {copy['ms']:.3f} ms)")
-        log("== correctness ==")
-        phase_check(run, op_ids)
-        write_results(run, final=False)
+        if "check" in phases:
+            log("== correctness ==")
+            phase_check(run, op_ids)
+            write_results(run, final=False)
         if device.type == "cuda":
             dtypes = TIMED_DTYPES[:1] if args.quick else TIMED_DTYPES
-            log("== prefill (do_bench, median, L2 flushed) ==")
-            phase_timed(run, op_ids, "prefill", dtypes[:1])
-            write_results(run, final=False)
-            log(f"== decode (CUDA graph of {args.graph_calls} calls on rotating inputs) ==")
-            phase_timed(run, op_ids, "decode", dtypes[:1])
-            write_results(run, final=False)
-            if len(dtypes) > 1:
+            if "llama" in phases:
+                log("== Llama-3-8B shapes, bf16: prefill (do_bench, then CUDA graph), decode (CUDA graph) ==")
+                for phase in ("llama-prefill", "llama-prefill-graph", "llama-decode"):
+                    phase_timed(run, op_ids, phase, TIMED_DTYPES[:1])
+                    write_results(run, final=False)
+            if "prefill" in phases:
+                log("== prefill (do_bench, median, L2 flushed) ==")
+                phase_timed(run, op_ids, "prefill", dtypes[:1])
+                write_results(run, final=False)
+            if "decode" in phases:
+                log(f"== decode (CUDA graph of {args.graph_calls} calls on rotating inputs) ==")
+                phase_timed(run, op_ids, "decode", dtypes[:1])
+                write_results(run, final=False)
+            if "prefill" in phases and len(dtypes) > 1:
                 log("== prefill, second dtype ==")
                 phase_timed(run, op_ids, "prefill", dtypes[1:])
     except Exception:  # a bug of this script: keep what was measured

@@ -157,9 +157,10 @@ def test_launch_config_shapes() -> None:
     assert DEFAULTS.config(16384, 32, 8, 64, sms) == (32, 8, 1, 8)  # Llama-3-8B prefill
     assert DEFAULTS.config(16384, 64, 8, 64, sms) == (64, 8, 1, 16)  # Llama-3-70B prefill
     assert DEFAULTS.config(16384, 128, 8, 64, sms) == (64, 8, 2, 16)  # too many heads for one tile
-    assert DEFAULTS.config(1, 32, 8, 64, sms) == (4, 4, 8, 1)  # decode: 8 programs of 4 q heads
+    assert DEFAULTS.config(1, 32, 8, 64, sms) == (8, 8, 4, 8)  # decode: 4 programs of 8 q heads, 8 warps
     assert DEFAULTS.config(512, 32, 8, 64, sms) == (32, 8, 1, 8)
-    assert DEFAULTS.config(1, 32, 8, 64, 2) == (8, 8, 4, 2)  # decode on a 2-SM device: 4 programs
+    assert DEFAULTS.config(64, 32, 8, 64, sms) == (8, 8, 4, 8)  # 64 tokens: still too few for the SMs
+    assert DEFAULTS.config(1, 32, 8, 64, 2) == (8, 8, 4, 8)  # decode on a 2-SM device: 4 programs
     for t in (1, 7, 64, 300, 4096):
         for hq, hk in ((32, 8), (28, 4), (8, 8), (1, 1), (40, 40)):
             for half in (16, 24, 32, 64):
