@@ -22,12 +22,19 @@ from .platform import Platform
 from .registry.catalog import Catalog
 
 
+_KERNELIZE = ("KernelizeReport", "kernelize", "unkernelize")
+
+
 def __getattr__(name: str) -> object:
     # Selection's module loads with the first selection, not with the catalog: a warm load stays lean.
     if name == "Selection":
         from .select.selection import Selection
 
         return Selection
+    if name in _KERNELIZE:  # model integration: loaded by its first use, never by `import kcatalog`
+        from .integrations import kernelize
+
+        return getattr(kernelize, name)
     raise AttributeError(f"module 'kcatalog' has no attribute '{name}'")
 
 
@@ -42,6 +49,7 @@ __all__ = [
     "Diagnostic",
     "KernelImportError",
     "KernelSpec",
+    "KernelizeReport",
     "Location",
     "LoadOptions",
     "NoEligibleBackendError",
@@ -53,5 +61,7 @@ __all__ = [
     "UnknownBackendError",
     "UnknownOpError",
     "check_catalog",
+    "kernelize",
     "load_catalog",
+    "unkernelize",
 ]

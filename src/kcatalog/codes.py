@@ -31,6 +31,8 @@ SAMPLE_COMPARE: Final = "KC211"
 TORCH_SCHEMA_UNSUPPORTED: Final = "KC212"
 TORCH_FAKE_MISSING: Final = "KC213"
 TORCH_NAME_COLLISION: Final = "KC214"
+DUPLICATE_LAYER_MAPPING: Final = "KC215"
+LAYER_OP_UNKNOWN: Final = "KC216"
 # KC3xx check: import targets.
 TARGET_MODULE_NOT_FOUND: Final = "KC301"
 TARGET_ATTRIBUTE_MISSING: Final = "KC302"
@@ -80,6 +82,8 @@ CODES: Final[dict[str, str]] = {
     TORCH_SCHEMA_UNSUPPORTED: "signature torch.library cannot express as a torch op schema",
     TORCH_FAKE_MISSING: "op returns something but declares no fake implementation for torch.compile",
     TORCH_NAME_COLLISION: "two ops map to one torch op name",
+    DUPLICATE_LAYER_MAPPING: "layer mapping declared more than once",
+    LAYER_OP_UNKNOWN: "layer mapping names an op the catalog does not declare",
     TARGET_MODULE_NOT_FOUND: "target module not found",
     TARGET_ATTRIBUTE_MISSING: "target attribute not defined by its module",
     TARGET_UNAVAILABLE: "target unavailable here: its top-level package is not installed",

@@ -162,7 +162,15 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
     if options.allowed_modules is not None:
         linked = _with_allow_list(linked, tuple(options.allowed_modules))
     warnings = tuple(d for d in diagnostics if not d.is_error)
-    catalog = Catalog(linked.ops, settings, warnings, layers=checks.layers, strict=options.strict, cache_status=status)
+    catalog = Catalog(
+        linked.ops,
+        settings,
+        warnings,
+        layers=checks.layers,
+        strict=options.strict,
+        cache_status=status,
+        layer_mappings=linked.layers,
+    )
     return CheckResult(catalog, diagnostics)
 
 
@@ -176,7 +184,11 @@ def _with_allow_list(linked: LinkedCatalog, prefixes: tuple[str, ...]) -> Linked
         op_id: dataclasses.replace(info, backends=MappingProxyType({n: specs[id(s)] for n, s in info.backends.items()}))
         for op_id, info in linked.ops.items()
     }
-    return dataclasses.replace(linked, ops=MappingProxyType(ops), declared=tuple(specs.values()))
+    mappings = tuple(
+        dataclasses.replace(m, forward=specs[id(m.forward)], prepare=m.prepare and specs[id(m.prepare)])
+        for m in linked.layers
+    )
+    return dataclasses.replace(linked, ops=MappingProxyType(ops), declared=tuple(specs.values()), layers=mappings)
 
 
 def _cache_outcome(

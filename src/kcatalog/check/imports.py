@@ -14,9 +14,10 @@ if TYPE_CHECKING:
     from ..model import KernelSpec
 
 
-def import_problems(spec: KernelSpec, signature: str) -> Iterator[Diagnostic]:
+def import_problems(spec: KernelSpec, signature: str | None) -> Iterator[Diagnostic]:
     """A diagnostic (the caller locates it) for a target that fails to import (KC307), is not callable
-    (KC308), or whose parameters differ from the op's declared signature (KC309). Runs kernel modules' code.
+    (KC308), or whose parameters differ from the op's declared signature (KC309; none: not compared). Runs
+    kernel modules' code.
 
     A target whose top-level package is not installed here is unavailable (KC303, a warning), as the
     static check says of it: importing it cannot tell more."""
@@ -42,6 +43,8 @@ def import_problems(spec: KernelSpec, signature: str) -> Iterator[Diagnostic]:
         return
     if not callable(obj):
         yield Diagnostic(codes.TARGET_NOT_CALLABLE, f"target {target!r} is a {type(obj).__name__}, not callable")
+        return
+    if signature is None:  # a layer mapping's forward: any parameters
         return
     try:
         parameters = inspect.signature(obj).parameters.values()

@@ -85,16 +85,18 @@ def _check_targets(
     allow_lists: list[tuple[str, tuple[str, ...]]],
     out: list[Diagnostic],
 ) -> TargetChecks | None:
-    checks = _still_valid(known, wanted) if not import_targets else None
+    classes = [layer_class for mapping in linked.layers for layer_class in mapping.classes]
+    targets = [*(spec.target for spec in wanted), *(layer_class.target for layer_class in classes)]
+    checks = _still_valid(known, targets) if not import_targets else None
     fresh = None
     if checks is None:
         from .targets import TargetChecker  # reads module sources with ast: only fresh checks need it
 
         checker = TargetChecker()
         problems: dict[str, Diagnostic | None] = {}
-        for spec in wanted:
-            if spec.target not in problems:
-                problems[spec.target] = checker.check(spec.target)
+        for target in targets:
+            if target not in problems:
+                problems[target] = checker.check(target)
         defined_in = {
             target: checker.defining_module(target) for target, problem in problems.items() if problem is None
         }
@@ -108,10 +110,17 @@ def _check_targets(
             # (KC303) too; what importing finds replaces that warning.
             from .imports import import_problems  # runs kernel modules' code: only when asked
 
-            signature = linked.ops[spec.op].signature
+            info = linked.ops.get(spec.op)  # None for a layer mapping's forward: no op signature to compare
+            signature = None if info is None else info.signature
             out.extend(dataclasses.replace(p, location=spec.target_location) for p in import_problems(spec, signature))
         elif problem is not None:
             out.append(dataclasses.replace(problem, location=spec.target_location))
+    for layer_class in classes:  # checked statically only: kcatalog never imports a layer class
+        problem = checks.problems[layer_class.target]
+        # A class whose package is not installed here is unavailable, not wrong: no model of it can exist in
+        # this process, so there is nothing to warn about (KC303 is not reported for classes).
+        if problem is not None and problem.code != codes.TARGET_UNAVAILABLE:
+            out.append(dataclasses.replace(problem, location=layer_class.location))
     return fresh
 
 
@@ -133,9 +142,9 @@ def _defined_outside(
     return None
 
 
-def _still_valid(known: TargetChecks | None, wanted: list[KernelSpec]) -> TargetChecks | None:
+def _still_valid(known: TargetChecks | None, targets: list[str]) -> TargetChecks | None:
     """The known checks, if they cover every wanted target and no module they read has changed."""
-    if known is None or any(spec.target not in known.problems for spec in wanted):
+    if known is None or any(target not in known.problems for target in targets):
         return None
     from .finder import current_fingerprint
 

@@ -28,6 +28,7 @@ from ..platform import Platform
 from ..read.yaml_nodes import children, find_node, node_location
 from ..validate.schema import Backend, Manifest, Op, Settings
 from ..validate.validator import ValidatedFile
+from .layers import link_layers
 from .samples import sample_problems
 from .signature import signature_params
 from .torch_schema import torch_op_name, torch_schema
@@ -456,6 +457,8 @@ def link_files(
     linker.link_settings()
     linker.link_ops()
     linker.check_policy()
+    layers = link_layers(files, linker.ops, linker.allow_lists, diagnostics)
     settings = None if linker.settings is None else _settings_model(linker.settings)
     warnings = tuple(d for d in diagnostics[start:] if not d.is_error)
-    return LinkedCatalog(settings, MappingProxyType(linker.ops), tuple(linker.declared), warnings)
+    declared = (*linker.declared, *(spec for mapping in layers for spec in (mapping.forward, mapping.prepare) if spec))
+    return LinkedCatalog(settings, MappingProxyType(linker.ops), declared, warnings, layers)

@@ -1,0 +1,200 @@
+"""kcatalog.kernelize on tiny random-weight transformers models built from configs (no downloads), 2 layers
+each: Llama, Qwen3 (with its per-head q_norm/k_norm) and Gemma ((1 + weight) RMSNorm, GELU-tanh MLP).
+
+After kernelize, logits match the original within the ops' declared tolerances, greedy generation gives the
+same tokens, the report lists every replaced module, unkernelize restores bit-identical outputs, and
+torch.compile(fullgraph=True) traces the kernelized model whole, with the catalog's torch ops in the graph."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import kcatalog
+from kcatalog.integrations.kernelize import default_catalog
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 96
+SIZES = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=64,
+)
+MODELS: dict[str, Callable[[], Any]] = {
+    "llama": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(**SIZES)),
+    "qwen3": lambda: transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**SIZES)),
+    "gemma": lambda: transformers.GemmaForCausalLM(transformers.GemmaConfig(**SIZES)),
+}
+# Which class each mapped module is, by the end of its name; every one of them must be replaced.
+MAPPED = {
+    "llama": {"layernorm": "llama_rms_norm", "norm": "llama_rms_norm", "mlp": "silu_gated_mlp"},
+    "qwen3": {"layernorm": "llama_rms_norm", "norm": "llama_rms_norm", "mlp": "silu_gated_mlp"},
+    "gemma": {"layernorm": "gemma_rms_norm", "norm": "gemma_rms_norm", "mlp": "gelu_tanh_gated_mlp"},
+}
+
+
+def build(name: str, seed: int = 0, **config: Any) -> Any:
+    """A tiny model with random weights everywhere, the norms' too (their init is ones, or zeros for Gemma)."""
+    torch.manual_seed(seed)
+    model = MODELS[name]() if not config else type(MODELS[name]())(type(MODELS[name]().config)(**SIZES, **config))
+    with torch.no_grad():
+        for param_name, param in model.named_parameters():
+            if "norm" in param_name:
+                param.add_(torch.randn_like(param) * 0.3)
+    return model.eval()
+
+
+def tokens(seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (2, 11), generator=torch.Generator().manual_seed(seed))
+
+
+def logits(model: Any, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids).logits  # type: ignore[no-any-return]
+
+
+def tolerance(report: kcatalog.KernelizeReport) -> float:
+    """The tightest float32 tolerance among the ops the report says the model now calls."""
+    catalog = default_catalog()
+    ops = {choice.op for item in report.replaced for choice in item.ops}
+    return min(catalog.info(op).tolerance["float32"] for op in ops)
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref.double()).norm() / ref.double().norm())
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bit(name: str) -> None:
+    model = build(name)
+    ids = tokens()
+    ref = logits(model, ids)
+    with torch.no_grad():
+        greedy = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
+    params = dict(model.named_parameters())
+    class_forwards = {type(module): type(module).forward for module in model.modules()}
+    values = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    weight_bytes = sum(p.untyped_storage().nbytes() for p in {p.untyped_storage().data_ptr(): p for p in params.values()}.values())
+
+    report = kcatalog.kernelize(model)
+
+    # the report lists every module of a mapped class, replaced, by its mapping and op backends
+    expected = {
+        module_name: MAPPED[name][module_name.rsplit(".", 1)[-1].rsplit("_", 1)[-1]]
+        for module_name, module in model.named_modules()
+        if type(module).__name__.endswith(("RMSNorm", "MLP"))
+    }
+    assert {item.module: item.mapping for item in report.replaced} == expected
+    assert report.left == ()
+    assert all(item.ops and all(choice.backend in ("aten", "torch") for choice in item.ops) for item in report.replaced)
+    if name == "qwen3":  # the per-head norms are RMSNorms too
+        assert {"model.layers.0.self_attn.q_norm", "model.layers.1.self_attn.k_norm"} <= set(expected)
+    for module_name in expected:
+        assert "forward" in vars(model.get_submodule(module_name))  # on the instance, never the class
+    assert all(cls.forward is forward for cls, forward in class_forwards.items())  # no class was patched
+
+    # weights, keys and parameter identity unchanged; no more weight memory than before
+    assert dict(model.named_parameters()) == params
+    assert all(p is params[key] for key, p in model.named_parameters())
+    state = model.state_dict()
+    assert list(state) == list(values) and all(torch.equal(state[key], values[key]) for key in values)
+    storages = {p.untyped_storage().data_ptr(): p for p in model.parameters()}
+    assert sum(p.untyped_storage().nbytes() for p in storages.values()) <= weight_bytes
+
+    out = logits(model, ids)
+    assert relative_error(out, ref) <= tolerance(report)
+    with torch.no_grad():
+        again = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
+    assert again.shape == greedy.shape == (2, 11 + 16)
+    assert torch.equal(again, greedy)
+
+    assert kcatalog.unkernelize(model) == len(expected)
+    assert not any("forward" in vars(module) for module in model.modules())
+    assert torch.equal(logits(model, ids), ref)
+    assert all(p is params[key] for key, p in model.named_parameters())
+    assert kcatalog.unkernelize(model) == 0
+
+
+class GraphCounter:
+    """A torch.compile backend that records every graph it is given and runs it as traced."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        self.graphs.append(gm)
+        return gm.forward
+
+    def targets(self) -> list[str]:
+        return [str(node.target) for gm in self.graphs for node in gm.graph.nodes if node.op == "call_function"]
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma"])
+def test_kernelized_model_compiles_whole_with_the_catalogs_torch_ops(name: str) -> None:
+    torch._dynamo.reset()
+    model = build(name)
+    ids = tokens()
+    ref = logits(model, ids)
+    kcatalog.kernelize(model)
+    eager = logits(model, ids)
+    counter = GraphCounter()
+    compiled = torch.compile(model, backend=counter, fullgraph=True)  # a graph break would raise
+    with torch.no_grad():
+        out = compiled(ids).logits
+    assert len(counter.graphs) == 1
+    calls = counter.targets()
+    norm_op = "kcatalog.layernorm_gemma_rms_norm" if name == "gemma" else "kcatalog.layernorm_rms_norm"
+    act_op = "kcatalog.activation_gelu_and_mul" if name == "gemma" else "kcatalog.activation_silu_and_mul"
+    assert sum(norm_op in target for target in calls) == 5  # 2 per layer and the final norm
+    assert sum(act_op in target for target in calls) == 2
+    assert torch.equal(out, eager)
+    assert relative_error(out, ref) <= 1e-5
+    kcatalog.unkernelize(model)
+    torch._dynamo.reset()
+
+
+def test_a_mapping_whose_conditions_fail_leaves_the_layer_and_says_why() -> None:
+    model = build("llama", hidden_act="gelu")
+    ref = logits(model, tokens())
+    report = kcatalog.kernelize(model)
+    left = {item.module: item.reason for item in report.left}
+    assert set(left) == {"model.layers.0.mlp", "model.layers.1.mlp"}
+    assert left["model.layers.0.mlp"].startswith(
+        "silu_gated_mlp: config.hidden_act is 'gelu', not one of: 'silu' (at "
+    )
+    assert "forward" not in vars(model.get_submodule("model.layers.0.mlp"))
+    assert relative_error(logits(model, tokens()), ref) <= 1e-5
+    assert "model.layers.0.mlp: transformers.models.llama.modeling_llama:LlamaMLP left: silu_gated_mlp:" in str(report)
+    kcatalog.unkernelize(model)
+
+    biased = build("llama", mlp_bias=True)
+    report = kcatalog.kernelize(biased)
+    assert {item.reason.split(" (at ")[0] for item in report.left} == {
+        "silu_gated_mlp: gate_proj.bias is Parameter, not one of: null"
+    }
+    kcatalog.unkernelize(biased)
+
+
+def test_other_instances_of_the_class_are_untouched_and_a_second_kernelize_starts_afresh() -> None:
+    first, second = build("llama"), build("llama", seed=3)
+    ids = tokens()
+    before = logits(second, ids)
+    count = len(kcatalog.kernelize(first).replaced)
+    assert not any("forward" in vars(module) for module in second.modules())
+    assert torch.equal(logits(second, ids), before)
+    assert len(kcatalog.kernelize(first).replaced) == count  # undoes the first, then applies again
+    assert kcatalog.unkernelize(first) == count
+
+
+def test_only_inference_is_supported() -> None:
+    with pytest.raises(ValueError, match=r"^mode 'training' is not supported; kernelize supports inference"):
+        kcatalog.kernelize(build("llama"), mode="training")
