@@ -8,6 +8,7 @@ torch.compile(fullgraph=True) traces the kernelized model whole, with the catalo
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -15,8 +16,6 @@ import torch
 
 import kcatalog
 from kcatalog.integrations.kernelize import default_catalog
-
-transformers = pytest.importorskip("transformers")
 
 VOCAB = 96
 SIZES = dict(
@@ -29,11 +28,8 @@ SIZES = dict(
     head_dim=16,
     max_position_embeddings=64,
 )
-MODELS: dict[str, Callable[[], Any]] = {
-    "llama": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(**SIZES)),
-    "qwen3": lambda: transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**SIZES)),
-    "gemma": lambda: transformers.GemmaForCausalLM(transformers.GemmaConfig(**SIZES)),
-}
+MODELS = {"llama": ("LlamaForCausalLM", "LlamaConfig"), "qwen3": ("Qwen3ForCausalLM", "Qwen3Config"),
+          "gemma": ("GemmaForCausalLM", "GemmaConfig")}  # fmt: skip
 # Which class each mapped module is, by the end of its name; every one of them must be replaced.
 MAPPED = {
     "llama": {"layernorm": "llama_rms_norm", "norm": "llama_rms_norm", "mlp": "silu_gated_mlp"},
@@ -42,10 +38,20 @@ MAPPED = {
 }
 
 
-def build(name: str, seed: int = 0, **config: Any) -> Any:
-    """A tiny model with random weights everywhere, the norms' too (their init is ones, or zeros for Gemma)."""
-    torch.manual_seed(seed)
-    model = MODELS[name]() if not config else type(MODELS[name]())(type(MODELS[name]().config)(**SIZES, **config))
+@pytest.fixture(scope="module")
+def build(transformers: ModuleType) -> Callable[..., Any]:
+    """build(name, seed=0, **config): a tiny model with random weights everywhere, the norms' too (their init is
+    ones, or zeros for Gemma)."""
+
+    def make(name: str, seed: int = 0, **config: Any) -> Any:
+        model_class, config_class = (getattr(transformers, attr) for attr in MODELS[name])
+        torch.manual_seed(seed)
+        return randomise_norms(model_class(config_class(**SIZES, **config)))
+
+    return make
+
+
+def randomise_norms(model: Any) -> Any:
     with torch.no_grad():
         for param_name, param in model.named_parameters():
             if "norm" in param_name:
@@ -74,7 +80,9 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bit(name: str) -> None:
+def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bit(
+    name: str, build: Callable[..., Any]
+) -> None:
     model = build(name)
     ids = tokens()
     ref = logits(model, ids)
@@ -139,7 +147,7 @@ class GraphCounter:
 
 
 @pytest.mark.parametrize("name", ["llama", "gemma"])
-def test_kernelized_model_compiles_whole_with_the_catalogs_torch_ops(name: str) -> None:
+def test_kernelized_model_compiles_whole_with_the_catalogs_torch_ops(name: str, build: Callable[..., Any]) -> None:
     torch._dynamo.reset()
     model = build(name)
     ids = tokens()
@@ -162,7 +170,7 @@ def test_kernelized_model_compiles_whole_with_the_catalogs_torch_ops(name: str) 
     torch._dynamo.reset()
 
 
-def test_a_mapping_whose_conditions_fail_leaves_the_layer_and_says_why() -> None:
+def test_a_mapping_whose_conditions_fail_leaves_the_layer_and_says_why(build: Callable[..., Any]) -> None:
     model = build("llama", hidden_act="gelu")
     ref = logits(model, tokens())
     report = kcatalog.kernelize(model)
@@ -184,7 +192,9 @@ def test_a_mapping_whose_conditions_fail_leaves_the_layer_and_says_why() -> None
     kcatalog.unkernelize(biased)
 
 
-def test_other_instances_of_the_class_are_untouched_and_a_second_kernelize_starts_afresh() -> None:
+def test_other_instances_of_the_class_are_untouched_and_a_second_kernelize_starts_afresh(
+    build: Callable[..., Any],
+) -> None:
     first, second = build("llama"), build("llama", seed=3)
     ids = tokens()
     before = logits(second, ids)
@@ -195,6 +205,6 @@ def test_other_instances_of_the_class_are_untouched_and_a_second_kernelize_start
     assert kcatalog.unkernelize(first) == count
 
 
-def test_only_inference_is_supported() -> None:
+def test_only_inference_is_supported(build: Callable[..., Any]) -> None:
     with pytest.raises(ValueError, match=r"^mode 'training' is not supported; kernelize supports inference"):
         kcatalog.kernelize(build("llama"), mode="training")

@@ -11,6 +11,7 @@ from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing
 from ..model import KernelSpec, Layer, LinkedCatalog, TargetChecks, is_under
 from ..read.files import SETTINGS_FILE
+from .layers import unavailable_class
 from .overrides import OverridesArg, check_layer, process_layers
 
 Require = Iterable[str] | Mapping[str, Sequence[str]]
@@ -117,9 +118,7 @@ def _check_targets(
             out.append(dataclasses.replace(problem, location=spec.target_location))
     for layer_class in classes:  # checked statically only: kcatalog never imports a layer class
         problem = checks.problems[layer_class.target]
-        # A class whose package is not installed here is unavailable, not wrong: no model of it can exist in
-        # this process, so there is nothing to warn about (KC303 is not reported for classes).
-        if problem is not None and problem.code != codes.TARGET_UNAVAILABLE:
+        if problem is not None and not unavailable_class(layer_class.target, problem):
             out.append(dataclasses.replace(problem, location=layer_class.location))
     return fresh
 

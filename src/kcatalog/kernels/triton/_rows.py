@@ -29,14 +29,20 @@ import triton.language as tl
 
 def as_rows(t: torch.Tensor) -> torch.Tensor:
     """A 2-D ``[rows, width]`` view of `t` with a unit-stride last dim; copies only if no such view exists."""
+    view = rows_view(t)
+    return t.contiguous().view(-1, t.shape[-1]) if view is None else view
+
+
+def rows_view(t: torch.Tensor) -> torch.Tensor | None:
+    """as_rows(t) where it is a view of t's own memory (an in-place kernel writes through it), else None."""
     if t.stride(-1) != 1:
-        t = t.contiguous()
+        return None
     if t.dim() == 2:
         return t
     try:
         return t.view(-1, t.shape[-1])
     except RuntimeError:
-        return t.reshape(-1, t.shape[-1])
+        return None
 
 
 @triton.jit

@@ -5,7 +5,8 @@ Composed of the row helpers in ``_rows`` the way the other normalisation kernels
 every output once, float32 math, one cast on store; rows wider than ``max_fused_width`` loop over chunks (a
 statistics pass, then a normalising pass that re-reads the row, mostly from L2). The ``1 +`` is applied to the
 weight in float32 after it is loaded, so the checkpoint's weight is used as it is (no offset copy). Rows may be
-strided (only the last dim must be unit-stride).
+strided (only the last dim must be unit-stride). The launch goes through ``tracing.launch``, so that
+torch.compile traces it into the graph (the backend is declared traceable).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import tracing
 from ._rows import (
     RowTiling,
     Tunables,
@@ -100,7 +102,7 @@ def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> 
     t = TUNING.get()
     block_m, block_n, num_warps, single = t.config(n, m, t.device_sms(x.device))
     n_tiles = cdiv(m, block_m)
-    _gemma_norm_kernel[(n_tiles,)](
+    tracing.launch(_gemma_norm_kernel, (n_tiles,))(
         x2, w, out, m, n, x2.stride(0), n, eps,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=t.loop_stages, EVEN=block_n == n,
         LATE_W=n_tiles >= t.late_weights_programs, num_warps=num_warps,
