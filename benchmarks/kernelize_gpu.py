@@ -335,8 +335,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     except ImportError:
         pass
     try:
-        import liger_kernel  # noqa: F401
         from importlib.metadata import version
+
+        import liger_kernel  # noqa: F401
 
         env["liger_kernel"] = version("liger_kernel")
     except Exception as exc:
@@ -356,7 +357,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bench.data["checks"]["kcatalog_replaced"] = len(report.replaced)
     bench.data["checks"]["kcatalog_left"] = [str(left) for left in report.left]
     with torch.no_grad():
-        bench.data["checks"]["kcatalog_prefill_rel_err"] = relative_error(phases.prefill_fn(model, model)().float(), ref)
+        bench.data["checks"]["kcatalog_prefill_rel_err"] = relative_error(
+            phases.prefill_fn(model, model)().float(), ref
+        )
     try:
         bench.data["checks"]["kcatalog_explain"] = graph_breaks(model, phases)
     except Exception as exc:
@@ -381,7 +384,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                     fused_linear_cross_entropy=False)  # fmt: skip
         liger = build(config, device, dtype, state)
         with torch.no_grad():
-            bench.data["checks"]["liger_prefill_rel_err"] = relative_error(phases.prefill_fn(liger, liger)().float(), ref)
+            bench.data["checks"]["liger_prefill_rel_err"] = relative_error(
+                phases.prefill_fn(liger, liger)().float(), ref
+            )
         bench.data["checks"]["liger_classes"] = sorted({type(m).__name__ for m in liger.modules()})
         measure(bench, "liger", liger, phases, args, ms, compiled=False)
         if not args.no_compile:
@@ -400,7 +405,8 @@ def table(data: dict[str, Any]) -> str:
     phases = sorted({phase for t in times.values() for phase in t}, key=lambda p: (p != "prefill", len(p), p))
     lines = [f"{data['env'].get('device')}, {data['env'].get('layers')} layers, torch {data['env'].get('torch')}, "
              f"transformers {data['env'].get('transformers')}, liger {data['env'].get('liger_kernel')}",
-             f"{'phase':12s} {'mode':9s} {'plain':>9s} {'kcatalog':>9s} {'liger':>9s} {'kc/plain':>9s} {'kc/liger':>9s}"]  # fmt: skip
+             f"{'phase':12s} {'mode':9s} {'plain':>9s} {'kcatalog':>9s} {'liger':>9s} "
+             f"{'kc/plain':>9s} {'kc/liger':>9s}"]  # fmt: skip
     for compiled in ("", " compiled"):
         for phase in phases:
             p, k, g = (times.get(f"{v}{compiled}", {}).get(phase) for v in ("plain", "kcatalog", "liger"))
@@ -411,7 +417,8 @@ def table(data: dict[str, Any]) -> str:
     for key, by_phase in data.get("profile", {}).items():
         for phase, prof in by_phase.items():
             lines.append(f"profile {key:9s} {phase:12s}: replaced ops {prof['replaced_us']:8.1f} us of "
-                         f"{prof['kernel_us_total']:8.1f} us kernel time, {prof['share_of_step']:.1%} of the step")  # fmt: skip
+                         f"{prof['kernel_us_total']:8.1f} us kernel time, "
+                         f"{prof['share_of_step']:.1%} of the step")  # fmt: skip
     for key, value in data.get("checks", {}).items():
         if key != "kcatalog_report":
             lines.append(f"check {key}: {value}")

@@ -21,7 +21,6 @@ from .model import CacheOutcome, CacheStatus, Capability, CatalogSettings, Kerne
 from .platform import Platform
 from .registry.catalog import Catalog
 
-
 _KERNELIZE = ("KernelizeReport", "kernelize", "unkernelize")
 
 

@@ -91,7 +91,9 @@ def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bi
     params = dict(model.named_parameters())
     class_forwards = {type(module): type(module).forward for module in model.modules()}
     values = {key: value.detach().clone() for key, value in model.state_dict().items()}
-    weight_bytes = sum(p.untyped_storage().nbytes() for p in {p.untyped_storage().data_ptr(): p for p in params.values()}.values())
+    weight_bytes = sum(
+        p.untyped_storage().nbytes() for p in {p.untyped_storage().data_ptr(): p for p in params.values()}.values()
+    )
 
     report = kcatalog.kernelize(model)
 
@@ -176,9 +178,7 @@ def test_a_mapping_whose_conditions_fail_leaves_the_layer_and_says_why(build: Ca
     report = kcatalog.kernelize(model)
     left = {item.module: item.reason for item in report.left}
     assert set(left) == {"model.layers.0.mlp", "model.layers.1.mlp"}
-    assert left["model.layers.0.mlp"].startswith(
-        "silu_gated_mlp: config.hidden_act is 'gelu', not one of: 'silu' (at "
-    )
+    assert left["model.layers.0.mlp"].startswith("silu_gated_mlp: config.hidden_act is 'gelu', not one of: 'silu' (at ")
     assert "forward" not in vars(model.get_submodule("model.layers.0.mlp"))
     assert relative_error(logits(model, tokens()), ref) <= 1e-5
     assert "model.layers.0.mlp: transformers.models.llama.modeling_llama:LlamaMLP left: silu_gated_mlp:" in str(report)

@@ -59,7 +59,12 @@ def test_the_shipped_mappings_as_the_catalog_holds_them() -> None:
     where = mlp.conditions[0].location
     assert Path(where.path).name == "transformers.layers.yaml" and (where.line, where.col) > (1, 1)
     every_op = {op for m in catalog.layer_mappings for op in m.ops}
-    assert every_op == {"layernorm.rms_norm", "layernorm.gemma_rms_norm", "activation.silu_and_mul", "activation.gelu_and_mul"}
+    assert every_op == {
+        "layernorm.rms_norm",
+        "layernorm.gemma_rms_norm",
+        "activation.silu_and_mul",
+        "activation.gelu_and_mul",
+    }
     assert catalog.warnings == ()
 
 

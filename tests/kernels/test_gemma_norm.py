@@ -49,7 +49,9 @@ def test_reference_against_float64_and_transformers_formula() -> None:
     hf = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * (1.0 + wb.float())).type_as(xb)
     assert torch.equal(ref.gemma_rms_norm(xb, wb, 1e-6), hf)
     # a zero weight is the plain RMSNorm with weight one, not zero
-    check_close("zero weight", ref.gemma_rms_norm(x.float(), torch.zeros(300)), ref.rms_norm(x.float(), torch.ones(300)), 1e-6)
+    check_close(
+        "zero weight", ref.gemma_rms_norm(x.float(), torch.zeros(300)), ref.rms_norm(x.float(), torch.ones(300)), 1e-6
+    )
 
 
 @pytest.mark.usefixtures("packed")

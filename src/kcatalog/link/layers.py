@@ -105,5 +105,6 @@ def _target_spec(
 def _item(node: yaml.Node | None, index: int) -> yaml.Node | None:
     """The index-th item of a sequence node, or the node itself when it has none."""
     if isinstance(node, yaml.SequenceNode) and index < len(node.value):
-        return node.value[index]
+        item: yaml.Node = node.value[index]
+        return item
     return node

@@ -21,9 +21,7 @@ AttributePath = Annotated[
         description="a dotted attribute path on the layer instance, e.g. 'config.hidden_act' or 'gate_proj.bias'",
     ),
 ]
-ConditionValue = Annotated[
-    Union[StrictBool, StrictInt, StrictFloat, str, None], Field(union_mode="left_to_right")
-]
+ConditionValue = Annotated[Union[StrictBool, StrictInt, StrictFloat, str, None], Field(union_mode="left_to_right")]
 
 
 class LayerMapping(_Strict):
