@@ -271,6 +271,18 @@ def measure(bench: Bench, label: str, model: Any, phases: Phases, args: argparse
                     step = phases.decode_fn(forward, model, int(phase[9:]))
                 if compiled:
                     start = time.monotonic()
+                    try:
+                        step()
+                    except Exception as exc:  # a graph break under fullgraph=True: record it, compile in pieces
+                        if not bench.data["fullgraph"].get(key):
+                            raise
+                        bench.note(f"{key} {phase}: fullgraph=True failed ({type(exc).__name__}: "
+                                   f"{str(exc)[:300]}); compiled with fullgraph=False")  # fmt: skip
+                        bench.data["fullgraph"][key] = False
+                        torch._dynamo.reset()
+                        forward = compile_whole(bench, key, phase, model, mode)
+                        step = phases.prefill_fn(forward, model) if phase == "prefill" else phases.decode_fn(
+                            forward, model, int(phase[9:]))  # fmt: skip
                     for _ in range(3):
                         step()
                     if device == "cuda":
