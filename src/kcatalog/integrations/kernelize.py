@@ -144,7 +144,7 @@ def kernelize(
                 if reason is None:
                     choices, reason = _choose(catalog, mapping, module, device)
                 if reason is None and not registered:
-                    catalog.register_torch_ops(ops=needed)  # so that torch.compile traces one op per call
+                    _register(catalog, needed)  # so that torch.compile traces one op per call
                     registered = True
                 undo = None
                 if reason is None and mapping.prepare is not None:
@@ -165,6 +165,22 @@ def kernelize(
         if applied:
             _APPLIED[model] = applied
         return KernelizeReport(tuple(replaced), tuple(left), dict(unmapped))
+
+
+def _register(catalog: Catalog, ops: list[str]) -> None:
+    """The ops as torch ops: in namespace 'kcatalog', or, where another Catalog of this process holds those names
+    there (it registered the same shipped ops), in the first free 'kcatalog_<n>'; op handles call whichever."""
+    for number in range(1, 65):
+        namespace = "kcatalog" if number == 1 else f"kcatalog_{number}"
+        if all(catalog.torch_op(op, namespace) is not None for op in ops):
+            return
+        try:
+            catalog.register_torch_ops(namespace, ops=ops)
+            return
+        except CatalogError as exc:
+            if not str(exc).startswith("torch op names already taken"):
+                raise
+    raise CatalogError("kernelize: torch op namespaces kcatalog, kcatalog_2 .. kcatalog_64 are all taken")
 
 
 def unkernelize(model: torch.nn.Module) -> int:
