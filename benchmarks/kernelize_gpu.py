@@ -221,8 +221,9 @@ def profile_step(model: Any, step: Callable[[], Any]) -> dict[str, Any]:
         events = json.loads(Path(path).read_text())["traceEvents"]
     ranges = [(e["ts"], e["ts"] + e["dur"], e["name"]) for e in events
               if e.get("cat") == "user_annotation" and e.get("name") in ("kc_norm", "kc_mlp")]  # fmt: skip
+    # Triton kernels launch through the driver API (cuda_driver), ATen's through the runtime (cuda_runtime).
     launches = {e["args"]["correlation"]: e["ts"] for e in events
-                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}  # fmt: skip
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}  # fmt: skip
     total = 0.0
     by: dict[str, float] = {"norm": 0.0, "mlp_non_gemm": 0.0}
     names: dict[str, float] = {}
