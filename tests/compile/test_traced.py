@@ -10,7 +10,10 @@ opaque there, with a recorded reason. The Triton kernels in the graph are checke
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -135,6 +138,48 @@ def test_explain_says_which_backends_torch_compile_traces(workspace: Workspace, 
     catalog = _catalog(workspace)
     catalog.register_torch_ops(namespace, "g.norm", traced=False)
     assert str(describe(catalog, "g.norm", namespace).bindings[0]) == "CPU (cpu): trace opaque (float32)"
+
+
+# Outside the interpreter (TRITON_INTERPRET=0) wrap_triton records a kernel without running it, so the CPU can
+# trace each shipped traceable launch with symbolic sizes, as AOTAutograd does under torch.compile(dynamic=True).
+TRACE_EVERY_LAUNCH = """\
+import json, sys
+from torch.fx.experimental.proxy_tensor import make_fx
+import kcatalog
+from kcatalog.kernels import tracing
+from kcatalog.tools.inputs import build_call, size_sets
+
+catalog, found = kcatalog.load_catalog(cache=False), {}
+for op in catalog:
+    info = catalog.info(op)
+    for spec in info.backends.values():
+        if spec.traceable:
+            env = size_sets(info.samples)[-1]
+            call = build_call(info, info.samples, env, "float32", "cpu", seed=0)
+            args, kwargs = call.invoke(lambda *a, **k: (a, k))
+            kernel = spec.load()
+
+            def traced(*args):
+                with tracing.tracing():
+                    return kernel(*args, **kwargs)
+
+            graph = make_fx(traced, tracing_mode="symbolic")(*args)
+            targets = [str(node.target) for node in graph.graph.nodes if node.op == "call_function"]
+            found[f"{op} {spec.backend}"] = sum("triton_kernel_wrapper" in target for target in targets)
+json.dump(found, sys.stdout)
+"""
+
+
+def test_every_shipped_traceable_launch_traces_with_symbolic_sizes(workspace: Workspace) -> None:
+    pytest.importorskip("triton")
+    env = {**workspace.child_env(), "TRITON_INTERPRET": "0"}
+    child = subprocess.run([sys.executable, "-c", TRACE_EVERY_LAUNCH], capture_output=True, text=True, env=env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    found = json.loads(child.stdout)
+    catalog = kcatalog.load_catalog(cache=False)
+    declared = {f"{s.op} {s.backend}" for s in catalog.all_specs() if s.traceable}
+    assert set(found) == declared and len(declared) == 7, found
+    assert all(count >= 1 for count in found.values()), found
 
 
 @pytest.mark.cuda

@@ -44,7 +44,7 @@ def import_problems(spec: KernelSpec, signature: str | None) -> Iterator[Diagnos
     if not callable(obj):
         yield Diagnostic(codes.TARGET_NOT_CALLABLE, f"target {target!r} is a {type(obj).__name__}, not callable")
         return
-    if signature is None:  # a layer mapping's forward: any parameters
+    if signature is None:  # the op declares none, or a layer mapping's forward: nothing to compare with
         return
     try:
         parameters = inspect.signature(obj).parameters.values()

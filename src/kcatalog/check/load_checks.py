@@ -111,8 +111,8 @@ def _check_targets(
             # (KC303) too; what importing finds replaces that warning.
             from .imports import import_problems  # runs kernel modules' code: only when asked
 
-            info = linked.ops.get(spec.op)  # None for a layer mapping's forward: no op signature to compare
-            signature = None if info is None else info.signature
+            info = linked.ops.get(spec.op)  # None for a layer mapping's forward
+            signature = None if info is None else info.signature  # None: nothing declared to compare with
             out.extend(dataclasses.replace(p, location=spec.target_location) for p in import_problems(spec, signature))
         elif problem is not None:
             out.append(dataclasses.replace(problem, location=spec.target_location))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..check.overrides import OverridesArg, check_layer, parse_overrides
 from ..errors import CatalogError, KernelImportError, UnknownBackendError, UnknownOpError
 from ..model import CacheOutcome, CacheStatus, CatalogSettings, KernelSpec, Layer, LayerMapping, OpInfo
-from ..platform import Platform
+from ..platform import DEVICES, Platform
 
 if TYPE_CHECKING:
     from ..errors import Diagnostic
@@ -54,6 +54,7 @@ class Catalog:
         self._ops = MappingProxyType(dict(sorted(ops.items())))
         self._settings = settings
         self._backends = tuple(settings.backends)
+        self._devices = (*DEVICES, *(d for d in settings.devices if d not in DEVICES))
         self.warnings = warnings
         self.cache_status = cache_status  # whether the load came from the cache, or why not (see load_catalog)
         self.strict = strict
@@ -90,6 +91,11 @@ class Catalog:
     def backends(self) -> tuple[str, ...]:
         """Every backend name the catalog settings declare."""
         return self._backends
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The device kinds platforms may name: the built-in ones, then those the settings declare."""
+        return self._devices
 
     def ops(self) -> list[str]:
         """All op ids, sorted."""
@@ -136,7 +142,7 @@ class Catalog:
     ) -> Selection:
         """Which backend runs the op on the platform (default: this machine), and why each other one does not."""
         if isinstance(platform, str):
-            platform = Platform.parse(platform)
+            platform = Platform.parse(platform, self._devices)
         info = self.info(op)
         if backend is not None and backend not in info.backends:  # before detecting the platform imports torch
             raise UnknownBackendError(op, backend, list(info.backends), info.location)
@@ -277,7 +283,7 @@ class Catalog:
         """Resolve and import every op (or `ops`) now, for each declared dtype, so the hot path imports nothing."""
         chosen = {}
         for op in self.ops() if ops is None else ops:
-            for dtype in self.info(op).dtypes:
+            for dtype in self.info(op).dtypes or (None,):  # an op without dtypes: any, resolved once
                 self.resolve(op, platform, dtype)
             chosen[op] = self.select(op, platform).require()
         return chosen

@@ -45,7 +45,7 @@ def ineligibility(spec: KernelSpec, platform: Platform, dtype: str | None = None
     missing = [dist for dist in spec.requires if not is_installed(dist)]
     if missing:
         return f"needs {', '.join(missing)}, not installed"
-    if dtype is not None and dtype not in spec.dtypes:
+    if dtype is not None and spec.dtypes is not None and dtype not in spec.dtypes:
         return f"does not support {dtype} (supports {', '.join(spec.dtypes)})"
     return None
 
@@ -92,6 +92,9 @@ def select(
         return ineligibility(spec, platform, dtype)
 
     notes: list[str] = []
+    # The backend named by an override (or, for tuned tables and plans, by them): the one `auto: false` does not
+    # keep out, since only priority-based choice skips such backends.
+    named: str | None = None
     if backend is not None:
         if backend not in info.backends:
             raise UnknownBackendError(info.id, backend, list(info.backends), info.location)
@@ -115,12 +118,15 @@ def select(
             continue
         order = (override.backend, *(n for n in order if n != override.backend))
         decided_by = f"override {override}"
+        named = override.backend
         break
 
     chosen: KernelSpec | None = None
     rejected = []
     for name in order:
         reason = reason_for(name)
+        if reason is None and name != named and not info.backends[name].auto:
+            reason = "not chosen automatically (auto: false); name it with backend=, an override or a plan"
         if reason is not None:
             rejected.append(Rejected(name, reason))
         elif chosen is None:

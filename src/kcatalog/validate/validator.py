@@ -15,7 +15,15 @@ from ..errors import Diagnostic, did_you_mean
 from ..read.files import SourceFile
 from ..read.yaml_nodes import ParsedFile, find_key_node, find_node, node_location, parse_yaml
 from .layers import LAYERS_KEY, LayersFile
-from .schema import FORMAT_VERSION, NAME_PATTERN, OP_ID_PATTERN, SIGNATURE_PATTERN, Manifest, Settings
+from .schema import (
+    BACKEND_PATTERN,
+    FORMAT_VERSION,
+    NAME_PATTERN,
+    OP_ID_PATTERN,
+    SIGNATURE_PATTERN,
+    Manifest,
+    Settings,
+)
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,7 @@ def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile
 
 _PATTERN_MEANING = {
     NAME_PATTERN: "should be a lower_snake_case name",
+    BACKEND_PATTERN: "should be a backend name (letters, digits and '_', not starting with a digit)",
     OP_ID_PATTERN: "should be an op id '<group>.<name>'",
     SIGNATURE_PATTERN: "should be a Python signature such as '(x: Tensor, eps: float = 1e-6) -> Tensor'",
 }

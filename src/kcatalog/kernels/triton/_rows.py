@@ -365,6 +365,8 @@ class RowTiling(Spread):
         min_programs = self.programs_per_sm * sms
         # beyond this many rows the row count no longer changes the choice: one entry serves them all
         key = (n_cols, min(n_rows, self.max_rows_per_program * min_programs), min_programs)
+        if any(type(size) is not int for size in key):  # symbolic sizes, while torch.compile traces: no hash
+            return self._choose(*key)
         found = self._configs.get(key)
         if found is None:
             if len(self._configs) >= 4096:

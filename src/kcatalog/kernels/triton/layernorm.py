@@ -179,7 +179,7 @@ def _norm_kernel(
     LAYER: tl.constexpr, EVEN: tl.constexpr = False, LATE_W: tl.constexpr = False, LOAD_CACHE: tl.constexpr = "",
     STORE_CACHE: tl.constexpr = "", EVICT1: tl.constexpr = "", EVICT2: tl.constexpr = "",
 ):  # fmt: skip
-    """rms_norm, or (LAYER) layer_norm; b_ptr is None for rms_norm. EVEN: n_cols == BLOCK_N, no column masks."""
+    """rms_norm, or (LAYER) layer_norm; b_ptr is unread for rms_norm. EVEN: n_cols == BLOCK_N, no column masks."""
     x_rows, row_ok = row_ptrs(x_ptr, tl.program_id(0), n_rows, stride_x, BLOCK_M)
     y_rows, _ = row_ptrs(y_ptr, tl.program_id(0), n_rows, stride_y, BLOCK_M)
     if SINGLE_PASS:
@@ -303,8 +303,9 @@ def _norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps:
             if key not in _RESIDENT:
                 _learn_residency(key, compiled, t.ln_persistent_warps, x.device)
             return out
+    # rms_norm passes w for the unread b_ptr: Inductor's launcher of a kernel in a graph takes no None pointer
     tracing.launch(_norm_kernel, (n_tiles,))(
-        x2, w, b, out, m, n, x2.stride(0), n, eps,
+        x2, w, w if b is None else b, out, m, n, x2.stride(0), n, eps,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=stages, LAYER=b is not None,
         EVEN=block_n == n, LATE_W=n_tiles >= t.late_weights_programs, LOAD_CACHE=load_cache,
         EVICT1=evict1, EVICT2=evict2, num_warps=num_warps,
