@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import kcatalog
-from kcatalog.integrations.kernelize import default_catalog
+from kcatalog.integrations.kernelize import OpChoice, default_catalog
 
 VOCAB = 96
 SIZES = dict(
@@ -210,3 +210,56 @@ def test_other_instances_of_the_class_are_untouched_and_a_second_kernelize_start
 def test_only_inference_is_supported(build: Callable[..., Any]) -> None:
     with pytest.raises(ValueError, match=r"^mode 'training' is not supported; kernelize supports inference"):
         kcatalog.kernelize(build("llama"), mode="training")
+
+
+USER_LAYERS = """\
+import torch
+
+
+class Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.full((4,), 3.0))
+
+    def forward(self, x):
+        return x * self.weight
+
+
+class Shift(torch.nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+def scale_forward(module, ops, x):
+    return ops["g.op"](x) * module.weight
+"""
+
+
+def test_a_users_own_mapping_and_a_forward_that_fails_to_import_leaves_nothing_replaced(workspace: Any) -> None:
+    """A catalog of the user's with its own layer classes and forwards; a forward whose module raises on import
+    makes kernelize raise, with every forward it had already replaced put back."""
+    workspace.module("kc_user_layers", USER_LAYERS)
+    workspace.module("kc_user_broken", "raise RuntimeError('broken on import')\n")
+    workspace.write({"op": workspace.op({"torch": "kc_user_ops:double"}, fake="reference")}, backends=["torch"])
+    workspace.module("kc_user_ops", "def double(x):\n    return x * 2\n")
+    mapping = {"classes": ["kc_user_layers:Scale"], "forward": "kc_user_layers:scale_forward", "ops": ["g.op"]}
+    workspace.files({"user.layers.yaml": {"kcatalog": 1, "layers": {"scale": mapping}}})
+    import kc_user_layers
+
+    catalog = workspace.load()
+    model = torch.nn.Sequential(kc_user_layers.Scale(), kc_user_layers.Shift())
+    x = torch.ones(2, 4)
+    report = kcatalog.kernelize(model, catalog)
+    assert [(r.module, r.mapping, r.ops) for r in report.replaced] == [("0", "scale", (OpChoice("g.op", "torch"),))]
+    assert report.unmapped == {"torch.nn.modules.container:Sequential": 1, "kc_user_layers:Shift": 1}
+    assert torch.equal(model(x), torch.full((2, 4), 7.0))  # x * 2 * 3 + 1: the catalog's op ran
+    kcatalog.unkernelize(model)
+    assert torch.equal(model(x), torch.full((2, 4), 4.0))
+
+    broken = {"classes": ["kc_user_layers:Shift"], "forward": "kc_user_broken:forward", "ops": ["g.op"]}
+    workspace.files({"user.layers.yaml": {"kcatalog": 1, "layers": {"scale": mapping, "shift": broken}}})
+    catalog = workspace.load(check_targets=False)
+    with pytest.raises(kcatalog.KernelImportError, match=r"backend 'forward' of op 'layers:shift'"):
+        kcatalog.kernelize(model, catalog)
+    assert not any("forward" in vars(module) for module in model.modules())
+    assert kcatalog.unkernelize(model) == 0

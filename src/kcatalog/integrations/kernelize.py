@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from ..registry.catalog import Catalog
 
 MODES = ("inference",)
-_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -81,10 +80,9 @@ class KernelizeReport:
 
 @dataclass
 class _Applied:
-    """One replaced module: the instance forward it had before (or _MISSING), and the prepare's undo."""
+    """One module whose forward was replaced (it had none of its own before), and its prepare's undo."""
 
     module: Any
-    previous: object
     undo: Callable[[], None] | None
 
 
@@ -120,51 +118,70 @@ def kernelize(
     catalog = catalog if catalog is not None else default_catalog()
     with _LOCK:
         _undo(model)
-        by_class = _classes(catalog.layer_mappings)
-        needed = sorted({op for mapping in catalog.layer_mappings for op in mapping.ops})
-        replaced: list[Replaced] = []
-        left: list[Left] = []
-        unmapped: Counter[str] = Counter()
-        applied: list[_Applied] = []
-        registered = False
-        for name, module in model.named_modules():
-            cls = type(module)
-            label = f"{cls.__module__}:{cls.__qualname__}"
-            mappings = by_class.get(cls)
-            if not mappings:
-                unmapped[label] += 1
-                continue
-            if "forward" in vars(module):
-                left.append(Left(name, label, "its forward is already replaced on the instance (e.g. by hooks)"))
-                continue
-            reasons = []
-            for mapping in mappings:
-                reason = _unmet(module, mapping.conditions)
-                choices: tuple[OpChoice, ...] = ()
-                if reason is None:
-                    choices, reason = _choose(catalog, mapping, module, device)
-                if reason is None and not registered:
-                    _register(catalog, needed)  # so that torch.compile traces one op per call
-                    registered = True
-                undo = None
-                if reason is None and mapping.prepare is not None:
-                    try:
-                        undo = mapping.prepare.load()(module)
-                    except ValueError as exc:
-                        reason = str(exc)
-                if reason is not None:
-                    reasons.append(f"{mapping.name}: {reason}")
+        run = _Run(catalog, device)
+        try:
+            for name, module in model.named_modules():
+                run.visit(name, module)
+        except BaseException:  # a forward that fails to import, say: put back what was replaced, then raise
+            _restore(run.applied)
+            raise
+        if run.applied:
+            _APPLIED[model] = run.applied
+        return KernelizeReport(tuple(run.replaced), tuple(run.left), dict(run.unmapped))
+
+
+class _Run:
+    """One kernelize call: the catalog's mappings by class, and what was replaced, left and undone so far."""
+
+    def __init__(self, catalog: Catalog, device: str | None) -> None:
+        self.catalog, self.device = catalog, device
+        self.by_class = _classes(catalog.layer_mappings)
+        self.needed = sorted({op for mapping in catalog.layer_mappings for op in mapping.ops})
+        self.registered = False
+        self.replaced: list[Replaced] = []
+        self.left: list[Left] = []
+        self.unmapped: Counter[str] = Counter()
+        self.applied: list[_Applied] = []
+
+    def visit(self, name: str, module: Any) -> None:
+        """Replace the module's forward by the first of its class's mappings that applies, or say why none does."""
+        cls = type(module)
+        label = f"{cls.__module__}:{cls.__qualname__}"
+        mappings = self.by_class.get(cls)
+        if not mappings:
+            self.unmapped[label] += 1
+            return
+        if "forward" in vars(module):
+            self.left.append(Left(name, label, "its forward is already replaced on the instance (e.g. by hooks)"))
+            return
+        reasons = []
+        for mapping in mappings:
+            choices, reason = self.applies(mapping, module)
+            if reason is None:
+                forward = mapping.forward.load()  # before prepare changes anything
+                try:
+                    undo = mapping.prepare.load()(module) if mapping.prepare is not None else None
+                except ValueError as exc:  # the layer cannot take this forward: the reason says why
+                    reasons.append(f"{mapping.name}: {exc}")
                     continue
-                ops = {op: catalog.op(op) for op in mapping.ops}
-                module.forward = functools.partial(mapping.forward.load(), module, ops)
-                applied.append(_Applied(module, _MISSING, undo))
-                replaced.append(Replaced(name, label, mapping.name, choices))
-                break
-            else:
-                left.append(Left(name, label, "; ".join(reasons)))
-        if applied:
-            _APPLIED[model] = applied
-        return KernelizeReport(tuple(replaced), tuple(left), dict(unmapped))
+                self.applied.append(_Applied(module, undo))
+                ops = {op: self.catalog.op(op) for op in mapping.ops}
+                module.forward = functools.partial(forward, module, ops)
+                self.replaced.append(Replaced(name, label, mapping.name, choices))
+                return
+            reasons.append(f"{mapping.name}: {reason}")
+        self.left.append(Left(name, label, "; ".join(reasons)))
+
+    def applies(self, mapping: LayerMapping, module: Any) -> tuple[tuple[OpChoice, ...], str | None]:
+        """The backends the mapping's ops would run on here, or why the mapping does not apply to the module."""
+        reason = _unmet(module, mapping.conditions)
+        if reason is not None:
+            return (), reason
+        choices, reason = _choose(self.catalog, mapping, module, self.device)
+        if reason is None and not self.registered:
+            _register(self.catalog, self.needed)  # so that torch.compile traces one op per call
+            self.registered = True
+        return choices, reason
 
 
 def _register(catalog: Catalog, ops: list[str]) -> None:
@@ -191,11 +208,15 @@ def unkernelize(model: torch.nn.Module) -> int:
 
 def _undo(model: Any) -> int:
     applied = _APPLIED.pop(model, [])
+    _restore(applied)
+    return len(applied)
+
+
+def _restore(applied: list[_Applied]) -> None:
     for item in reversed(applied):
-        del item.module.forward  # the instance attribute: the class's forward shows again
+        item.module.__dict__.pop("forward", None)  # the instance attribute: the class's forward shows again
         if item.undo is not None:
             item.undo()
-    return len(applied)
 
 
 def _classes(mappings: tuple[LayerMapping, ...]) -> dict[type, list[LayerMapping]]:
