@@ -21,6 +21,8 @@ from .model import CacheOutcome, CacheStatus, Capability, CatalogSettings, Kerne
 from .platform import Platform
 from .registry.catalog import Catalog
 
+_KERNELIZE = ("KernelizeReport", "kernelize", "unkernelize")
+
 
 def __getattr__(name: str) -> object:
     # Selection's module loads with the first selection, not with the catalog: a warm load stays lean.
@@ -28,6 +30,10 @@ def __getattr__(name: str) -> object:
         from .select.selection import Selection
 
         return Selection
+    if name in _KERNELIZE:  # model integration: loaded by its first use, never by `import kcatalog`
+        from .integrations import kernelize
+
+        return getattr(kernelize, name)
     raise AttributeError(f"module 'kcatalog' has no attribute '{name}'")
 
 
@@ -42,6 +48,7 @@ __all__ = [
     "Diagnostic",
     "KernelImportError",
     "KernelSpec",
+    "KernelizeReport",
     "Location",
     "LoadOptions",
     "NoEligibleBackendError",
@@ -53,5 +60,7 @@ __all__ = [
     "UnknownBackendError",
     "UnknownOpError",
     "check_catalog",
+    "kernelize",
     "load_catalog",
+    "unkernelize",
 ]

@@ -33,6 +33,8 @@ TORCH_FAKE_MISSING: Final = "KC213"
 TORCH_NAME_COLLISION: Final = "KC214"
 UNKNOWN_DEVICE: Final = "KC215"
 UNKNOWN_PRIORITY_LIST: Final = "KC216"
+DUPLICATE_LAYER_MAPPING: Final = "KC217"
+LAYER_OP_UNKNOWN: Final = "KC218"
 # KC22x link: layers together (read/layers.py, link/layers.py).
 BACKEND_REDECLARED: Final = "KC220"
 LAYER_PRIORITY_CONFLICT: Final = "KC221"
@@ -98,6 +100,8 @@ CODES: Final[dict[str, str]] = {
     TORCH_NAME_COLLISION: "two ops map to one torch op name",
     UNKNOWN_DEVICE: "device kind neither built in nor declared in the settings' devices",
     UNKNOWN_PRIORITY_LIST: "op names a priority list the settings do not declare",
+    DUPLICATE_LAYER_MAPPING: "layer mapping declared more than once",
+    LAYER_OP_UNKNOWN: "layer mapping names an op the catalog does not declare",
     BACKEND_REDECLARED: "backend declared by the settings of two layers",
     LAYER_PRIORITY_CONFLICT: "a layer's priority list reorders backends an earlier layer ranked",
     REPLACES_UNKNOWN_BACKEND: "an extension replaces a backend the op does not have",

@@ -173,6 +173,7 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         strict=options.strict,
         cache_status=status,
         catalog_layers=resolved.layers,
+        layer_mappings=linked.layer_mappings,
     )
     return CheckResult(catalog, diagnostics)
 
@@ -187,7 +188,13 @@ def _with_allow_list(linked: LinkedCatalog, prefixes: tuple[str, ...]) -> Linked
         op_id: dataclasses.replace(info, backends=MappingProxyType({n: specs[id(s)] for n, s in info.backends.items()}))
         for op_id, info in linked.ops.items()
     }
-    return dataclasses.replace(linked, ops=MappingProxyType(ops), declared=tuple(specs.values()))
+    mappings = tuple(
+        dataclasses.replace(m, forward=specs[id(m.forward)], prepare=m.prepare and specs[id(m.prepare)])
+        for m in linked.layer_mappings
+    )
+    return dataclasses.replace(
+        linked, ops=MappingProxyType(ops), declared=tuple(specs.values()), layer_mappings=mappings
+    )
 
 
 def _cache_outcome(

@@ -202,6 +202,45 @@ class CatalogSettings:
     devices: tuple[str, ...] = ()  # device kinds declared beyond the built-in ones
 
 
+LayerValue = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class LayerCondition:
+    """A condition on a layer instance: the value at a dotted attribute path ('config.hidden_act') is one of these."""
+
+    attribute: str
+    allowed: tuple[LayerValue, ...]
+    location: Location
+
+
+@dataclass(frozen=True)
+class LayerClass:
+    """A model layer class a mapping applies to, as a target 'package.module:Class'; checked statically at load,
+    never imported by kcatalog (kernelize finds it among the modules the application has imported)."""
+
+    target: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class LayerMapping:
+    """A layer mapping (a layers file's entry): instances of `classes` whose `conditions` all hold get `forward`,
+    called as ``forward(module, ops, *args, **kwargs)`` with `ops` mapping each declared op id to its op handle.
+
+    `forward` is a KernelSpec (op 'layers:<name>', backend 'forward') so that it is checked, allow-listed and
+    imported on first use as every kernel target is."""
+
+    name: str
+    description: str | None
+    classes: tuple[LayerClass, ...]
+    forward: KernelSpec
+    prepare: KernelSpec | None  # called once per instance before its forward is replaced (backend 'prepare')
+    ops: tuple[str, ...]
+    conditions: tuple[LayerCondition, ...]
+    location: Location
+
+
 @dataclass(frozen=True)
 class CatalogLayer:
     """One layer of a catalog: a directory of manifests with an optional settings file, and where it came from."""
@@ -223,6 +262,9 @@ class LinkedCatalog:
     # The linker's warnings (KC212-KC214 where the policy asks for torch ops), for a load from the cache to report
     # as a load that links the files does.
     warnings: tuple[Diagnostic, ...] = ()
+    # The layer mappings of the catalog's layers files (kcatalog.kernelize), in file then declaration order; their
+    # forwards are among `declared`.
+    layer_mappings: tuple[LayerMapping, ...] = ()
 
     @property
     def known(self) -> tuple[str, ...]:

@@ -22,6 +22,9 @@ from ..model import (
     Capability,
     CatalogSettings,
     KernelSpec,
+    LayerClass,
+    LayerCondition,
+    LayerMapping,
     LinkedCatalog,
     ModuleFingerprint,
     OpInfo,
@@ -42,6 +45,9 @@ MODEL_TYPES: tuple[type, ...] = (
     LinkedCatalog,
     ModuleFingerprint,
     TargetChecks,
+    LayerCondition,
+    LayerClass,
+    LayerMapping,
 )
 ENUM_TYPES: tuple[type[Enum], ...] = (Severity,)
 _LOCATION = -1

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 def import_problems(spec: KernelSpec, signature: str | None) -> Iterator[Diagnostic]:
     """A diagnostic (the caller locates it) for a target that fails to import (KC307), is not callable
-    (KC308), or whose parameters differ from the op's declared signature (KC309). Runs kernel modules' code.
+    (KC308), or whose parameters differ from the op's declared signature (KC309; none: not compared). Runs
+    kernel modules' code.
 
     A target whose top-level package is not installed here is unavailable (KC303, a warning), as the
     static check says of it: importing it cannot tell more."""
@@ -43,7 +44,7 @@ def import_problems(spec: KernelSpec, signature: str | None) -> Iterator[Diagnos
     if not callable(obj):
         yield Diagnostic(codes.TARGET_NOT_CALLABLE, f"target {target!r} is a {type(obj).__name__}, not callable")
         return
-    if signature is None:  # the op declares none: there is nothing to compare the target's parameters with
+    if signature is None:  # the op declares none, or a layer mapping's forward: nothing to compare with
         return
     try:
         parameters = inspect.signature(obj).parameters.values()

@@ -11,6 +11,7 @@ from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing
 from ..model import KernelSpec, Layer, LinkedCatalog, TargetChecks, is_under
 from ..read.files import SETTINGS_FILE
+from .mappings import unavailable_class
 from .overrides import OverridesArg, check_layer, process_layers
 
 Require = Iterable[str] | Mapping[str, Sequence[str]]
@@ -93,16 +94,18 @@ def _check_targets(
     allow_lists: _AllowLists,
     out: list[Diagnostic],
 ) -> TargetChecks | None:
-    checks = _still_valid(known, wanted) if not import_targets else None
+    classes = [layer_class for mapping in linked.layer_mappings for layer_class in mapping.classes]
+    targets = [*(spec.target for spec in wanted), *(layer_class.target for layer_class in classes)]
+    checks = _still_valid(known, targets) if not import_targets else None
     fresh = None
     if checks is None:
         from .targets import TargetChecker  # reads module sources with ast: only fresh checks need it
 
         checker = TargetChecker()
         problems: dict[str, Diagnostic | None] = {}
-        for spec in wanted:
-            if spec.target not in problems:
-                problems[spec.target] = checker.check(spec.target)
+        for target in targets:
+            if target not in problems:
+                problems[target] = checker.check(target)
         defined_in = {
             target: checker.defining_module(target) for target, problem in problems.items() if problem is None
         }
@@ -116,10 +119,15 @@ def _check_targets(
             # (KC303) too; what importing finds replaces that warning.
             from .imports import import_problems  # runs kernel modules' code: only when asked
 
-            signature = linked.ops[spec.op].signature  # None: nothing declared to compare with
+            info = linked.ops.get(spec.op)  # None for a layer mapping's forward
+            signature = None if info is None else info.signature  # None: nothing declared to compare with
             out.extend(dataclasses.replace(p, location=spec.target_location) for p in import_problems(spec, signature))
         elif problem is not None:
             out.append(dataclasses.replace(problem, location=spec.target_location))
+    for layer_class in classes:  # checked statically only: kcatalog never imports a layer class
+        problem = checks.problems[layer_class.target]
+        if problem is not None and not unavailable_class(layer_class.target, problem):
+            out.append(dataclasses.replace(problem, location=layer_class.location))
     return fresh
 
 
@@ -139,9 +147,9 @@ def _defined_outside(spec: KernelSpec, checks: TargetChecks, allow_lists: _Allow
     return None
 
 
-def _still_valid(known: TargetChecks | None, wanted: list[KernelSpec]) -> TargetChecks | None:
+def _still_valid(known: TargetChecks | None, targets: list[str]) -> TargetChecks | None:
     """The known checks, if they cover every wanted target and no module they read has changed."""
-    if known is None or any(spec.target not in known.problems for spec in wanted):
+    if known is None or any(target not in known.problems for target in targets):
         return None
     from .finder import current_fingerprint
 

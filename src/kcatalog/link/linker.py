@@ -28,6 +28,7 @@ from ..read.yaml_nodes import children, find_node, node_location
 from ..validate.schema import Backend, Manifest, Op, Settings
 from ..validate.validator import ValidatedFile
 from .layers import known_backends, layer_name, merge_settings
+from .mappings import link_mappings
 from .samples import sample_problems
 from .signature import signature_params, signature_positional
 from .torch_schema import torch_op_name, torch_schema
@@ -644,6 +645,11 @@ def link_files(
     linker.link_settings()
     linker.link_ops()
     linker.check_policy()
+    mappings = link_mappings(files, linker.ops, linker.allow_lists, diagnostics)
     settings = linker.settings
     warnings = tuple(d for d in diagnostics[start:] if not d.is_error)
-    return LinkedCatalog(settings, MappingProxyType(linker.ops), tuple(linker.declared), warnings)
+    declared = (
+        *linker.declared,
+        *(spec for mapping in mappings for spec in (mapping.forward, mapping.prepare) if spec),
+    )
+    return LinkedCatalog(settings, MappingProxyType(linker.ops), declared, warnings, mappings)

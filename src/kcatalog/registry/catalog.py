@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..check.overrides import OverridesArg, check_layer, parse_overrides
 from ..errors import CatalogError, KernelImportError, UnknownBackendError, UnknownOpError
-from ..model import CacheOutcome, CacheStatus, CatalogLayer, CatalogSettings, KernelSpec, Layer, OpInfo
+from ..model import (
+    CacheOutcome,
+    CacheStatus,
+    CatalogLayer,
+    CatalogSettings,
+    KernelSpec,
+    Layer,
+    LayerMapping,
+    OpInfo,
+)
 from ..platform import DEVICES, Platform
 
 if TYPE_CHECKING:
@@ -51,6 +60,7 @@ class Catalog:
         strict: bool = False,
         cache_status: CacheStatus = _NOT_LOADED,
         catalog_layers: Iterable[CatalogLayer] = (),
+        layer_mappings: tuple[LayerMapping, ...] = (),
     ) -> None:
         self._ops = MappingProxyType(dict(sorted(ops.items())))
         self._settings = settings
@@ -68,6 +78,7 @@ class Catalog:
         self._noted: set[str] = set()
         self._torch_ops: TorchOps | None = None  # made with the first op handle or torch op registration
         self._torch_lock = threading.Lock()
+        self.layer_mappings = layer_mappings  # the layers files' mappings, for kcatalog.kernelize
 
     def __repr__(self) -> str:
         return f"<Catalog {len(self._ops)} ops, {len(self.all_specs())} backend specs>"

@@ -7,9 +7,14 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from .mappings import LayersFile
 from .schema import Manifest, Settings
 
-_MODELS: dict[str, type[BaseModel]] = {"manifest.v1.json": Manifest, "settings.v1.json": Settings}
+_MODELS: dict[str, type[BaseModel]] = {
+    "manifest.v1.json": Manifest,
+    "settings.v1.json": Settings,
+    "layers.v1.json": LayersFile,
+}
 
 
 def shipped_schema_dir() -> Path:

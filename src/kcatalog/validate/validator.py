@@ -15,6 +15,7 @@ from .. import codes
 from ..errors import Diagnostic, did_you_mean
 from ..read.files import SourceFile
 from ..read.yaml_nodes import ParsedFile, find_key_node, find_node, node_location, parse_yaml
+from .mappings import LAYERS_KEY, LayersFile
 from .schema import (
     BACKEND_PATTERN,
     FORMAT_VERSION,
@@ -31,7 +32,7 @@ class ValidatedFile:
     """A catalog file that passed the schema: its model and its node tree for positions."""
 
     parsed: ParsedFile
-    model: Manifest | Settings
+    model: Manifest | Settings | LayersFile
     layer: int = 0  # its layer's number (read/layers.py)
 
     @property
@@ -52,7 +53,7 @@ def validate_sources(sources: Iterable[SourceFile]) -> Iterator[ValidatedFile | 
 
 def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile | Diagnostic]:
     """Check one parsed file against its model, mapping every schema error to a position."""
-    model_cls: type[Manifest] | type[Settings] = Settings if is_settings else Manifest
+    model_cls: type[Manifest] | type[Settings] | type[LayersFile] = Settings if is_settings else Manifest
     data = parsed.data
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
@@ -63,6 +64,8 @@ def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile
             node_location(parsed.path, parsed.root),
         )
         return
+    if not is_settings and LAYERS_KEY in data:  # a layers file (layer mappings for kernelize)
+        model_cls = LayersFile
     version = data.get("kcatalog")
     if version is not None and (type(version) is not int or version != FORMAT_VERSION):
         where = node_location(parsed.path, find_node(parsed.root, ["kcatalog"]))

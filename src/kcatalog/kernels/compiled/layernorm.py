@@ -11,6 +11,7 @@ from kcatalog.kernels.torch import layernorm as _ref
 
 rms_norm = lazy_compile(_ref.rms_norm)
 layer_norm = lazy_compile(_ref.layer_norm)
+gemma_rms_norm = lazy_compile(_ref.gemma_rms_norm)
 
 # The in-place reference compiled whole: on GPUs inductor writes x and residual from one fused kernel.
 _fused_add_rms_norm_in_place = lazy_compile(_ref.fused_add_rms_norm)
@@ -41,4 +42,4 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     x.copy_(new_x)
 
 
-__all__ = ["rms_norm", "fused_add_rms_norm", "layer_norm"]
+__all__ = ["rms_norm", "fused_add_rms_norm", "layer_norm", "gemma_rms_norm"]

@@ -13,6 +13,15 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     return y.to(x.dtype)
 
 
+def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Gemma's RMSNorm: ``y = x * rsqrt(mean(x^2, -1) + eps) * (1 + weight)``, all in float32, cast once to
+    ``x.dtype`` (Gemma's checkpoints store the weight as an offset from 1, initialised to zeros)."""
+    xf = x.float()
+    variance = xf.pow(2).mean(dim=-1, keepdim=True)
+    y = xf * torch.rsqrt(variance + eps) * (1.0 + weight.float())
+    return y.to(x.dtype)
+
+
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
     """Residual add then RMSNorm, in place as in vLLM/SGLang.
 

@@ -1,0 +1,25 @@
+"""Which problems of a layer class's static check are not reported: a class whose package is not installed here."""
+
+from __future__ import annotations
+
+import sys
+from importlib.machinery import PathFinder
+
+from .. import codes
+from ..errors import Diagnostic
+
+# Not installed (KC303), or not found on sys.path while some third-party import hook is present (KC304: e.g.
+# transformers installs one once imported, which would otherwise make every absent package "unverifiable").
+_ABSENT = frozenset({codes.TARGET_UNAVAILABLE, codes.TARGET_UNVERIFIABLE})
+
+
+def unavailable_class(target: str, problem: Diagnostic) -> bool:
+    """Whether `problem` only says the class's top-level package is not installed here.
+
+    Such a class is unavailable, not wrong: no model of it can exist in this process, so kernelize has nothing
+    to match and the load has nothing to warn about. Looked up on sys.path by the standard path finder alone
+    (no import hook is called, nothing is imported)."""
+    if problem.code not in _ABSENT:
+        return False
+    top = target.partition(":")[0].partition(".")[0]
+    return top not in sys.modules and PathFinder.find_spec(top) is None

@@ -1,0 +1,1 @@
+"""Catalog kernels inside applications' models: layer mappings applied to module instances (kernelize)."""

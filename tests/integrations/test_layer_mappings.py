@@ -1,0 +1,76 @@
+"""The shipped layers file as loaded: its mappings in the catalog (cold and from the load cache alike), checked
+statically at load without importing transformers or torch, and its JSON Schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from catalog_builder import child_env
+
+import kcatalog
+from kcatalog.validate.jsonschema import shipped_schema_dir
+
+NO_IMPORTS_SCRIPT = """\
+import json, sys
+import kcatalog
+from kcatalog.tools.cli import main
+
+cold = kcatalog.load_catalog(cache=False)          # validates every file, the layers file included
+warm = kcatalog.load_catalog()                      # writes, then reads, the load cache
+warm = kcatalog.load_catalog()
+kcatalog.kernelize                                  # the API is there without importing any of it
+code = main(["validate"])
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers", "triton"))
+print(json.dumps({"code": code, "heavy": heavy, "cold": [m.name for m in cold.layer_mappings],
+                  "warm": [m.name for m in warm.layer_mappings], "status": warm.cache_status.outcome.value}))
+"""
+
+
+def test_loading_and_validating_the_mappings_imports_neither_torch_nor_transformers(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", NO_IMPORTS_SCRIPT], capture_output=True, text=True, cwd=tmp_path, env=child_env(),
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["heavy"] == []
+    assert report["code"] == 0
+    assert report["cold"] == report["warm"] == [
+        "llama_rms_norm", "gemma_rms_norm", "silu_gated_mlp", "gelu_tanh_gated_mlp", "gelu_tanh_gated_mlp_gemma2"
+    ]  # fmt: skip
+    assert report["status"] == "hit"
+
+
+def test_the_shipped_mappings_as_the_catalog_holds_them() -> None:
+    catalog = kcatalog.load_catalog(cache=False)
+    mappings = {m.name: m for m in catalog.layer_mappings}
+    llama = mappings["llama_rms_norm"]
+    assert [c.target for c in llama.classes][-1] == "transformers.models.qwen3.modeling_qwen3:Qwen3RMSNorm"
+    assert llama.forward.target == "kcatalog.integrations.transformers:rms_norm_forward"
+    assert llama.forward.op == "layers:llama_rms_norm" and llama.prepare is None
+    mlp = mappings["silu_gated_mlp"]
+    assert mlp.prepare is not None and mlp.prepare.target == "kcatalog.integrations.transformers:fuse_gate_up"
+    assert [(c.attribute, c.allowed) for c in mlp.conditions] == [
+        ("config.hidden_act", ("silu",)), ("gate_proj.bias", (None,)), ("up_proj.bias", (None,))
+    ]  # fmt: skip
+    where = mlp.conditions[0].location
+    assert Path(where.path).name == "transformers.layers.yaml" and (where.line, where.col) > (1, 1)
+    every_op = {op for m in catalog.layer_mappings for op in m.ops}
+    assert every_op == {
+        "layernorm.rms_norm",
+        "layernorm.gemma_rms_norm",
+        "activation.silu_and_mul",
+        "activation.gelu_and_mul",
+    }
+    assert catalog.warnings == ()
+
+
+def test_the_layers_schema_is_generated_and_names_the_fields() -> None:
+    schema = json.loads((shipped_schema_dir() / "layers.v1.json").read_text(encoding="utf-8"))
+    mapping = schema["$defs"]["LayerMapping"]
+    assert set(mapping["properties"]) == {"description", "classes", "forward", "prepare", "ops", "when"}
+    assert set(mapping["required"]) == {"classes", "forward", "ops"}
+    assert schema["required"] == ["kcatalog", "layers"]
