@@ -27,6 +27,8 @@ from ..model import (
     OpInfo,
     Policy,
     TargetChecks,
+    TunedBucket,
+    TunedOp,
 )
 
 # The types an entry may hold. Their order numbers them: it may change freely, since an entry is only read
@@ -42,6 +44,8 @@ MODEL_TYPES: tuple[type, ...] = (
     LinkedCatalog,
     ModuleFingerprint,
     TargetChecks,
+    TunedBucket,
+    TunedOp,
 )
 ENUM_TYPES: tuple[type[Enum], ...] = (Severity,)
 _LOCATION = -1

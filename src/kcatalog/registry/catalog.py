@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..check.overrides import OverridesArg, check_layer, parse_overrides
 from ..errors import CatalogError, KernelImportError, UnknownBackendError, UnknownOpError
-from ..model import CacheOutcome, CacheStatus, CatalogSettings, KernelSpec, Layer, OpInfo
+from ..model import CacheOutcome, CacheStatus, CatalogSettings, KernelSpec, Layer, LockedPlan, OpInfo, TunedOp
 from ..platform import Platform
 
 if TYPE_CHECKING:
@@ -49,6 +49,9 @@ class Catalog:
         layers: Iterable[Layer] = (),
         strict: bool = False,
         cache_status: CacheStatus = _NOT_LOADED,
+        tuned: Iterable[TunedOp] = (),
+        plan: LockedPlan | None = None,
+        digest: str = "",
     ) -> None:
         self._ops = MappingProxyType(dict(sorted(ops.items())))
         self._settings = settings
@@ -64,6 +67,12 @@ class Catalog:
         self._noted: set[str] = set()
         self._torch_ops: TorchOps | None = None  # made with the first op handle or torch op registration
         self._torch_lock = threading.Lock()
+        self.digest = digest  # the content digest of the catalog's files (plans record it)
+        self.plan = plan
+        self._tuned = {(t.op, t.platform, t.dtype): t for t in tuned}
+        self._bucketed = {t.op for t in self._tuned.values()}
+        if plan is not None:
+            self._bucketed |= {e.op for e in plan.entries.values() if e.buckets}
 
     def __repr__(self) -> str:
         return f"<Catalog {len(self._ops)} ops, {len(self.all_specs())} backend specs>"
@@ -130,30 +139,48 @@ class Catalog:
         return self._platform
 
     def select(
-        self, op: str, platform: Platform | str | None = None, dtype: str | None = None, *, backend: str | None = None
+        self,
+        op: str,
+        platform: Platform | str | None = None,
+        dtype: str | None = None,
+        *,
+        backend: str | None = None,
+        tokens: int | None = None,
     ) -> Selection:
-        """Which backend runs the op on the platform (default: this machine), and why each other one does not."""
+        """Which backend runs the op on the platform (default: this machine), and why each other one does not;
+        `tokens` (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table."""
         if isinstance(platform, str):
             platform = Platform.parse(platform)
         info = self.info(op)
         if backend is not None and backend not in info.backends:  # before detecting the platform imports torch
             raise UnknownBackendError(op, backend, list(info.backends), info.location)
         layers = self._scopes.var.get() + self._layers
+        from ..select.buckets import picks
         from ..select.selection import select  # selection is not needed to load, only to choose
 
+        platform = platform or self.platform()
         selection = select(
             self._settings,
             info,
-            platform or self.platform(),
+            platform,
             dtype,
             backend=backend,
             layers=layers,
             failed=self._failed,
             strict=self.strict,
+            picks=picks(op, platform, dtype, tokens, self.plan, self.tuned(op, platform, dtype)),
         )
         for note in selection.notes:
             self._note(note)
         return selection
+
+    def tuned(self, op: str, platform: Platform | str, dtype: str | None) -> TunedOp | None:
+        """The tuned table's buckets for the op on the platform and dtype, or None."""
+        return self._tuned.get((op, str(platform), dtype or ""))
+
+    def is_bucketed(self, op: str) -> bool:
+        """Whether a tuned table or the plan chooses this op's backend by token count somewhere."""
+        return op in self._bucketed
 
     @contextlib.contextmanager
     def use(self, overrides: OverridesArg) -> Iterator[None]:
@@ -189,11 +216,17 @@ class Catalog:
         return fn
 
     def resolve(
-        self, op: str, platform: Platform | str | None = None, dtype: str | None = None, *, backend: str | None = None
+        self,
+        op: str,
+        platform: Platform | str | None = None,
+        dtype: str | None = None,
+        *,
+        backend: str | None = None,
+        tokens: int | None = None,
     ) -> Callable[..., Any]:
         """Select and import, falling back to the next eligible backend when an import fails (unless strict)."""
         while True:
-            spec = self.select(op, platform, dtype, backend=backend).require()
+            spec = self.select(op, platform, dtype, backend=backend, tokens=tokens).require()
             try:
                 return spec.load()
             except KernelImportError as exc:

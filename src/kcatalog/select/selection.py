@@ -29,6 +29,15 @@ class Selection:
         return self.chosen
 
 
+@dataclass(frozen=True)
+class Pick:
+    """A backend chosen for this call by a plan or a tuned table, below overrides and above priority."""
+
+    backend: str
+    why: str  # 'plan plan.yaml', 'tuned table for cuda:9.0 bfloat16 T∈[17, 64]: triton 2.1 µs vs ...'
+    pinned: bool = False  # a plan's: when it cannot be honoured, strict raises
+
+
 def matches_by_strength(layers: Iterable[Layer], op: str) -> Iterator[Override]:
     """Each layer's most specific override matching `op`, strongest layer first."""
     for layer in layers:
@@ -75,8 +84,10 @@ def select(
     layers: Sequence[Layer] = (),
     failed: Mapping[tuple[str, str], str] | None = None,
     strict: bool = False,
+    picks: Sequence[Pick] = (),
 ) -> Selection:
-    """Pick the backend for one call: explicit `backend` > override layers (strongest first) > priority.
+    """Pick the backend for one call: explicit `backend` > override layers (strongest first) > `picks` (a
+    plan's, then a tuned table's) > priority.
 
     Every path checks eligibility. An explicit backend that cannot run raises; an override that
     cannot be honoured gives way to the next weaker one, then to priority, with a note (or raises
@@ -116,6 +127,21 @@ def select(
         order = (override.backend, *(n for n in order if n != override.backend))
         decided_by = f"override {override}"
         break
+    else:
+        for pick in picks:
+            reason = (
+                f"op '{info.id}' has no '{pick.backend}' backend"
+                if pick.backend not in info.backends
+                else reason_for(pick.backend)
+            )
+            if reason is not None:
+                if strict and pick.pinned:
+                    raise NoEligibleBackendError(info.id, str(platform), [Rejected(pick.backend, reason)])
+                notes.append(f"{pick.why} not honoured for op '{info.id}': {pick.backend} cannot run ({reason})")
+                continue
+            order = (pick.backend, *(n for n in order if n != pick.backend))
+            decided_by = pick.why
+            break
 
     chosen: KernelSpec | None = None
     rejected = []

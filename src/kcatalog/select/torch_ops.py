@@ -6,6 +6,7 @@ Torch is imported only when ops are registered; `describe` (what `kcatalog expla
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
 import weakref
@@ -18,7 +19,7 @@ from ..errors import CatalogError, Diagnostic
 from ..link.torch_schema import torch_op_name
 from ..model import FAKE_REFERENCE, KernelSpec, OpInfo
 from ..platform import Platform
-from .handles import CallCode, bind_torch_op, call_code, generate, platform_of, resolve_once
+from .handles import CallCode, bind_torch_op, bucket_dispatch, call_code, generate, platform_of, resolve_once
 
 if TYPE_CHECKING:
     from ..registry.catalog import Catalog, OverrideScopes
@@ -43,6 +44,15 @@ def impl({params}):
         _kc_fn = _kc_first_call({tensor}.dtype)
     return _kc_fn({call})
 """
+# For an op chosen by token count: the real leading dimension at run time picks the bucket, in eager mode and in
+# a compiled graph alike (the op is opaque there: static or dynamic shapes, each call sees its tensors' sizes).
+_IMPL_BUCKETED = (
+    _IMPL.replace("_kc_resolve({tensor}.dtype)", "_kc_resolve({tensor}.dtype, {tensor}.shape[0])")
+    .replace("_kc_first_call({tensor}.dtype)", "_kc_first_bucketed({tensor})")
+    .replace(
+        "    return _kc_fn({call})\n", "    return _kc_fn.fns[_kc_bisect(_kc_fn.edges, {tensor}.shape[0])]({call})\n"
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -157,12 +167,22 @@ class TorchOps:
         lock = threading.Lock()
         by_dtype: dict[Any, Callable[..., Any]] = {}
 
-        def resolve(dtype: Any) -> Callable[..., Any]:
-            return catalog.resolve(op_id, platform_of(catalog, device), str(dtype).removeprefix("torch."))
+        def resolve(dtype: Any, tokens: int | None = None) -> Callable[..., Any]:
+            return catalog.resolve(
+                op_id, platform_of(catalog, device), str(dtype).removeprefix("torch."), tokens=tokens
+            )
 
-        def resolve_locked(dtype: Any) -> Callable[..., Any]:
+        def resolve_locked(dtype: Any, tokens: int | None = None) -> Callable[..., Any]:
             with lock:
-                return resolve(dtype)
+                return resolve(dtype, tokens)
+
+        def first_bucketed(tensor: Any) -> Any:
+            return resolve_once(
+                lock,
+                by_dtype,
+                tensor.dtype,
+                lambda: bucket_dispatch(catalog, op_id, tensor, lambda t, tokens: resolve(t.dtype, tokens)),
+            )
 
         def first_call(dtype: Any) -> Callable[..., Any]:
             return resolve_once(lock, by_dtype, dtype, lambda: resolve(dtype))
@@ -172,8 +192,11 @@ class TorchOps:
             "_kc_resolve": resolve_locked,
             "_kc_first_call": first_call,
             "_kc_by_dtype": by_dtype,
+            "_kc_first_bucketed": first_bucketed,
+            "_kc_bisect": bisect.bisect_left,
         }
-        impl = generate(_IMPL, code, namespace, "impl", f"<kcatalog torch op {op_id} {device}>")
+        template = _IMPL_BUCKETED if catalog.is_bucketed(op_id) else _IMPL
+        impl = generate(template, code, namespace, "impl", f"<kcatalog torch op {op_id} {device}>")
         impl.__name__ = impl.__qualname__ = f"{torch_op_name(op_id)}_{device}"
         return impl
 

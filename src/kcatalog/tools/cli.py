@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import CatalogError
 from ..load import check_catalog
 from ..platform import Platform
+from ..read.files import shipped_catalog_dir
 from ..registry.catalog import Catalog
 from ..validate.jsonschema import shipped_schema_dir, stale_schemas, write_schemas
 from .report import REPORTERS, concise, plural, text_table
@@ -96,6 +97,23 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     bench.add_argument("--plot", metavar="FILE.png", help="draw bandwidth against size per backend")
     catalog_option(bench)
+
+    tune = sub.add_parser("tune", help="time every eligible backend per token-count bucket; write a tuned table")
+    tune.add_argument("ops", nargs="*", metavar="OP", help="op ids or globs (default: every op)")
+    tune.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    tune.add_argument("--dtype", action="append", default=[], help="dtype (repeatable; default: bfloat16)")
+    tune.add_argument("--buckets", help="token counts to time, e.g. 1,2,4,...,32768 (default: decode and prefill)")
+    tune.add_argument("--backend", action="append", default=[], help="only these candidates (repeatable)")
+    tune.add_argument("--out", type=Path, required=True, metavar="DIR", help="where to write <platform>.yaml")
+    catalog_option(tune)
+
+    plan = sub.add_parser("plan", help="write the resolved selection of every op as a plan, or --check one")
+    plan.add_argument("--platform", help="e.g. cuda:9.0 (default: this machine)")
+    plan.add_argument("--dtype", action="append", default=[], help="only this dtype (repeatable)")
+    plan.add_argument("--tuned", action="append", default=[], metavar="DIR", help="tuned tables to add (repeatable)")
+    plan.add_argument("--out", type=Path, metavar="FILE", help="write the plan here (default: print it)")
+    plan.add_argument("--check", type=Path, metavar="PLAN", help="exit 1 when this machine would choose otherwise")
+    catalog_option(plan)
 
     cache = sub.add_parser("cache", help="where load_catalog() caches validated catalogs, or --clear it")
     cache.add_argument("--clear", action="store_true", help="remove every entry")
@@ -378,12 +396,31 @@ def _schema(options: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(options: argparse.Namespace) -> int:
+    from .tune_command import run_tune
+
+    return run_tune(options, _load_or_report(options.catalog))
+
+
+def _plan(options: argparse.Namespace) -> int:
+    from .tune_command import run_plan
+
+    try:
+        platform = Platform.parse(options.platform) if options.platform else None
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return run_plan(options, _load_or_report([*(options.catalog or [shipped_catalog_dir()]), *options.tuned]), platform)
+
+
 COMMANDS = {
     "validate": _validate,
     "list": _list,
     "explain": _explain,
     "test": _test,
     "bench": _bench,
+    "tune": _tune,
+    "plan": _plan,
     "cache": _cache,
     "schema": _schema,
 }

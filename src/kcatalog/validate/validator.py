@@ -15,6 +15,10 @@ from ..errors import Diagnostic, did_you_mean
 from ..read.files import SourceFile
 from ..read.yaml_nodes import ParsedFile, find_key_node, find_node, node_location, parse_yaml
 from .schema import FORMAT_VERSION, NAME_PATTERN, OP_ID_PATTERN, SIGNATURE_PATTERN, Manifest, Settings
+from .tables import Plan, TunedTable
+
+# A file that is neither the settings file nor a manifest says so by its top-level key.
+_KINDS: dict[str, type[TunedTable] | type[Plan]] = {"tuned": TunedTable, "plan": Plan}
 
 
 @dataclass(frozen=True)
@@ -22,7 +26,7 @@ class ValidatedFile:
     """A catalog file that passed the schema: its model and its node tree for positions."""
 
     parsed: ParsedFile
-    model: Manifest | Settings
+    model: Manifest | Settings | TunedTable | Plan
 
     @property
     def path(self) -> str:
@@ -41,8 +45,10 @@ def validate_sources(sources: Iterable[SourceFile]) -> Iterator[ValidatedFile | 
 
 def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile | Diagnostic]:
     """Check one parsed file against its model, mapping every schema error to a position."""
-    model_cls: type[Manifest] | type[Settings] = Settings if is_settings else Manifest
     data = parsed.data
+    model_cls: type[Manifest] | type[Settings] | type[TunedTable] | type[Plan] = Settings if is_settings else Manifest
+    if not is_settings and isinstance(data, dict):
+        model_cls = next((_KINDS[key] for key in _KINDS if key in data), Manifest)
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
         what = "settings file" if is_settings else "manifest"
