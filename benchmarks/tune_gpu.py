@@ -7,20 +7,22 @@ Run from the repository root (the GPU machine's ``python3``)::
     PYTHONPATH=src python3 benchmarks/tune_gpu.py --out out/      # about 3 minutes on an H200
 
 1. tune: `kcatalog tune --device cuda --dtype bfloat16` over every shipped op, at the manifests' decode and prefill
-   sizes (tools/tune.py, timing by tools/bench.py: CUDA-graph replays over 8 rotating input sets for decode, CUDA
-   events with L2 flushed for prefill; medians); writes the table ``cuda_9.0.yaml``;
-2. the table is loaded as a catalog file beside the shipped catalog (so it is validated like one);
-3. compare, at every shape of every bucket, timed one after the other in the same way: (a) the op handle of the
-   catalog with the table (dispatch by bucket), (b) the op's best single backend (lowest geometric mean over the
-   buckets in step 1), called directly, (c) the op handle of the catalog without the table (default priority).
+   sizes (tools/tune.py; timing as tools/bench.py times: CUDA-graph replays over 8 rotating input sets for decode,
+   CUDA events with L2 flushed for prefill; medians, inputs made once per shape); writes the table ``cuda_9.0.yaml``;
+2. the three arms at every bucket from this run's medians (benchmarks/tune_compare.py): (a) the tuned selection,
+   (b) the op's best single backend, (c) the catalog's default priority;
+3. with ``--retime``, the same three re-timed one after the other through the op handles: (a) the handle of the
+   catalog with the table as a catalog file (dispatch by bucket), (b) the best single backend called directly,
+   (c) the handle of the catalog without the table.
 
-Results: ``$OUT/tune_h200.json`` (every figure) and ``$OUT/tune_h200.txt`` (tables). Torch.compile candidates are
+Results: ``$OUT/cuda_9.0.yaml``, ``$OUT/tune_h200.md`` and ``.json``; with --retime ``tune_retimed.txt``/``.json``. Torch.compile candidates are
 skipped, with the reason recorded, once the time budget (``--budget-s``) runs short.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
     parser.add_argument("--budget-s", type=float, default=150.0, help="tuning stops compiling past this")
     parser.add_argument("--ops", nargs="*", default=None)
+    parser.add_argument("--retime", action="store_true", help="also re-time the three arms through op handles")
     parser.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself (wall-clock times)")
     options = parser.parse_args(argv)
     options.out.mkdir(parents=True, exist_ok=True)
@@ -70,13 +73,36 @@ def main(argv: list[str] | None = None) -> int:
     jobs, notes = tune.tune_jobs(plain, ops, platform=platform, dtypes=[dtype])
     log(f"tune: {len(jobs)} timings")
 
+    # Inputs are made once per shape (on the CPU, from a seed: seconds for the largest) and shared by every
+    # candidate and by the re-timing below; timing is tools/bench.py's (graph replays for decode, events else).
+    inputs: dict[tuple[str, str], list[Any]] = {}
+
+    def calls_for(job: bench.Job) -> list[Any]:
+        key = (job.info.id, describe(job.sizes))
+        if key not in inputs:
+            count = bench.GRAPH_INPUT_SETS if device == "cuda" and job.shapes == "decode" else 1
+            samples = job.info.samples
+            assert samples is not None
+            inputs[key] = [build_call(job.info, samples, job.sizes, job.dtype, device, i) for i in range(count)]
+        return inputs[key]
+
+    def seconds(fn: Any, calls: list[Any]) -> float:
+        calls[0].invoke(fn)  # warm-up: imports, JIT and torch.compile stay out of the timing
+        if len(calls) > 1:
+            return float(bench._time_graph(fn, calls))
+        timer = bench._time_cuda if device == "cuda" else bench._time_cpu
+        return float(timer(lambda: calls[0].invoke(fn)))
+
     def timer(job: bench.Job) -> BenchResult:
+        untimed = BenchResult(
+            job.info.id, job.spec.backend, job.dtype, job.shapes, describe(job.sizes), "", None, 0, None, None, None
+        )
         if job.spec.backend == "torch_compile" and time.perf_counter() - _T0 > options.budget_s:
-            return BenchResult(
-                job.info.id, job.spec.backend, job.dtype, job.shapes, describe(job.sizes), "skipped",
-                None, 0, None, None, None, error=f"skipped: past the {options.budget_s:.0f} s budget",
-            )  # fmt: skip
-        return bench.time_job(job, device, 0.0, 0)
+            return dataclasses.replace(untimed, error=f"skipped: past the {options.budget_s:.0f} s budget")
+        try:
+            return dataclasses.replace(untimed, time_us=seconds(job.spec.load(), calls_for(job)) * 1e6)
+        except Exception as exc:  # one broken backend must not end the run
+            return dataclasses.replace(untimed, error=f"{type(exc).__name__}: {exc}")
 
     started = time.perf_counter()
 
@@ -92,14 +118,21 @@ def main(argv: list[str] | None = None) -> int:
     table_path.write_text(table, encoding="utf-8")
     print(tune.format_table(measured), flush=True)
 
-    # 2. the table as a catalog file
+    # 2. the three arms at every bucket, from the medians of this run (benchmarks/tune_compare.py)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tune_compare
+
+    tune_compare.main([str(table_path), "--out", str(options.out / "tune_h200")])
+    if not options.retime:
+        return 0
+
+    # 3. optionally, re-time the arms through the op handles: the table loaded as a catalog file (validated as
+    # one), against the best single backend called directly and the handle of the catalog without the table
     tuned_dir = plain_dir.parent / "with_table"
     shutil.copytree(plain_dir, tuned_dir)
     (tuned_dir / "tuned").mkdir()
     shutil.copy(table_path, tuned_dir / "tuned" / table_path.name)
     tuned = kcatalog.load_catalog(tuned_dir, cache=False)
-
-    # 3. compare at every shape of every bucket
     best_single = {}
     for op in ops:
         rows = [m for m in measured if m.op == op and m.medians_us]
@@ -112,25 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     for m in measured:
         if m.op not in best_single:
             continue
-        info = plain.info(m.op)
-        samples = info.samples
-        assert samples is not None
         handle_tuned, handle_plain = tuned.op(m.op), plain.op(m.op)
         single = plain.kernel(m.op, backend=best_single[m.op])
         for shape in m.shapes:
             job = by_key[(m.op, shape)]
-            graphed = job.shapes == "decode" and device == "cuda"
-            calls = [build_call(info, samples, job.sizes, dtype, device, i) for i in range(8 if graphed else 1)]
-            times = {}
-            for name, fn in (("tuned", handle_tuned), ("best_single", single), ("default", handle_plain)):
-                calls[0].invoke(fn)
-                if graphed:
-                    seconds = bench._time_graph(fn, calls)
-                elif device == "cuda":
-                    seconds = bench._time_cuda(lambda c=calls[0], f=fn: c.invoke(f))
-                else:
-                    seconds = bench._time_cpu(lambda c=calls[0], f=fn: c.invoke(f))
-                times[name] = seconds * 1e6
+            arms = (("tuned", handle_tuned), ("best_single", single), ("default", handle_plain))
+            times = {name: seconds(fn, calls_for(job)) * 1e6 for name, fn in arms}
             chosen_tuned = tuned.select(m.op, platform, dtype, tokens=m.tokens).chosen
             chosen_plain = plain.select(m.op, platform, dtype).chosen
             records.append(
@@ -138,19 +158,18 @@ def main(argv: list[str] | None = None) -> int:
                     "op": m.op,
                     "tokens": m.tokens,
                     "shape": shape,
-                    "method": "cuda-graph" if graphed else "cuda-events",
                     "tuned_backend": chosen_tuned.backend if chosen_tuned else None,
                     "best_single_backend": best_single[m.op],
                     "default_backend": chosen_plain.backend if chosen_plain else None,
                     "us": times,
                 }
             )
-        log(f"compare: {m.op} T={m.tokens} done")
+        log(f"re-time: {m.op} T={m.tokens} done")
 
     lines = summarise(measured, records)
     text = "\n".join(lines)
     print(text, flush=True)
-    (options.out / "tune_h200.txt").write_text(
+    (options.out / "tune_retimed.txt").write_text(
         table_note(torch, device) + "\n" + tune.format_table(measured) + "\n\n" + text + "\n"
     )
     document = {
@@ -175,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         "compare": records,
         "seconds": time.perf_counter() - _T0,
     }
-    (options.out / "tune_h200.json").write_text(json.dumps(document, indent=1) + "\n")
-    log(f"wrote {table_path}, tune_h200.txt, tune_h200.json")
+    (options.out / "tune_retimed.json").write_text(json.dumps(document, indent=1) + "\n")
+    log(f"wrote {table_path}, tune_h200.md/json, tune_retimed.txt/json")
     return 0
 
 

@@ -292,15 +292,29 @@ class Catalog:
         return torch_ops
 
     def prepare(
-        self, platform: Platform | str | None = None, ops: Iterable[str] | None = None
+        self, platform: Platform | str | None = None, ops: Iterable[str] | None = None, *, group: Any = None
     ) -> dict[str, KernelSpec]:
-        """Resolve and import every op (or `ops`) now, for each declared dtype, so the hot path imports nothing."""
+        """Resolve and import every op (or `ops`) now, for each declared dtype, so the hot path imports nothing.
+
+        With `group` (a torch.distributed process group, or True for the default one), then check that every
+        rank resolved alike (`check_consistent`): a collective, so every rank must call it.
+        """
         chosen = {}
         for op in self.ops() if ops is None else ops:
             for dtype in self.info(op).dtypes:
                 self.resolve(op, platform, dtype)
             chosen[op] = self.select(op, platform).require()
+        if group is not None:
+            self.check_consistent(None if group is True else group)
         return chosen
+
+    def check_consistent(self, group: Any = None) -> None:
+        """Raise InconsistentSelectionError, on every rank, when the ranks of `group` (default: the default
+        process group) resolve any op differently: its plan, a fallback after a failed import, an override in
+        one rank's environment. One all-gather of a 16-byte digest at startup; more only when they differ."""
+        from ..select.consistency import check_consistent
+
+        check_consistent(self, group)
 
     def _note(self, message: str) -> None:
         """Log a warning once per distinct message (fallbacks, ignored overrides)."""

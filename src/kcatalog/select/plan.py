@@ -95,7 +95,6 @@ def plan_text(plan: ResolvedPlan, command: str) -> str:
     except importlib.metadata.PackageNotFoundError:
         version = "source tree"
     lines = [
-        "# yaml-language-server: $schema=https://kcatalog.invalid/schemas/plan.v1.json",
         "# Written by `kcatalog plan`: load_catalog(plan=...) pins it; `kcatalog plan --check` compares it.",
         "kcatalog: 1",
         "plan:",

@@ -152,5 +152,5 @@ def select(
         elif chosen is None:
             chosen = info.backends[name]
         else:
-            rejected.append(Rejected(name, f"ranked below {chosen.backend} by {decided_by}"))
+            rejected.append(Rejected(name, f"ranked below {chosen.backend} by {decided_by.partition(': ')[0]}"))
     return Selection(info.id, platform, chosen, decided_by, order, tuple(rejected), tuple(notes))

@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         help="deeper check: import every target (runs kernel modules' code) and compare "
         "its parameters with the op's signature",
     )
+    validate.add_argument("--plan", metavar="FILE", help="also check this plan against the catalog")
     validate.add_argument(
         "--allow-module",
         action="append",
@@ -66,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--all", action="store_true", help="explain every op")
     explain.add_argument("--platform", help="e.g. cuda:9.0, hip:gfx942, cpu (default: this machine)")
     explain.add_argument("--dtype", help="the call's dtype, e.g. bfloat16")
+    explain.add_argument("--tokens", type=int, help="the call's leading dimension: picks a tuned table's bucket")
     explain.add_argument(
         "--torch-ops",
         action="store_true",
@@ -156,6 +158,7 @@ def _validate(options: argparse.Namespace) -> int:
         check_targets=not options.no_targets,
         allowed_modules=options.allow_module,
         import_targets=options.import_targets,
+        plan=options.plan,
     )
     print(REPORTERS[options.output_format](diagnostics))
     failed = any(d.is_error for d in diagnostics)
@@ -218,7 +221,7 @@ def _explain(options: argparse.Namespace) -> int:
     if catalog is None:
         return 1
     ops = catalog.ops() if options.all else [options.op]
-    selections = [catalog.select(op, platform, options.dtype) for op in ops]
+    selections = [catalog.select(op, platform, options.dtype, tokens=options.tokens) for op in ops]
     torch_ops = {}
     if options.torch_ops:
         from ..select.torch_ops import describe
@@ -249,6 +252,10 @@ def _explain(options: argparse.Namespace) -> int:
                 print(f"  note: {note}")
             for r in s.rejected:
                 print(f"  {r.backend}: {r.reason}")
+            table = catalog.tuned(s.op, s.platform, options.dtype) if options.tokens is None else None
+            if table is not None:
+                buckets = ", ".join(f"{b.span} {b.backend}" for b in table.buckets)
+                print(f"  tuned table for {table.platform} {table.dtype}: {buckets} (--tokens N picks one)")
             for line in torch_ops[s.op].lines() if torch_ops else ():
                 print(line)
     return 0 if all(s.chosen for s in selections) else 1

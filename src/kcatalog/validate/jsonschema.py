@@ -8,8 +8,14 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from .schema import Manifest, Settings
+from .tables import Plan, TunedTable
 
-_MODELS: dict[str, type[BaseModel]] = {"manifest.v1.json": Manifest, "settings.v1.json": Settings}
+_MODELS: dict[str, type[BaseModel]] = {
+    "manifest.v1.json": Manifest,
+    "settings.v1.json": Settings,
+    "tuned.v1.json": TunedTable,
+    "plan.v1.json": Plan,
+}
 
 
 def shipped_schema_dir() -> Path:
