@@ -100,7 +100,7 @@ def render(rows: list[Row], table: dict[str, Any], notes: list[str] | None = Non
         "bucket lookup costs well under 0.5 µs of host time: benchmarks/results/dispatch_overhead.json). A margin "
         "of a few percent is within the run-to-run noise of these timings, and choosing the least of noisy "
         "medians favours the tuned arm a little (the winner's curse): only margins well beyond noise are real "
-        "crossovers. A backend missing from a bucket's medians was not timed there (see the table's notes).",
+        "crossovers. A backend missing from a bucket's medians was not timed there (see the notes below).",
         "",
         f"Crossovers (a bucket whose best backend is not the op's best single one): {len(crossed)} of {len(rows)}.",
     ]

@@ -15,8 +15,8 @@ Run from the repository root (the GPU machine's ``python3``)::
    catalog with the table as a catalog file (dispatch by bucket), (b) the best single backend called directly,
    (c) the handle of the catalog without the table.
 
-Results: ``$OUT/cuda_9.0.yaml``, ``$OUT/tune_h200.md`` and ``.json``; with --retime ``tune_retimed.txt``/``.json``. Torch.compile candidates are
-skipped, with the reason recorded, once the time budget (``--budget-s``) runs short.
+Results: ``$OUT/cuda_9.0.yaml``, ``$OUT/tune_h200.md`` and ``.json``; with --retime ``tune_retimed.txt``/``.json``.
+Torch.compile candidates are skipped, with the reason recorded, once the time budget (``--budget-s``) runs short.
 """
 
 from __future__ import annotations
