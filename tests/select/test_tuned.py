@@ -208,3 +208,23 @@ def test_a_plan_from_other_contents_warns_and_strict_refuses(tagged: Path, tmp_p
     assert [d.code for d in catalog.warnings] == ["KC242"]
     with pytest.raises(kcatalog.CatalogError, match="KC242 plan was made from a catalog with digest 0123456789abcdef"):
         kcatalog.load_catalog(tagged, cache=False, plan=plan, strict=True)
+
+
+def test_a_plan_for_another_platform_warns_on_this_one(
+    tagged: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog = kcatalog.load_catalog(tagged, cache=False)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        f"kcatalog: 1\nplan:\n  platform: cuda:9.0\n  digest: {catalog.digest}\n  ops:\n    g.tag:\n      float32: big\n"
+    )
+    monkeypatch.setattr(kcatalog.Platform, "detect", classmethod(lambda cls: cls("cpu")))
+    with caplog.at_level(logging.WARNING, logger="kcatalog"):
+        pinned = kcatalog.load_catalog(tagged, cache=False, plan=plan)
+        assert pinned.select("g.tag", dtype="float32").chosen.backend == "ref"  # type: ignore[union-attr]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"plan {plan} is for cuda:9.0; this machine is cpu: nothing is pinned"
+    ]
+    strict = kcatalog.load_catalog(tagged, cache=False, plan=plan, strict=True)
+    with pytest.raises(kcatalog.CatalogError, match="is for cuda:9.0; this machine is cpu"):
+        strict.select("g.tag", dtype="float32")

@@ -159,6 +159,8 @@ class Catalog:
         from ..select.selection import select  # selection is not needed to load, only to choose
 
         platform = platform or self.platform()
+        if self.plan is not None and self.plan.platform != str(platform) and platform == self._platform:
+            self._plan_elsewhere(platform)
         selection = select(
             self._settings,
             info,
@@ -173,6 +175,14 @@ class Catalog:
         for note in selection.notes:
             self._note(note)
         return selection
+
+    def _plan_elsewhere(self, here: Platform) -> None:
+        """A plan for another platform pins nothing on this machine's own device: never silently."""
+        assert self.plan is not None
+        message = f"plan {self.plan.path} is for {self.plan.platform}; this machine is {here}: nothing is pinned"
+        if self.strict:
+            raise CatalogError(message)
+        self._note(message)
 
     def tuned(self, op: str, platform: Platform | str, dtype: str | None) -> TunedOp | None:
         """The tuned table's buckets for the op on the platform and dtype, or None."""
