@@ -1,5 +1,8 @@
 """On a GPU: a decoder built from catalog ops, compiled with the catalog's torch ops in the graph, against the same
 model written in plain torch (the ops' torch references) and compiled by Inductor, which fuses them itself.
+The catalog model runs two ways: "kcatalog" through op handles, whose torch ops torch.compile traces into the
+Triton kernels (the backends are `traceable: true`: Inductor sees each kernel, as with torch.library.triton_op),
+and "kcatalog opaque" through the same ops registered with traced=False (one opaque custom op each).
 
 The model: embedding -> rms_norm -> [linear (qkv) -> rotary_embedding of q and k -> causal attention over the
 step's own tokens (SDPA, no KV cache, the same in both models) -> linear (o) -> fused_add_rms_norm -> linear
@@ -9,7 +12,8 @@ GQA), head dim 128, intermediate 14336, 8 layers. Both models share one set of r
 One run checks, then times, all in one process:
   1. torch.library.opcheck of every shipped op with its triton backend on the GPU (bf16, fp16);
   2. op handles and torch ops captured in a CUDA graph after warm-up, replayed against eager calls;
-  3. the catalog model under torch._dynamo.explain (graph breaks), and each compiled model against eager;
+  3. the catalog model under torch._dynamo.explain (graph breaks), what each catalog model's graph holds after
+     AOTAutograd (Triton kernels, or opaque kcatalog ops), and each compiled model against eager;
   4. decode steps (1 to 64 tokens) compiled with mode="reduce-overhead" (CUDA graphs), static shapes, and prefill
      (4096 tokens) with mode="max-autotune-no-cudagraphs"; eager figures beside them. Medians of
      triton.testing.do_bench (ms); compile times.
@@ -225,6 +229,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     began = time.perf_counter()
     catalog = kcatalog.load_catalog(cache=False)
     catalog.register_torch_ops()
+    opaque = catalog.register_torch_ops("kcatalog_opaque", OPS, traced=False)
     result: dict[str, Any] = {
         "benchmark": "model_gpu",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -245,6 +250,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     weights = Weights(cfg, device, dtype)
     models = {
         "kcatalog": Decoder(cfg, weights, {op: catalog.op(op) for op in OPS}),
+        "kcatalog opaque": Decoder(cfg, weights, {op: opaque[op] for op in OPS}),
         "plain torch": Decoder(cfg, weights, PLAIN),
     }
     if args.profile:
@@ -253,6 +259,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     explained = torch._dynamo.explain(models["kcatalog"])(*inputs(cfg, 8, device))
     result["kcatalog_graph_breaks"] = explained.graph_break_count
     result["kcatalog_graphs"] = explained.graph_count
+    result["graph_nodes"] = {name: graph_nodes(models[name], cfg, device) for name in ("kcatalog", "kcatalog opaque")}
+    print(json.dumps(result["graph_nodes"]), flush=True)
+    save(result)
     torch._dynamo.reset()
     rows: list[dict[str, Any]] = []
     result["rows"] = rows
@@ -293,6 +302,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 save(result)
             torch._dynamo.reset()
     return result
+
+
+def graph_nodes(model: Decoder, cfg: Config, device: str) -> dict[str, int]:
+    """What the model's graph holds after AOTAutograd: Triton kernel launches, opaque kcatalog ops, other calls."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    counts = {"triton kernels": 0, "opaque kcatalog ops": 0, "other calls": 0}
+
+    def compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable[..., Any]:
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                # an in-place op is functionalized into auto_functionalized(op, ...)
+                target = str(node.args[0] if "auto_functionalized" in str(node.target) else node.target)
+                kind = "triton kernels" if "triton_kernel_wrapper" in target else "other calls"
+                counts["opaque kcatalog ops" if target.startswith("kcatalog") else kind] += 1
+        return gm.forward  # type: ignore[no-any-return]
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=aot_autograd(fw_compiler=compiler), fullgraph=True, dynamic=False)(
+            *inputs(cfg, 8, device)
+        )
+    torch._dynamo.reset()
+    return counts
 
 
 def synchronize(device: str) -> None:
@@ -363,22 +396,22 @@ def table(result: dict[str, Any]) -> str:
         f"{result['device']}, torch {result['torch']}, {result['dtype']}, commit {result['commit']}; "
         f"kcatalog model: {result['kcatalog_graphs']} graph, {result['kcatalog_graph_breaks']} graph breaks; "
         f"bindings: {result['bindings']}",
-        f"{'phase':8s} {'tokens':>6s} {'model':12s} {'eager ms':>9s} {'compiled ms':>11s} {'compile s':>9s} "
+        f"{'phase':8s} {'tokens':>6s} {'model':15s} {'eager ms':>9s} {'compiled ms':>11s} {'compile s':>9s} "
         f"{'rel err':>8s}  mode",
     ]
     for row in result["rows"]:
         compiled = f"{row['compiled_ms']:11.3f}" if "compiled_ms" in row else f"{'failed':>11s}"
         lines.append(
-            f"{row['phase']:8s} {row['tokens']:6d} {row['model']:12s} {row['eager_ms']:9.3f} {compiled} "
+            f"{row['phase']:8s} {row['tokens']:6d} {row['model']:15s} {row['eager_ms']:9.3f} {compiled} "
             f"{row.get('compile_s', 0):9.1f} {row.get('compiled_error', float('nan')):8.1e}  {row.get('mode', '')}"
         )
     by_key = {(r["phase"], r["tokens"], r["model"]): r for r in result["rows"] if "compiled_ms" in r}
     for (phase, tokens, model), row in sorted(by_key.items()):
         plain = by_key.get((phase, tokens, "plain torch"))
-        if model == "kcatalog" and plain:
-            lines.append(
-                f"{phase} {tokens}: kcatalog-in-graph {plain['compiled_ms'] / row['compiled_ms']:.3f}x Inductor"
-            )
+        if model != "plain torch" and plain:
+            lines.append(f"{phase} {tokens}: {model} {plain['compiled_ms'] / row['compiled_ms']:.3f}x Inductor")
+    for name, counts in result.get("graph_nodes", {}).items():
+        lines.append(f"graph after AOTAutograd, {name}: {counts}")
     checks = result.get("opcheck_triton", [])
     if checks:
         failed = [c for c in checks if c["result"] != "pass"]

@@ -115,6 +115,8 @@ class KernelSpec:
     # Module prefixes the imported object must be defined under, one tuple per list that applies (the
     # settings file's, the caller's): checked on import, before the object is returned.
     allowed_modules: tuple[tuple[str, ...], ...] = ()
+    # torch.compile may trace into the target (select/torch_ops.py): Inductor then sees its Triton kernels.
+    traceable: bool = False
     _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
 
     def load(self) -> Callable[..., Any]:

@@ -209,13 +209,13 @@ def test_explain_says_what_each_device_type_binds(shipped: kcatalog.Catalog) -> 
     assert report.lines() == [
         "  torch op kcatalog::layernorm_rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor (registered)",
         "    fake: reference: the 'torch' backend (kcatalog.kernels.torch.layernorm:rms_norm) run on fake tensors",
-        "    CPU (cpu): aten (float32, float16, bfloat16)",
+        "    CPU (cpu): aten opaque (float32, float16, bfloat16)",
         "    CUDA: no cuda device here",
     ]
     on_gpu = describe(shipped, "layernorm.fused_add_rms_norm", platform=kcatalog.Platform.parse("cuda:9.0"))
     assert [str(binding) for binding in on_gpu.bindings] == [
-        "CPU (cpu): torch (float32, float16, bfloat16)",
-        "CUDA (cuda:9.0): triton (float32, float16, bfloat16)",
+        "CPU (cpu): torch opaque (float32, float16, bfloat16)",
+        "CUDA (cuda:9.0): triton in graph (float32, float16, bfloat16)",
     ]
     assert on_gpu.fake == "none needed: the op returns nothing"
 
@@ -225,7 +225,7 @@ def test_kcatalog_explain_torch_ops(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.splitlines()[-4:] == [
         "  torch op kcatalog::elementwise_softmax(Tensor x) -> Tensor",
         "    fake: reference: the 'torch' backend (kcatalog.kernels.torch.elementwise:softmax) run on fake tensors",
-        "    CPU (cpu): aten (float32, float16, bfloat16)",
+        "    CPU (cpu): aten opaque (float32, float16, bfloat16)",
         "    CUDA: no cuda device here",
     ]
 

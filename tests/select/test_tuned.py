@@ -97,6 +97,12 @@ def test_torch_op_dispatches_by_leading_dimension_too(workspace: Workspace) -> N
     x4, x5 = torch.ones(4, 2), torch.ones(5, 2)
     assert ops["tunedop.scale"](x4).tolist() == (x4 * 2).tolist()
     assert ops["tunedop.scale"](x5).tolist() == (x5 * 3).tolist()
+    # Compiled with dynamic shapes: one graph, its opaque node still dispatching by bucket on every call.
+    handle = catalog.op("tunedop.scale")
+    compiled = torch.compile(lambda x: handle(x) + 1, dynamic=True, fullgraph=True, backend="eager")
+    for t, factor in ((4, 2), (5, 3), (16, 3), (40, 2), (3, 2)):
+        x = torch.ones(t, 2)
+        assert compiled(x).tolist() == (x * factor + 1).tolist(), t
 
 
 def test_explain_a_tuned_choice(tagged: Path, capsys: pytest.CaptureFixture[str]) -> None:

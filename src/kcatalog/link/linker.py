@@ -409,6 +409,7 @@ class _Linker:
                 location=location,
                 target_location=node_location(file.path, children(value_node)["target"][1]),
                 allowed_modules=self.allow_lists,
+                traceable=backend.traceable,
             )
             self.declared.append(specs[name])
         return specs

@@ -235,10 +235,23 @@ class Catalog:
         tokens: int | None = None,
     ) -> Callable[..., Any]:
         """Select and import, falling back to the next eligible backend when an import fails (unless strict)."""
+        return self.resolve_spec(op, platform, dtype, backend=backend, tokens=tokens).load()
+
+    def resolve_spec(
+        self,
+        op: str,
+        platform: Platform | str | None = None,
+        dtype: str | None = None,
+        *,
+        backend: str | None = None,
+        tokens: int | None = None,
+    ) -> KernelSpec:
+        """The spec `resolve` runs: the selected backend, imported, or the next eligible one whose import works."""
         while True:
             spec = self.select(op, platform, dtype, backend=backend, tokens=tokens).require()
             try:
-                return spec.load()
+                spec.load()
+                return spec
             except KernelImportError as exc:
                 if self.strict or backend is not None:
                     raise
@@ -267,7 +280,7 @@ class Catalog:
     # -- torch ops ------------------------------------------------------------------------------------
 
     def register_torch_ops(
-        self, namespace: str = "kcatalog", ops: Iterable[str] | str | None = None
+        self, namespace: str = "kcatalog", ops: Iterable[str] | str | None = None, *, traced: bool = True
     ) -> Mapping[str, Any]:
         """Define each op (default: every op) as a torch op, `torch.ops.<namespace>.<group>_<name>`, for
         torch.compile and CUDA graphs; returns op id -> that op (an OpOverloadPacket).
@@ -280,8 +293,12 @@ class Catalog:
         not registered yet. Raises CatalogError, registering none of them, for an op that cannot be a torch op
         (its KC212-KC214 diagnostics, located) and for a name already defined in the namespace by other code or
         another Catalog. Op handles call the registered op while torch.compile traces them.
+
+        Where the backend chosen for a call is declared `traceable: true`, torch.compile traces into it (as
+        torch.library.triton_op does): Inductor sees its Triton kernels and keeps them in the graph, CUDA graphs
+        included. Other backends, and every one with `traced=False`, stay one opaque node.
         """
-        return self._torch().register(namespace, ops)
+        return self._torch().register(namespace, ops, traced)
 
     def torch_op(self, op: str, namespace: str = "kcatalog") -> Any | None:
         """`torch.ops.<namespace>.<name>` of an op this catalog registered there, or None."""

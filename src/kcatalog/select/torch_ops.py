@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CatalogError, Diagnostic
+from ..link.signature import parse_signature
 from ..link.torch_schema import torch_op_name
 from ..model import FAKE_REFERENCE, KernelSpec, OpInfo
 from ..platform import Platform
@@ -63,6 +64,7 @@ class TorchOp:
     qualname: str  # 'kcatalog::layernorm_rms_norm'
     schema: str  # without the name: '(Tensor x, Tensor weight, float eps=1e-06) -> Tensor'
     packet: Any  # torch.ops.kcatalog.layernorm_rms_norm
+    traced: bool  # torch.compile traces into the chosen backend where it is traceable (register(traced=))
 
 
 class TorchOps:
@@ -95,7 +97,7 @@ class TorchOps:
         """The op as registered under the namespace, or None."""
         return self.ops.get((namespace, op))
 
-    def register(self, namespace: str, ops: Iterable[str] | str | None) -> Mapping[str, Any]:
+    def register(self, namespace: str, ops: Iterable[str] | str | None, traced: bool = True) -> Mapping[str, Any]:
         """See Catalog.register_torch_ops."""
         catalog = self._catalog
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
@@ -105,12 +107,21 @@ class TorchOps:
         import torch
 
         with self.lock:
+            other = [
+                op.op
+                for op in map(self.ops.get, ((namespace, info.id) for info in infos))
+                if op and op.traced != traced
+            ]
+            if other:
+                raise CatalogError(
+                    f"ops {', '.join(other)} are already registered under '{namespace}' with traced={not traced}"
+                )
             new = [info for info in infos if (namespace, info.id) not in self.ops]
             if new:
-                self._define(torch, namespace, new)
+                self._define(torch, namespace, new, traced)
             return MappingProxyType({info.id: self.ops[(namespace, info.id)].packet for info in infos})
 
-    def _define(self, torch: Any, namespace: str, infos: list[OpInfo]) -> None:
+    def _define(self, torch: Any, namespace: str, infos: list[OpInfo], traced: bool) -> None:
         problems = [problem for info in infos for problem in info.torch_problems]
         if problems:
             shown = "\n".join(f"  {problem}" for problem in problems)
@@ -122,7 +133,7 @@ class TorchOps:
             defined: list[TorchOp] = []
             try:
                 for info in infos:
-                    defined.append(self._define_one(torch, library, namespace, info))
+                    defined.append(self._define_one(torch, library, namespace, info, traced))
             except Exception as exc:
                 library._destroy()  # none of this call's ops stays half-registered
                 raise CatalogError(f"torch.library refused op '{info.id}' ({info.location}): {exc}") from exc
@@ -151,7 +162,7 @@ class TorchOps:
                 + "\n".join(f"  {line}" for line in taken)
             )
 
-    def _define_one(self, torch: Any, library: Any, namespace: str, info: OpInfo) -> TorchOp:
+    def _define_one(self, torch: Any, library: Any, namespace: str, info: OpInfo, traced: bool) -> TorchOp:
         name = torch_op_name(info.id)
         assert info.torch_schema is not None  # an op without one has a torch problem, refused above
         library.define(f"{name}{info.torch_schema}", tags=(torch.Tag.pt2_compliant_tag,))
@@ -159,7 +170,11 @@ class TorchOps:
         for key, device in DEVICE_TYPES.items():
             library.impl(name, self._impl(info, device, code), key)
         torch.library.register_fake(f"{namespace}::{name}", _fake(info), lib=library)
-        return TorchOp(info.id, f"{namespace}::{name}", info.torch_schema, getattr(getattr(torch.ops, namespace), name))
+        if traced and any(spec.traceable for spec in info.backends.values()) and _can_trace(torch):
+            rule = self._decomposition(torch, info, code.tensor)
+            torch.library.register_torch_dispatch(f"{namespace}::{name}", _functional_mode(), rule, lib=library)
+        packet = getattr(getattr(torch.ops, namespace), name)
+        return TorchOp(info.id, f"{namespace}::{name}", info.torch_schema, packet, traced)
 
     def _impl(self, info: OpInfo, device: str, code: CallCode) -> Callable[..., Any]:
         """The implementation for one device type: the catalog's choice for each dtype, resolved on first use."""
@@ -168,9 +183,7 @@ class TorchOps:
         by_dtype: dict[Any, Callable[..., Any]] = {}
 
         def resolve(dtype: Any, tokens: int | None = None) -> Callable[..., Any]:
-            return catalog.resolve(
-                op_id, platform_of(catalog, device), str(dtype).removeprefix("torch."), tokens=tokens
-            )
+            return catalog.resolve(op_id, platform_of(catalog, device), _dtype_name(dtype), tokens=tokens)
 
         def resolve_locked(dtype: Any, tokens: int | None = None) -> Callable[..., Any]:
             with lock:
@@ -199,6 +212,62 @@ class TorchOps:
         impl = generate(template, code, namespace, "impl", f"<kcatalog torch op {op_id} {device}>")
         impl.__name__ = impl.__qualname__ = f"{torch_op_name(op_id)}_{device}"
         return impl
+
+    def _decomposition(self, torch: Any, info: OpInfo, dispatch: str) -> Callable[..., Any]:
+        """The op's rule under functionalization (AOTAutograd, inside torch.compile), as torch.library.triton_op
+        registers one: trace into the chosen backend where it is traceable, else keep the op as one node."""
+        from torch._subclasses.fake_tensor import FakeTensor
+        from torch._subclasses.functional_tensor import FunctionalTensor
+        from torch.export._trace import custom_triton_ops_decomposition_disabled
+
+        from ..kernels import tracing
+
+        catalog, op_id = self._catalog, info.id
+        signature = parse_signature(info.signature)
+        positional = [arg.arg for arg in (*signature.posonlyargs, *signature.args)]
+        # The dispatcher passes positional parameters positionally, keyword-only ones as keywords.
+        index = positional.index(dispatch) if dispatch in positional else len(positional)
+        plain = (torch.Tensor, FunctionalTensor)
+        bucketed = catalog.is_bucketed(op_id)
+
+        def rule(mode: Any, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            tensor = args[index] if index < len(args) else kwargs[dispatch]
+            tokens = None
+            if bucketed:  # a static leading dimension traces its bucket's backend; a symbolic one stays opaque,
+                tokens = tensor.shape[0] if tensor.dim() else None  # and the node dispatches by bucket per call
+                if not isinstance(tokens, int):
+                    return mode.__torch_dispatch__(func, types, args, kwargs)
+            spec = catalog.resolve_spec(
+                op_id, platform_of(catalog, tensor.device.type), _dtype_name(tensor.dtype), tokens=tokens
+            )
+            # torch.export keeps custom ops whole, and so does a tensor subclass that is not torch's own.
+            whole = custom_triton_ops_decomposition_disabled() or any(  # type: ignore[no-untyped-call]
+                not issubclass(t, FakeTensor) and t not in plain for t in types
+            )
+            if spec.traceable and not whole:
+                try:
+                    with mode, tracing.tracing():
+                        return spec.load()(*args, **kwargs)
+                except tracing.NotTraceable as exc:  # what it traced so far is unused: dead code in the graph
+                    catalog._note(f"op '{op_id}': backend '{spec.backend}' stays opaque under torch.compile: {exc}")
+            return mode.__torch_dispatch__(func, types, args, kwargs)
+
+        return rule
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _can_trace(torch: Any) -> bool:
+    """Whether this torch can trace a backend into the graph (torch.library.wrap_triton: torch >= 2.6)."""
+    return hasattr(torch.library, "wrap_triton") and hasattr(torch.library, "register_torch_dispatch")
+
+
+def _functional_mode() -> Any:
+    from torch._subclasses.functional_tensor import FunctionalTensorMode
+
+    return FunctionalTensorMode
 
 
 def _fake(info: OpInfo) -> Callable[..., Any]:
@@ -245,6 +314,7 @@ class DeviceBinding:
     key: str  # 'CPU', 'CUDA'
     platform: Platform | None  # None: no such device on this platform
     chosen: tuple[tuple[str, str | None], ...]  # (dtype, backend; None where nothing is eligible)
+    traced: frozenset[str] = frozenset()  # the chosen backends torch.compile traces into (the rest are opaque)
 
     def __str__(self) -> str:
         if self.platform is None:
@@ -252,8 +322,13 @@ class DeviceBinding:
         by_backend: dict[str | None, list[str]] = {}
         for dtype, backend in self.chosen:
             by_backend.setdefault(backend, []).append(dtype)
-        parts = [f"{backend or 'nothing eligible'} ({', '.join(dtypes)})" for backend, dtypes in by_backend.items()]
+        parts = [f"{self._shown(backend)} ({', '.join(dtypes)})" for backend, dtypes in by_backend.items()]
         return f"{self.key} ({self.platform}): {'; '.join(parts)}"
+
+    def _shown(self, backend: str | None) -> str:
+        if backend is None:
+            return "nothing eligible"
+        return f"{backend} {'in graph' if backend in self.traced else 'opaque'}"
 
 
 @dataclass(frozen=True)
@@ -296,6 +371,10 @@ def describe(catalog: Catalog, op: str, namespace: str = "kcatalog", platform: P
     `platform` (default: this machine's); the CPU key always means the CPU."""
     info = catalog.info(op)
     here = platform or catalog.platform()
+    registered = catalog.torch_op(op, namespace) is not None
+    torch_op = catalog._torch().registered(op, namespace) if registered else None
+    traceable = frozenset(name for name, spec in info.backends.items() if spec.traceable)
+    traced = traceable if torch_op is None or torch_op.traced else frozenset()
     bindings = []
     for key, device in DEVICE_TYPES.items():
         if device == "cpu":
@@ -305,8 +384,7 @@ def describe(catalog: Catalog, op: str, namespace: str = "kcatalog", platform: P
         chosen: tuple[tuple[str, str | None], ...] = ()
         if bound is not None:
             chosen = tuple((dtype, _chosen(catalog, op, bound, dtype)) for dtype in info.dtypes)
-        bindings.append(DeviceBinding(key, bound, chosen))
-    registered = catalog.torch_op(op, namespace) is not None
+        bindings.append(DeviceBinding(key, bound, chosen, traced & {backend for _, backend in chosen if backend}))
     qualname = f"{namespace}::{torch_op_name(op)}"
     return TorchOpReport(
         op, qualname, info.torch_schema, _fake_text(info), tuple(bindings), info.torch_problems, registered

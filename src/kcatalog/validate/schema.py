@@ -136,6 +136,11 @@ class Backend(_Strict):
     dtypes: tuple[DType, ...] | None = Field(
         None, min_length=1, description="dtypes it supports; default (left out): all of the op's"
     )
+    traceable: bool = Field(
+        False,
+        description="torch.compile may trace into it (torch ops, and Triton launches through "
+        "kcatalog.kernels.tracing.launch), so Inductor sees its kernels; default: opaque to the graph",
+    )
     description: str | None = None
 
 

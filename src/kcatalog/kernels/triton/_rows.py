@@ -29,14 +29,20 @@ import triton.language as tl
 
 def as_rows(t: torch.Tensor) -> torch.Tensor:
     """A 2-D ``[rows, width]`` view of `t` with a unit-stride last dim; copies only if no such view exists."""
+    view = rows_view(t)
+    return t.contiguous().view(-1, t.shape[-1]) if view is None else view
+
+
+def rows_view(t: torch.Tensor) -> torch.Tensor | None:
+    """as_rows(t) where it is a view of t's own memory (an in-place kernel writes through it), else None."""
     if t.stride(-1) != 1:
-        t = t.contiguous()
+        return None
     if t.dim() == 2:
         return t
     try:
         return t.view(-1, t.shape[-1])
     except RuntimeError:
-        return t.reshape(-1, t.shape[-1])
+        return None
 
 
 @triton.jit
@@ -359,6 +365,8 @@ class RowTiling(Spread):
         min_programs = self.programs_per_sm * sms
         # beyond this many rows the row count no longer changes the choice: one entry serves them all
         key = (n_cols, min(n_rows, self.max_rows_per_program * min_programs), min_programs)
+        if any(type(size) is not int for size in key):  # symbolic sizes, while torch.compile traces: no hash
+            return self._choose(*key)
         found = self._configs.get(key)
         if found is None:
             if len(self._configs) >= 4096:

@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..tracing import launch
 from ._rows import Spread, Tunables, as_rows, cdiv, next_power_of_2
 
 _ACT_SILU = 0
@@ -165,7 +166,7 @@ def _act_and_mul(x: torch.Tensor, act: int) -> torch.Tensor:
     t = TUNING.get()
     block_m, block_n, num_warps = t.config(n_rows, d, t.device_sms(x.device))
     grid = (cdiv(n_rows, block_m) * cdiv(d, block_n),)
-    _act_and_mul_kernel[grid](
+    launch(_act_and_mul_kernel, grid)(
         x2,
         out2,
         n_rows,

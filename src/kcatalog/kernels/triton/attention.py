@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import triton
 import triton.language as tl
 
+from ..tracing import launch
 from ._rows import Spread, Tunables, cdiv, next_power_of_2
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ def rotary_embedding(
     half = rot_dim // 2
     t = TUNING.get()
     bhq, bhk, split, num_warps = t.config(num_tokens, n_q, n_k, half, t.device_sms(query.device))
-    _rotary_kernel[(num_tokens, split)](
+    launch(_rotary_kernel, (num_tokens, split))(
         positions,
         query,
         key,

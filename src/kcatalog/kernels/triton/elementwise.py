@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..tracing import launch
 from ._rows import RowTiling, Tunables, as_rows, cdiv, chunk_cols, load_chunk, next_power_of_2, row_ptrs, store_chunk
 
 
@@ -130,10 +131,10 @@ def _softmax_split(x2: torch.Tensor, out: torch.Tensor, t: SoftmaxTuning) -> Non
     n_blocks = cdiv(n, t.split_block)
     maxes = torch.empty((m, n_blocks), dtype=torch.float32, device=x2.device)
     sums = torch.empty((m, n_blocks), dtype=torch.float32, device=x2.device)
-    _softmax_block_stats_kernel[(m, n_blocks)](
+    launch(_softmax_block_stats_kernel, (m, n_blocks))(
         x2, maxes, sums, n, n_blocks, x2.stride(0), BLOCK_N=t.split_block, num_warps=t.split_warps,
     )  # fmt: skip
-    _softmax_block_write_kernel[(m, n_blocks)](
+    launch(_softmax_block_write_kernel, (m, n_blocks))(
         x2, out, maxes, sums, n, n_blocks, x2.stride(0), n,
         BLOCK_N=t.split_block, BLOCKS_P2=next_power_of_2(n_blocks), num_warps=t.split_warps,
     )  # fmt: skip
@@ -157,7 +158,7 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     if not single and m < t.split_rows_per_sm * sms:
         _softmax_split(x2, out, t)
         return out
-    _softmax_kernel[(cdiv(m, block_m),)](
+    launch(_softmax_kernel, (cdiv(m, block_m),))(
         x2, out, m, n, x2.stride(0), n,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=t.loop_stages, num_warps=num_warps,
     )  # fmt: skip

@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import tracing
 from ._rows import (
     RowTiling,
     Tunables,
@@ -47,6 +48,7 @@ from ._rows import (
     resident_per_sm,
     row_ptrs,
     row_sum_sq,
+    rows_view,
     sm_limits,
     store_chunk,
     store_rows,
@@ -177,7 +179,7 @@ def _norm_kernel(
     LAYER: tl.constexpr, EVEN: tl.constexpr = False, LATE_W: tl.constexpr = False, LOAD_CACHE: tl.constexpr = "",
     STORE_CACHE: tl.constexpr = "", EVICT1: tl.constexpr = "", EVICT2: tl.constexpr = "",
 ):  # fmt: skip
-    """rms_norm, or (LAYER) layer_norm; b_ptr is None for rms_norm. EVEN: n_cols == BLOCK_N, no column masks."""
+    """rms_norm, or (LAYER) layer_norm; b_ptr is unread for rms_norm. EVEN: n_cols == BLOCK_N, no column masks."""
     x_rows, row_ok = row_ptrs(x_ptr, tl.program_id(0), n_rows, stride_x, BLOCK_M)
     y_rows, _ = row_ptrs(y_ptr, tl.program_id(0), n_rows, stride_y, BLOCK_M)
     if SINGLE_PASS:
@@ -289,7 +291,8 @@ def _norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps:
         # inductor's scheme at this width (see rms_chunked_widths): two reads of each row, the second from L2
         block_n, num_warps, single, load_cache = min(t.rms_chunk, block_n), t.rms_chunk_warps, False, ""
         stages, evict1, evict2 = t.rms_chunk_stages, "evict_last", "evict_first"
-    elif b is not None and single and block_n != n and n >= t.ln_persistent_min_width:
+    elif b is not None and single and block_n != n and n >= t.ln_persistent_min_width and not tracing.active():
+        # (not in a compiled graph: sizing the persistent grid reads the compiled kernel's registers)
         key = (x.dtype, x.device.index, block_m, block_n, t.ln_persistent_warps, load_cache)
         progs = _persistent(x2, n_tiles, t, key)
         if progs:
@@ -300,8 +303,9 @@ def _norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps:
             if key not in _RESIDENT:
                 _learn_residency(key, compiled, t.ln_persistent_warps, x.device)
             return out
-    _norm_kernel[(n_tiles,)](
-        x2, w, b, out, m, n, x2.stride(0), n, eps,
+    # rms_norm passes w for the unread b_ptr: Inductor's launcher of a kernel in a graph takes no None pointer
+    tracing.launch(_norm_kernel, (n_tiles,))(
+        x2, w, w if b is None else b, out, m, n, x2.stride(0), n, eps,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=stages, LAYER=b is not None,
         EVEN=block_n == n, LATE_W=n_tiles >= t.late_weights_programs, LOAD_CACHE=load_cache,
         EVICT1=evict1, EVICT2=evict2, num_warps=num_warps,
@@ -331,22 +335,23 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     n = x.shape[-1]
     if x.numel() == 0:
         return
-    x2 = as_rows(x)
-    r2 = as_rows(residual)
+    x_view, r_view = rows_view(x), rows_view(residual)
+    x2 = as_rows(x) if x_view is None else x_view
+    r2 = as_rows(residual) if r_view is None else r_view
     w = _vector(weight, n, "weight")
     m = x2.shape[0]
     t = TUNING.get()
     block_m, block_n, num_warps, single = t.config(n, m, t.device_sms(x.device))
     n_tiles = cdiv(m, block_m)
-    _fused_add_rms_norm_kernel[(n_tiles,)](
+    tracing.launch(_fused_add_rms_norm_kernel, (n_tiles,))(
         x2, r2, w, m, n, x2.stride(0), r2.stride(0), eps,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=t.loop_stages,
         EVEN=block_n == n, LATE_W=n_tiles >= t.late_weights_programs, num_warps=num_warps,
     )  # fmt: skip
-    # as_rows only copies when no in-place view exists; write such temporaries back.
-    if x2.data_ptr() != x.data_ptr():
+    # Where no in-place view exists, the kernel updated a copy: write it back.
+    if x_view is None:
         x.copy_(x2.view(x.shape))
-    if r2.data_ptr() != residual.data_ptr():
+    if r_view is None:
         residual.copy_(r2.view(residual.shape))
 
 
