@@ -117,6 +117,8 @@ class KernelSpec:
     allowed_modules: tuple[tuple[str, ...], ...] = ()
     # torch.compile may trace into the target (select/torch_ops.py): Inductor then sees its Triton kernels.
     traceable: bool = False
+    # A per-call gate 'module:attr' (select/gates.py): called with the call's arguments, once per argument shape.
+    eligible: str | None = None
     _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
 
     def load(self) -> Callable[..., Any]:

@@ -234,3 +234,47 @@ def test_a_plan_for_another_platform_warns_on_this_one(
     strict = kcatalog.load_catalog(tagged, cache=False, plan=plan, strict=True)
     with pytest.raises(kcatalog.CatalogError, match="is for cuda:9.0; this machine is cpu"):
         strict.select("g.tag", dtype="float32")
+
+
+# -- per-call gates ------------------------------------------------------------------------------------------
+
+GATE = """\
+CALLS = []
+
+
+def narrow(x):
+    CALLS.append(tuple(x.shape))
+    return True if x.shape[-1] <= 4 else f"last dim {x.shape[-1]} > 4"
+"""
+
+
+def test_a_gate_is_asked_once_per_shape_and_its_reason_kept(
+    workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch = pytest.importorskip("torch")
+    workspace.module("gate_fast", "def tag(x):\n    return 'fast'\n")
+    workspace.module("gate_ref", "def tag(x):\n    return 'ref'\n")
+    workspace.module("gate_rule", GATE)
+    backends = {"fast": {"target": "gate_fast:tag", "eligible": "gate_rule:narrow"}, "ref": "gate_ref:tag"}
+    directory = workspace.write({"tag": workspace.op(backends, reference="ref")}, backends=["fast", "ref"])
+    catalog = kcatalog.load_catalog(directory, cache=False)
+    handle = catalog.op("g.tag")
+    assert [handle(torch.zeros(2, w)) for w in (4, 8, 4, 8, 3)] == ["fast", "ref", "fast", "ref", "fast"]
+    import gate_rule
+
+    assert gate_rule.CALLS == [(2, 4), (2, 8), (2, 3)]  # once per distinct argument shape
+    refused = catalog.select("g.tag", "cpu", "float32", call=((torch.zeros(1, 8),), {}))
+    assert refused.rejected[0].reason == "not eligible for this call: last dim 8 > 4 (gate_rule:narrow)"
+    assert main(["explain", "g.tag", "--catalog", str(directory), "--platform", "cpu"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  fast: gated per call by gate_rule:narrow (asked once per argument shape)"
+    )
+
+
+def test_a_gate_target_is_checked_statically(workspace: Workspace) -> None:
+    workspace.module("gate_fast2", "def tag(x):\n    return 'fast'\n")
+    backends = {"fast": {"target": "gate_fast2:tag", "eligible": "gate_fast2:narow"}}
+    directory = workspace.write({"tag": workspace.op(backends)}, backends=["fast"])
+    _, diagnostics = kcatalog.check_catalog(directory)
+    assert [d.code for d in diagnostics] == ["KC302"]
+    assert "'gate_fast2:narow'" in diagnostics[0].message

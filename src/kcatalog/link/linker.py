@@ -6,6 +6,7 @@ depend on this machine or the caller (targets, allow-list, `require=`, overrides
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -410,8 +411,21 @@ class _Linker:
                 target_location=node_location(file.path, children(value_node)["target"][1]),
                 allowed_modules=self.allow_lists,
                 traceable=backend.traceable,
+                eligible=backend.eligible,
             )
             self.declared.append(specs[name])
+            if backend.eligible is not None:  # the gate's target is checked statically like every target
+                gate_key, gate_value = children(value_node)["eligible"]
+                self.declared.append(
+                    dataclasses.replace(
+                        specs[name],
+                        backend=f"{name} (eligible)",
+                        target=backend.eligible,
+                        location=node_location(file.path, gate_key),
+                        target_location=node_location(file.path, gate_value),
+                        eligible=None,
+                    )
+                )
         return specs
 
     # -- whole-catalog checks ----------------------------------------------------------------------

@@ -146,9 +146,11 @@ class Catalog:
         *,
         backend: str | None = None,
         tokens: int | None = None,
+        call: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
     ) -> Selection:
         """Which backend runs the op on the platform (default: this machine), and why each other one does not;
-        `tokens` (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table."""
+        `tokens` (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table, and `call`
+        (args, kwargs) is what backends' per-call gates (`eligible:`) are asked about."""
         if isinstance(platform, str):
             platform = Platform.parse(platform)
         info = self.info(op)
@@ -171,6 +173,7 @@ class Catalog:
             failed=self._failed,
             strict=self.strict,
             picks=picks(op, platform, dtype, tokens, self.plan, self.tuned(op, platform, dtype)),
+            gates=None if call is None else _gate_reasons(info, call),
         )
         for note in selection.notes:
             self._note(note)
@@ -233,9 +236,10 @@ class Catalog:
         *,
         backend: str | None = None,
         tokens: int | None = None,
+        call: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
     ) -> Callable[..., Any]:
         """Select and import, falling back to the next eligible backend when an import fails (unless strict)."""
-        return self.resolve_spec(op, platform, dtype, backend=backend, tokens=tokens).load()
+        return self.resolve_spec(op, platform, dtype, backend=backend, tokens=tokens, call=call).load()
 
     def resolve_spec(
         self,
@@ -245,10 +249,11 @@ class Catalog:
         *,
         backend: str | None = None,
         tokens: int | None = None,
+        call: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
     ) -> KernelSpec:
         """The spec `resolve` runs: the selected backend, imported, or the next eligible one whose import works."""
         while True:
-            spec = self.select(op, platform, dtype, backend=backend, tokens=tokens).require()
+            spec = self.select(op, platform, dtype, backend=backend, tokens=tokens, call=call).require()
             try:
                 spec.load()
                 return spec
@@ -350,3 +355,9 @@ class Catalog:
 
             self._noted.add(message)
             logging.getLogger("kcatalog").warning(message)
+
+
+def _gate_reasons(info: OpInfo, call: tuple[tuple[Any, ...], dict[str, Any]]) -> dict[str, str]:
+    from ..select.gates import gate_reasons
+
+    return gate_reasons(info, *call)

@@ -55,6 +55,14 @@ _BUCKETED = (
     .replace("return _kc_resolve({tensor})({call})", "return _kc_resolve({tensor}, {tensor}.shape[0])({call})")
 )
 
+# An op with a per-call gate (`eligible:`): resolved per argument shape by select/gates.py, in plain Python.
+_GATED = """\
+def handle({params}):
+    {bind}if _kc_torch_op is not None and _kc_compiling():
+        return _kc_torch_op({call})
+    return _kc_gated({call})
+"""
+
 
 @dataclass(frozen=True)
 class CallCode:
@@ -187,7 +195,11 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
         "_kc_first_bucketed": first_bucketed,
         "_kc_bisect": bisect.bisect_left,
     }
+    from .gates import is_gated, make_gated
+
     template = _BUCKETED if catalog.is_bucketed(op_id) else _TEMPLATE
+    if is_gated(info):
+        template, namespace["_kc_gated"] = _GATED, make_gated(catalog, info, scopes)
     handle = generate(template, call_code(info), namespace, "handle", f"<kcatalog op handle {op_id}>")
     handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")
     handle.__doc__ = f"{op_id}{info.signature}: {info.description} (dispatching op handle)"

@@ -85,6 +85,7 @@ def select(
     failed: Mapping[tuple[str, str], str] | None = None,
     strict: bool = False,
     picks: Sequence[Pick] = (),
+    gates: Mapping[str, str] | None = None,
 ) -> Selection:
     """Pick the backend for one call: explicit `backend` > override layers (strongest first) > `picks` (a
     plan's, then a tuned table's) > priority.
@@ -94,13 +95,14 @@ def select(
     when `strict`).
     """
     failed = failed or {}
+    gates = gates or {}  # backend -> why its per-call gate refuses this call (select/gates.py)
     order, decided_by = priority_order(settings, info, platform)
 
     def reason_for(name: str) -> str | None:
         spec = info.backends[name]
         if (info.id, name) in failed:
             return f"import failed on first use: {failed[(info.id, name)]}"
-        return ineligibility(spec, platform, dtype)
+        return ineligibility(spec, platform, dtype) or gates.get(name)
 
     notes: list[str] = []
     if backend is not None:

@@ -208,7 +208,14 @@ class TorchOps:
             "_kc_first_bucketed": first_bucketed,
             "_kc_bisect": bisect.bisect_left,
         }
+        from .gates import is_gated, make_gated
+
         template = _IMPL_BUCKETED if catalog.is_bucketed(op_id) else _IMPL
+        if is_gated(info):
+            template, namespace["_kc_gated"] = (
+                "def impl({params}):\n    return _kc_gated({call})\n",
+                make_gated(catalog, info, self._scopes, device),
+            )
         impl = generate(template, code, namespace, "impl", f"<kcatalog torch op {op_id} {device}>")
         impl.__name__ = impl.__qualname__ = f"{torch_op_name(op_id)}_{device}"
         return impl
@@ -229,10 +236,13 @@ class TorchOps:
         index = positional.index(dispatch) if dispatch in positional else len(positional)
         plain = (torch.Tensor, FunctionalTensor)
         bucketed = catalog.is_bucketed(op_id)
+        gated = any(spec.eligible for spec in info.backends.values())
 
         def rule(mode: Any, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             tensor = args[index] if index < len(args) else kwargs[dispatch]
             tokens = None
+            if gated:  # a per-call gate is asked about real arguments, at run time: the op stays one node
+                return mode.__torch_dispatch__(func, types, args, kwargs)
             if bucketed:  # a static leading dimension traces its bucket's backend; a symbolic one stays opaque,
                 tokens = tensor.shape[0] if tensor.dim() else None  # and the node dispatches by bucket per call
                 if not isinstance(tokens, int):

@@ -252,6 +252,9 @@ def _explain(options: argparse.Namespace) -> int:
                 print(f"  note: {note}")
             for r in s.rejected:
                 print(f"  {r.backend}: {r.reason}")
+            for spec in catalog.get(s.op):
+                if spec.eligible:
+                    print(f"  {spec.backend}: gated per call by {spec.eligible} (asked once per argument shape)")
             table = catalog.tuned(s.op, s.platform, options.dtype) if options.tokens is None else None
             if table is not None:
                 buckets = ", ".join(f"{b.span} {b.backend}" for b in table.buckets)
