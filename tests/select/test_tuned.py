@@ -278,3 +278,29 @@ def test_a_gate_target_is_checked_statically(workspace: Workspace) -> None:
     _, diagnostics = kcatalog.check_catalog(directory)
     assert [d.code for d in diagnostics] == ["KC302"]
     assert "'gate_fast2:narow'" in diagnostics[0].message
+
+
+def test_tune_writes_a_table_that_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    out = tmp_path / "tuned"
+    args = [
+        "tune",
+        "layernorm.rms_norm",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--buckets",
+        "1,2",
+        "--out",
+        str(out),
+    ]
+    assert main(args) == 0
+    assert f"wrote {out / 'cpu.yaml'}" in capsys.readouterr().out
+    catalog = kcatalog.load_catalog(
+        [kcatalog.load_catalog().info("layernorm.rms_norm").location.path, out / "cpu.yaml"]
+    )
+    table = catalog.tuned("layernorm.rms_norm", "cpu", "float32")
+    assert table is not None
+    assert [(b.low, b.high) for b in table.buckets] == [(1, 1), (2, None)]  # cut at isqrt(1 * 2) = 1
+    assert all(set(b.medians_us) == {"torch", "aten"} and b.backend in b.medians_us for b in table.buckets)
