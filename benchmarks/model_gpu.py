@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "bindings": {op: str(catalog.select(op, dtype=str(dtype).removeprefix("torch.")).chosen.backend) for op in OPS},
     }
     save = args.save
-    if device == "cuda" and not args.profile:
+    if device == "cuda" and not args.profile and not args.no_checks:
         result["opcheck_triton"] = opcheck_triton(catalog, device)
         save(result)
         result["cuda_graph_capture"] = cuda_graph_capture(catalog)
@@ -429,6 +429,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("."))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--profile", action="store_true", help="only: where each compiled model's GPU time goes")
+    parser.add_argument("--no-checks", action="store_true", help="skip opcheck and the CUDA graph capture check")
     parser.add_argument("--budget-s", type=float, default=480.0, help="start no new phase after this many seconds")
     parser.add_argument("--commit", default="", help="the commit measured (default: git rev-parse HEAD)")
     args = parser.parse_args()

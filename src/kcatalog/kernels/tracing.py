@@ -10,6 +10,7 @@ Kernel code launches with ``launch(kernel, grid)(*args, **meta)`` in place of ``
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -45,5 +46,13 @@ def launch(kernel: Any, grid: Any) -> Any:
         wrapped = wrap_triton(kernel)
         if wrapped is kernel:  # TRITON_INTERPRET=1: torch does not trace interpreted kernels
             raise NotTraceable("torch does not trace Triton kernels run by the interpreter (TRITON_INTERPRET=1)")
-        return wrapped[grid]
+        return functools.partial(_with_defaults, kernel.params, wrapped[grid])
     return kernel[grid]
+
+
+def _with_defaults(params: Any, run: Any, *args: Any, **kwargs: Any) -> Any:
+    # Inductor's launcher of a kernel in a graph takes every parameter: pass the defaults left out explicitly.
+    for param in params[len(args) :]:
+        if param.name not in kwargs and param.has_default:
+            kwargs[param.name] = param.default
+    return run(*args, **kwargs)
