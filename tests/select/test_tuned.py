@@ -304,3 +304,11 @@ def test_tune_writes_a_table_that_loads(tmp_path: Path, capsys: pytest.CaptureFi
     assert table is not None
     assert [(b.low, b.high) for b in table.buckets] == [(1, 1), (2, None)]  # cut at isqrt(1 * 2) = 1
     assert all(set(b.medians_us) == {"torch", "aten"} and b.backend in b.medians_us for b in table.buckets)
+
+
+def test_a_cached_load_keeps_the_tables(tagged: Path, tmp_path: Path) -> None:
+    cold = kcatalog.load_catalog(tagged, cache=tmp_path / "cache")
+    warm = kcatalog.load_catalog(tagged, cache=tmp_path / "cache")
+    assert warm.cache_status.outcome is kcatalog.CacheOutcome.HIT
+    assert warm.tuned("g.tag", "cpu", "float32") == cold.tuned("g.tag", "cpu", "float32") is not None
+    assert warm.digest == cold.digest
