@@ -31,6 +31,8 @@ SAMPLE_COMPARE: Final = "KC211"
 TORCH_SCHEMA_UNSUPPORTED: Final = "KC212"
 TORCH_FAKE_MISSING: Final = "KC213"
 TORCH_NAME_COLLISION: Final = "KC214"
+UNKNOWN_DEVICE: Final = "KC215"
+UNKNOWN_PRIORITY_LIST: Final = "KC216"
 # KC23x link: tuned selection tables (catalog files with a top-level `tuned:`).
 TUNED_UNKNOWN_OP: Final = "KC230"
 TUNED_UNKNOWN_BACKEND: Final = "KC231"
@@ -54,6 +56,7 @@ TARGET_SIGNATURE_MISMATCH: Final = "KC309"
 # KC4xx link: catalog policy.
 POLICY_BACKEND_MISSING: Final = "KC401"
 POLICY_PLATFORM_UNSERVED: Final = "KC402"
+POLICY_REFERENCE_MISSING: Final = "KC403"
 # KC5xx check: an application's `require=`.
 REQUIRED_OP_MISSING: Final = "KC501"
 REQUIRED_BACKEND_MISSING: Final = "KC502"
@@ -61,6 +64,15 @@ REQUIRED_BACKEND_MISSING: Final = "KC502"
 OVERRIDE_UNKNOWN_BACKEND: Final = "KC601"
 OVERRIDE_MATCHES_NOTHING: Final = "KC602"
 OVERRIDE_MALFORMED: Final = "KC603"
+# KC7xx migrate: `kcatalog import-registry`, what a Python registry holds that the catalog cannot express.
+REGISTRY_SPEC_INCOMPLETE: Final = "KC701"
+REGISTRY_NAME_UNSUPPORTED: Final = "KC702"
+REGISTRY_TARGET_MALFORMED: Final = "KC703"
+REGISTRY_DUPLICATE_SPEC: Final = "KC704"
+REGISTRY_CAPABILITY_UNMAPPED: Final = "KC705"
+REGISTRY_DEVICE_DECLARED: Final = "KC706"
+REGISTRY_ATTRIBUTE_NOT_IMPORTED: Final = "KC707"
+REGISTRY_PRIORITY_UNMAPPED: Final = "KC708"
 
 # Target problems that are warnings: the target may well work where its package is installed.
 TARGET_WARNINGS: Final = frozenset({TARGET_UNAVAILABLE, TARGET_UNVERIFIABLE})
@@ -90,6 +102,8 @@ CODES: Final[dict[str, str]] = {
     TORCH_SCHEMA_UNSUPPORTED: "signature torch.library cannot express as a torch op schema",
     TORCH_FAKE_MISSING: "op returns something but declares no fake implementation for torch.compile",
     TORCH_NAME_COLLISION: "two ops map to one torch op name",
+    UNKNOWN_DEVICE: "device kind neither built in nor declared in the settings' devices",
+    UNKNOWN_PRIORITY_LIST: "op names a priority list the settings do not declare",
     TUNED_UNKNOWN_OP: "tuned table names an op the catalog does not declare",
     TUNED_UNKNOWN_BACKEND: "tuned table names a backend the op does not have",
     TUNED_NOT_ELIGIBLE: "tuned table chooses a backend that cannot run on the table's platform or dtype",
@@ -109,9 +123,18 @@ CODES: Final[dict[str, str]] = {
     TARGET_SIGNATURE_MISMATCH: "target's parameters differ from the op's signature (validate --import)",
     POLICY_BACKEND_MISSING: "op lacks a backend the policy requires",
     POLICY_PLATFORM_UNSERVED: "op has no backend eligible on a platform the policy requires",
+    POLICY_REFERENCE_MISSING: "op names no reference backend, which the policy requires",
     REQUIRED_OP_MISSING: "required op not in the catalog",
     REQUIRED_BACKEND_MISSING: "required backend missing for an op",
     OVERRIDE_UNKNOWN_BACKEND: "override names an unknown backend",
     OVERRIDE_MATCHES_NOTHING: "override pattern matches no op",
     OVERRIDE_MALFORMED: "override text malformed",
+    REGISTRY_SPEC_INCOMPLETE: "registry spec lacks op, backend or target, or has them of the wrong type",
+    REGISTRY_NAME_UNSUPPORTED: "registry op id or backend name the catalog format cannot express",
+    REGISTRY_TARGET_MALFORMED: "registry target is not 'package.module:attr'",
+    REGISTRY_DUPLICATE_SPEC: "registry holds two specs for one op and backend",
+    REGISTRY_CAPABILITY_UNMAPPED: "registry capability with a field or value the catalog cannot express",
+    REGISTRY_DEVICE_DECLARED: "registry device kind not built in: declared in the imported settings",
+    REGISTRY_ATTRIBUTE_NOT_IMPORTED: "registry spec attribute the importer does not read",
+    REGISTRY_PRIORITY_UNMAPPED: "registry priority malformed, conflicting, or naming an unusable backend",
 }

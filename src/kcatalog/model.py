@@ -109,12 +109,15 @@ class KernelSpec:
     target: str
     requires: tuple[str, ...]
     capabilities: tuple[Capability, ...]
-    dtypes: tuple[str, ...]
+    dtypes: tuple[str, ...] | None  # None: any dtype (neither the op nor the backend lists any)
     location: Location  # the backend's key in its manifest
     target_location: Location  # its `target:` value, where target diagnostics point
     # Module prefixes the imported object must be defined under, one tuple per list that applies (the
     # settings file's, the caller's): checked on import, before the object is returned.
     allowed_modules: tuple[tuple[str, ...], ...] = ()
+    # False: priority never picks it (a compiling backend, say); only `backend=`, an override, a plan or a tuned
+    # table does. From the backend's `auto:` in its manifest, else the settings' for that backend.
+    auto: bool = True
     # torch.compile may trace into the target (select/torch_ops.py): Inductor then sees its Triton kernels.
     traceable: bool = False
     # A per-call gate 'module:attr' (select/gates.py): called with the call's arguments, once per argument shape.
@@ -139,15 +142,15 @@ class OpInfo:
 
     id: str
     group: str
-    description: str
-    signature: str
-    reference: str
-    dtypes: tuple[str, ...]
+    description: str | None
+    signature: str | None  # None: any arguments, forwarded as given
+    reference: str | None
+    dtypes: tuple[str, ...] | None  # None: any dtype
     mutates: tuple[str, ...]
     tolerance: Mapping[str, float]
     priority: tuple[str, ...] | None
     platform_priority: Mapping[str, tuple[str, ...]]
-    dispatch_arg: str | None
+    dispatch_arg: str | int | None  # a parameter name or a position
     samples_json: str | None
     location: Location
     backends: Mapping[str, KernelSpec]
@@ -172,7 +175,8 @@ class OpInfo:
 class BackendInfo:
     """A backend the catalog settings declare."""
 
-    description: str
+    description: str | None
+    auto: bool = True  # False: priority never picks it, only a name does (see KernelSpec.auto)
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,7 @@ class Policy:
     required_backends: tuple[str, ...] = ()
     required_platforms: tuple[str, ...] = ()
     torch_ops: bool = False  # every op should become a torch op: its KC212-KC214 problems are warnings at load
+    require_reference: bool = False  # every op must name its reference backend
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,8 @@ class CatalogSettings:
     platform_priority: Mapping[str, tuple[str, ...]]
     policy: Policy
     allowed_modules: tuple[str, ...] | None
+    priorities: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # named orders ops refer to
+    devices: tuple[str, ...] = ()  # device kinds declared beyond the built-in ones
 
 
 @dataclass(frozen=True)

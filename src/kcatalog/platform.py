@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from .model import Capability
 
-DEVICES = ("cuda", "hip", "cpu", "npu", "xpu", "mps")
+# The built-in device kinds; a catalog's settings may declare more (`devices:`).
+DEVICES = ("cuda", "hip", "cpu", "npu", "xpu", "mps", "musa")
+# The rule for a platform whose architecture is unknown (e.g. `--platform cuda`): it satisfies a capability that
+# names no architecture, and no capability that does (an arch window or a list of archs). SGLang's registry
+# treats an unknown arch as inside every window; kcatalog refuses to guess, and `explain` says the rule applied.
+UNKNOWN_ARCH_RULE = "an unknown arch satisfies no arch window or arch list"
 _CUDA_ARCH = re.compile(r"[0-9]+\.[0-9]+")
 
 
@@ -27,11 +33,11 @@ class Platform:
         return f"{self.device}:{self.arch}" if self.arch else self.device
 
     @classmethod
-    def parse(cls, text: str) -> Platform:
-        """Read 'cuda:9.0', 'hip:gfx942', 'cpu'; ValueError naming the valid devices otherwise."""
+    def parse(cls, text: str, devices: Collection[str] = DEVICES) -> Platform:
+        """Read 'cuda:9.0', 'hip:gfx942', 'cpu'; ValueError naming the valid devices (`devices`) otherwise."""
         device, _, arch = text.strip().partition(":")
-        if device not in DEVICES:
-            raise ValueError(f"unknown device '{device}' in platform '{text}'; expected one of {', '.join(DEVICES)}")
+        if device not in devices:
+            raise ValueError(f"unknown device '{device}' in platform '{text}'; expected one of {', '.join(devices)}")
         if device == "cuda" and arch and not _CUDA_ARCH.fullmatch(arch):  # ASCII digits: int() takes any
             raise ValueError(f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0")
         return cls(device, arch or None)
@@ -49,7 +55,7 @@ class Platform:
                 return cls("hip", name.split(":")[0])
             major, minor = torch.cuda.get_device_capability()
             return cls("cuda", f"{major}.{minor}")
-        for device in ("xpu", "npu", "mps"):
+        for device in ("xpu", "npu", "musa", "mps"):
             backend = getattr(torch, device, None) or getattr(torch.backends, device, None)
             if backend is not None and getattr(backend, "is_available", lambda: False)():
                 return cls(device)
@@ -74,12 +80,14 @@ def _mismatch(platform: Platform, capabilities: tuple[Capability, ...]) -> str |
 def _capability_mismatch(platform: Platform, cap: Capability) -> str | None:
     if cap.device != platform.device:
         return f"runs on {_describe(cap)}, not {platform.device}"
+    if cap.archs is None and cap.min_arch is None and cap.max_arch is None:
+        return None
+    if platform.arch is None:
+        return f"needs {_describe(cap)}; the arch of {platform} is unknown, and {UNKNOWN_ARCH_RULE}"
     if cap.archs is not None and platform.arch not in cap.archs:
         return f"needs {cap.device} arch in {', '.join(cap.archs)}; this is {platform}"
     if cap.min_arch is None and cap.max_arch is None:
         return None
-    if platform.arch is None:
-        return f"needs {_describe(cap)}; {platform} has no arch given"
     arch = _arch_tuple(platform.arch)
     if cap.min_arch is not None and arch < _arch_tuple(cap.min_arch):
         return f"needs {_describe(cap)}; this is {platform}"

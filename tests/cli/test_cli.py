@@ -268,7 +268,7 @@ def test_usage_errors_exit_2_without_a_traceback(run: Callable[..., Run], argv: 
 def test_usage_error_messages(run: Callable[..., Run]) -> None:
     assert run("explain", "--platform", "cpu").err == "error: give one op, or --all\n"
     assert run("explain", "norm.rms_norm", "--platform", "gpu").err == (
-        "error: unknown device 'gpu' in platform 'gpu'; expected one of cuda, hip, cpu, npu, xpu, mps\n"
+        "error: unknown device 'gpu' in platform 'gpu'; expected one of cuda, hip, cpu, npu, xpu, mps, musa\n"
     )
 
 

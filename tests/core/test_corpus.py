@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 CASES = sorted(path.name for path in CORPUS.iterdir() if path.is_dir())
+MIGRATE_CASES = Path(__file__).resolve().parents[1] / "migrate" / "cases"
 CODE = re.compile(r"^(?:\S+:\d+:\d+: )?(KC\d{3}) ")
 
 # Outside any file: (keyword arguments of check_catalog, environment, expected diagnostic lines),
@@ -142,6 +143,8 @@ def test_api_case(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_corpus_covers_every_code() -> None:
     lines = [line for case in CASES for line in expected_lines(case)]
     lines += [line for _, _, expected in API_CASES.values() for line in expected]
+    # KC7xx come from `kcatalog import-registry`, whose cases are registry dumps (tests/migrate/cases).
+    lines += [line for path in sorted(MIGRATE_CASES.glob("*/expected.txt")) for line in path.read_text().splitlines()]
     found = {match[1] for match in map(CODE.match, lines) if match}
     assert sorted(found) == sorted(CODES)
 

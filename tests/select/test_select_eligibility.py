@@ -44,7 +44,7 @@ INELIGIBLE = {
         {"capabilities": [{"device": "cuda", "min_arch": "8.0"}]},
         "cuda",
         None,
-        "needs cuda >= 8.0; cuda has no arch given",
+        "needs cuda >= 8.0; the arch of cuda is unknown, and an unknown arch satisfies no arch window or arch list",
     ),
     "hip-arch-not-listed": (
         {"capabilities": [{"device": "hip", "archs": ["gfx942", "gfx950"]}]},

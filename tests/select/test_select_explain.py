@@ -45,7 +45,7 @@ def test_shipped_rms_norm_on_a_gpu_is_triton(capsys: pytest.CaptureFixture[str],
     assert out == (
         f"layernorm.rms_norm on {platform}: triton (kcatalog.kernels.triton.layernorm:rms_norm), by catalog default priority\n"
         "  aten: ranked below triton by catalog default priority\n"
-        "  torch_compile: ranked below triton by catalog default priority\n"
+        "  torch_compile: not chosen automatically (auto: false); name it with backend=, an override or a plan\n"
         "  torch: ranked below triton by catalog default priority\n"
     )
 
@@ -215,7 +215,7 @@ def test_explain_a_platform_on_a_throwaway_catalog(
     [
         (
             ["layernorm.rms_norm", "--platform", "tpu"],
-            "error: unknown device 'tpu' in platform 'tpu'; expected one of cuda, hip, cpu, npu, xpu, mps\n",
+            "error: unknown device 'tpu' in platform 'tpu'; expected one of cuda, hip, cpu, npu, xpu, mps, musa\n",
         ),
         (["--platform", "cpu"], "error: give one op, or --all\n"),
         (["layernorm.rms_norm", "--all"], "error: give one op, or --all\n"),

@@ -39,7 +39,7 @@ def test_parse_of_an_unknown_device_names_the_valid_ones(text: str) -> None:
     device = text.partition(":")[0]
     with pytest.raises(
         ValueError,
-        match=rf"^unknown device '{device}' in platform '{text}'; expected one of cuda, hip, cpu, npu, xpu, mps$",
+        match=rf"^unknown device '{device}' in platform '{text}'; expected one of cuda, hip, cpu, npu, xpu, mps, musa$",
     ):
         Platform.parse(text)
 

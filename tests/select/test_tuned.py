@@ -312,3 +312,16 @@ def test_a_cached_load_keeps_the_tables(tagged: Path, tmp_path: Path) -> None:
     assert warm.cache_status.outcome is kcatalog.CacheOutcome.HIT
     assert warm.tuned("g.tag", "cpu", "float32") == cold.tuned("g.tag", "cpu", "float32") is not None
     assert warm.digest == cold.digest
+
+
+def test_a_table_may_choose_a_backend_priority_never_does(workspace: Workspace) -> None:
+    for name in ("small", "big", "ref"):
+        workspace.module(f"auto_{name}", f"def tag(x):\n    return {name!r}\n")
+    backends: dict[str, object] = {name: f"auto_{name}:tag" for name in ("small", "ref")}
+    backends["big"] = {"target": "auto_big:tag", "auto": False}  # chosen only by name, an override or a table
+    op = workspace.op(backends, reference="ref")  # type: ignore[arg-type]
+    directory = workspace.write({"tag": op}, backends=["big", "ref", "small"])
+    workspace.files({"tuned/cpu.yaml": TABLE})
+    catalog = kcatalog.load_catalog(directory, cache=False)
+    assert catalog.select("g.tag", "cpu", "float32", tokens=9).chosen.backend == "big"  # type: ignore[union-attr]
+    assert catalog.select("g.tag", "cpu", "float32", tokens=20).chosen.backend == "ref"  # type: ignore[union-attr]

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..model import KernelSpec
 
 
-def import_problems(spec: KernelSpec, signature: str) -> Iterator[Diagnostic]:
+def import_problems(spec: KernelSpec, signature: str | None) -> Iterator[Diagnostic]:
     """A diagnostic (the caller locates it) for a target that fails to import (KC307), is not callable
     (KC308), or whose parameters differ from the op's declared signature (KC309). Runs kernel modules' code.
 
@@ -42,6 +42,8 @@ def import_problems(spec: KernelSpec, signature: str) -> Iterator[Diagnostic]:
         return
     if not callable(obj):
         yield Diagnostic(codes.TARGET_NOT_CALLABLE, f"target {target!r} is a {type(obj).__name__}, not callable")
+        return
+    if signature is None:  # the op declares none: there is nothing to compare the target's parameters with
         return
     try:
         parameters = inspect.signature(obj).parameters.values()

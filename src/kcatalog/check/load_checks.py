@@ -108,7 +108,7 @@ def _check_targets(
             # (KC303) too; what importing finds replaces that warning.
             from .imports import import_problems  # runs kernel modules' code: only when asked
 
-            signature = linked.ops[spec.op].signature
+            signature = linked.ops[spec.op].signature  # None: nothing declared to compare with
             out.extend(dataclasses.replace(p, location=spec.target_location) for p in import_problems(spec, signature))
         elif problem is not None:
             out.append(dataclasses.replace(problem, location=spec.target_location))

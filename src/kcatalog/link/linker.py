@@ -25,12 +25,12 @@ from ..model import (
     OpInfo,
     Policy,
 )
-from ..platform import Platform
+from ..platform import DEVICES, Platform
 from ..read.yaml_nodes import children, find_node, node_location
 from ..validate.schema import Backend, Manifest, Op, Settings
 from ..validate.validator import ValidatedFile
 from .samples import sample_problems
-from .signature import signature_params
+from .signature import signature_params, signature_positional
 from .torch_schema import torch_op_name, torch_schema
 
 
@@ -46,6 +46,9 @@ class _PendingOp:
     specs: dict[str, KernelSpec] = field(default_factory=dict)
     torch_schema: str | None = None
     torch_problems: list[Diagnostic] = field(default_factory=list)
+    # The op's orders with names of the settings' priority lists resolved (see _Linker.resolve_priorities).
+    priority: tuple[str, ...] | None = None
+    platform_priority: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def freeze(self, group: str) -> OpInfo:
         op = self.op
@@ -58,8 +61,8 @@ class _PendingOp:
             dtypes=op.dtypes,
             mutates=op.mutates,
             tolerance=MappingProxyType({dtype: value for dtype, value in op.tolerance.items()}),
-            priority=op.priority,
-            platform_priority=MappingProxyType(dict(op.platform_priority)),
+            priority=self.priority,
+            platform_priority=MappingProxyType(self.platform_priority),
             dispatch_arg=op.dispatch_arg,
             samples_json=None if op.samples is None else op.samples.model_dump_json(),
             location=self.location,
@@ -72,11 +75,20 @@ class _PendingOp:
 
 def _settings_model(settings: Settings) -> CatalogSettings:
     return CatalogSettings(
-        backends=MappingProxyType({name: BackendInfo(info.description) for name, info in settings.backends.items()}),
+        backends=MappingProxyType(
+            {name: BackendInfo(info.description, info.auto) for name, info in settings.backends.items()}
+        ),
         priority=settings.priority,
         platform_priority=MappingProxyType(dict(settings.platform_priority)),
-        policy=Policy(settings.policy.required_backends, settings.policy.required_platforms, settings.policy.torch_ops),
+        policy=Policy(
+            settings.policy.required_backends,
+            settings.policy.required_platforms,
+            settings.policy.torch_ops,
+            settings.policy.require_reference,
+        ),
         allowed_modules=settings.allowed_modules,
+        priorities=MappingProxyType(dict(settings.priorities)),
+        devices=settings.devices,
     )
 
 
@@ -89,6 +101,7 @@ class _Linker:
         self.diagnostics = diagnostics
         self.settings: Settings | None = None
         self.known: tuple[str, ...] = ()
+        self.devices: tuple[str, ...] = DEVICES  # the built-in device kinds, and those the settings declare
         self.pending: dict[str, _PendingOp] = {}
         self.ops: dict[str, OpInfo] = {}
         self.allow_lists: tuple[tuple[str, ...], ...] = ()  # the settings file's, for every spec
@@ -123,18 +136,22 @@ class _Linker:
             )
         self.settings = settings
         self.known = tuple(settings.backends)
+        self.devices = (*DEVICES, *(d for d in settings.devices if d not in DEVICES))
         if settings.allowed_modules is not None:
             self.allow_lists = (settings.allowed_modules,)
         entries = children(first.parsed.root)
         self.check_names(settings.priority, first, ("priority",), "priority list")
         for device, order in settings.platform_priority.items():
+            self.check_device(device, first, find_node(first.parsed.root, ["platform_priority", device], key=True))
             self.check_names(order, first, ("platform_priority", device), f"{device} priority list")
+        for name, order in settings.priorities.items():
+            self.check_names(order, first, ("priorities", name), f"priority list '{name}'")
         policy_node = entries.get("policy", (None, None))[1]
         self.check_names(settings.policy.required_backends, first, ("policy", "required_backends"), "policy")
         platforms_node = children(policy_node).get("required_platforms", (None, None))[1]
         for index, text in enumerate(settings.policy.required_platforms):
             try:
-                Platform.parse(text)
+                Platform.parse(text, self.devices)
             except ValueError as exc:
                 item = platforms_node.value[index] if platforms_node is not None else None
                 self.error(codes.INVALID_VALUE, str(exc), node_location(first.path, item))
@@ -164,6 +181,18 @@ class _Linker:
                 )
             self.error(codes.UNKNOWN_BACKEND, message, node_location(file.path, item))
 
+    def check_device(self, device: str, file: ValidatedFile, node: yaml.Node | None) -> None:
+        """A device kind must be built in or declared in the settings' `devices`; the error points at `node`."""
+        if device in self.devices:
+            return
+        self.error_at(
+            file,
+            node,
+            codes.UNKNOWN_DEVICE,
+            f"unknown device '{device}'{did_you_mean(device, self.devices)}; known: {', '.join(self.devices)} "
+            "(declare more under 'devices' in the catalog settings)",
+        )
+
     # -- ops ------------------------------------------------------------------------------------
 
     def link_ops(self) -> None:
@@ -177,7 +206,8 @@ class _Linker:
                 location = node_location(file.path, key_node)
                 specs = self.backend_specs(file, op_id, op.dtypes, op.backends, value_node)
                 self.declare_fake(file, op_id, op, value_node)
-                if op.reference not in op.backends:
+                self.check_reference(file, op_id, op, location)
+                if op.reference is not None and op.reference not in op.backends:
                     self.error_at(
                         file,
                         children(value_node)["reference"][1],
@@ -199,7 +229,7 @@ class _Linker:
         for file, manifest in manifests:
             self.link_extensions(file, manifest)
         for pending in self.pending.values():  # after extensions, which may add the backends an order names
-            self.check_op_priorities(pending)
+            self.resolve_priorities(pending)
         self.check_torch_names()
         if self.settings is not None and self.settings.policy.torch_ops:
             self.diagnostics.extend(d for pending in self.pending.values() for d in pending.torch_problems)
@@ -212,6 +242,16 @@ class _Linker:
         other), and why it cannot become a torch op (kept on the op; warnings where the policy asks)."""
         op, op_id, file = pending.op, pending.op_id, pending.file
         entries = children(op_node)
+        if op.signature is None:
+            pending.torch_problems.append(
+                Diagnostic(
+                    codes.TORCH_SCHEMA_UNSUPPORTED,
+                    f"op '{op_id}' cannot be a torch op: it declares no signature to derive a schema from",
+                    pending.location,
+                    Severity.WARNING,
+                )
+            )
+            return
         try:
             params = signature_params(op.signature)
         except ValueError:
@@ -280,24 +320,77 @@ class _Linker:
                     )
                 )
 
-    def check_op_priorities(self, pending: _PendingOp) -> None:
+    def resolve_priorities(self, pending: _PendingOp) -> None:
+        """An op's own orders must name its backends; a name of a settings list stands for that list, which
+        may name backends the op lacks (selection ranks only the op's own)."""
         op, op_id, name, backends = pending.op, pending.op_id, pending.name, list(pending.specs)
-        if op.priority is not None:
-            self.check_names(
-                op.priority, pending.file, ("ops", name, "priority"), f"priority of op '{op_id}'", allowed=backends
-            )
+        pending.priority = self.priority_list(
+            pending, op.priority, ("ops", name, "priority"), f"priority of op '{op_id}'", backends
+        )
         for device, order in op.platform_priority.items():
-            self.check_names(
+            key = find_node(pending.file.parsed.root, ["ops", name, "platform_priority", device], key=True)
+            self.check_device(device, pending.file, key)
+            resolved = self.priority_list(
+                pending,
                 order,
-                pending.file,
                 ("ops", name, "platform_priority", device),
                 f"{device} priority of op '{op_id}'",
-                allowed=backends,
+                backends,
+            )
+            if resolved is not None:
+                pending.platform_priority[device] = resolved
+
+    def priority_list(
+        self,
+        pending: _PendingOp,
+        order: tuple[str, ...] | str | None,
+        path: tuple[str, ...],
+        what: str,
+        backends: list[str],
+    ) -> tuple[str, ...] | None:
+        if order is None or not isinstance(order, str):
+            if order is not None:
+                self.check_names(order, pending.file, path, what, allowed=backends)
+            return order
+        named = self.settings.priorities if self.settings is not None else {}
+        if order not in named and self.settings is not None:
+            self.error_at(
+                pending.file,
+                find_node(pending.file.parsed.root, list(path)),
+                codes.UNKNOWN_PRIORITY_LIST,
+                f"{what} names priority list '{order}', which the settings do not declare"
+                f"{did_you_mean(order, named)}; declared: {', '.join(named) or 'none'}",
+            )
+        return named.get(order)
+
+    def check_reference(self, file: ValidatedFile, op_id: str, op: Op, location: Location) -> None:
+        """Where the policy requires it, every op names its reference backend."""
+        if op.reference is None and op.fake == FAKE_REFERENCE:
+            self.error(
+                codes.REFERENCE_NOT_A_BACKEND,
+                f"op '{op_id}' declares 'fake: {FAKE_REFERENCE}' but names no reference backend to run",
+                location,
+            )
+        if op.reference is None and self.settings is not None and self.settings.policy.require_reference:
+            self.error(
+                codes.POLICY_REFERENCE_MISSING,
+                f"op '{op_id}' names no reference backend, which the policy requires (require_reference); "
+                f"its backends: {', '.join(op.backends)}",
+                location,
             )
 
     def check_samples(self, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
         """Samples must fit the signature, use defined sizes and compare real outputs."""
         if op.samples is None:
+            return
+        if op.signature is None or op.dtypes is None:
+            missing = " and ".join(f for f, v in (("signature", op.signature), ("dtypes", op.dtypes)) if v is None)
+            self.error_at(
+                file,
+                find_node(op_node, ["samples"], key=True),
+                codes.SAMPLE_ARGUMENTS,
+                f"samples of op '{op_id}' need the op's {missing}, to build and check its arguments",
+            )
             return
 
         def where(path: tuple[str, ...]) -> Location:
@@ -310,8 +403,8 @@ class _Linker:
 
     def check_tolerance(self, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
         """Tolerances may only be given for dtypes the op declares."""
-        extra = [dtype for dtype in op.tolerance if dtype not in op.dtypes]
-        if extra:
+        extra = [dtype for dtype in op.tolerance if op.dtypes is not None and dtype not in op.dtypes]
+        if extra and op.dtypes is not None:
             key_node = children(children(op_node)["tolerance"][1])[extra[0]][0]
             self.error(
                 codes.DTYPE_NOT_OF_OP,
@@ -321,8 +414,26 @@ class _Linker:
             )
 
     def check_arguments(self, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
-        """The signature must parse; names in `mutates` and `dispatch_arg` must be its parameters."""
+        """The signature must parse; names in `mutates` and `dispatch_arg` must be its parameters (a position,
+        one of its positional parameters); an op without a signature dispatches on `dispatch_arg` as given."""
         entries = children(op_node)
+        if isinstance(op.dispatch_arg, int) and op.dispatch_arg < 0:
+            self.error_at(
+                file,
+                entries["dispatch_arg"][1],
+                codes.INVALID_VALUE,
+                f"'dispatch_arg': a position counts from 0, got {op.dispatch_arg}",
+            )
+            return
+        if op.signature is None:
+            if op.mutates:
+                self.error_at(
+                    file,
+                    entries["mutates"][1],
+                    codes.ARGUMENT_NOT_IN_SIGNATURE,
+                    f"mutates names arguments of op '{op_id}', which declares no signature to name them in",
+                )
+            return
         try:
             params = signature_params(op.signature)
         except ValueError as exc:
@@ -336,7 +447,17 @@ class _Linker:
                 node_location(file.path, entries["signature"][1]),
             )
         named = [("mutates", name) for name in op.mutates]
-        if op.dispatch_arg:
+        if isinstance(op.dispatch_arg, int):
+            positional = signature_positional(op.signature)
+            if op.dispatch_arg >= len(positional):
+                self.error_at(
+                    file,
+                    entries["dispatch_arg"][1],
+                    codes.ARGUMENT_NOT_IN_SIGNATURE,
+                    f"dispatch_arg is position {op.dispatch_arg}, but op '{op_id}' takes "
+                    f"{len(positional)} positional parameter{'s' * (len(positional) != 1)}",
+                )
+        elif op.dispatch_arg:
             named.append(("dispatch_arg", op.dispatch_arg))
         for field_name, name in named:
             if name not in params:
@@ -375,7 +496,7 @@ class _Linker:
         self,
         file: ValidatedFile,
         op_id: str,
-        op_dtypes: tuple[str, ...],
+        op_dtypes: tuple[str, ...] | None,
         backends: Mapping[str, Backend],
         op_node: yaml.Node,
     ) -> dict[str, KernelSpec]:
@@ -391,8 +512,8 @@ class _Linker:
                     f"known: {', '.join(self.known)}",
                     location,
                 )
-            extra = [d for d in backend.dtypes or () if d not in op_dtypes]
-            if extra:
+            extra = [d for d in backend.dtypes or () if op_dtypes is not None and d not in op_dtypes]
+            if extra and op_dtypes is not None:
                 self.error_at(
                     file,
                     children(value_node)["dtypes"][1],
@@ -400,6 +521,9 @@ class _Linker:
                     f"backend '{name}' of op '{op_id}' lists {', '.join(extra)}, not among the op's "
                     f"dtypes ({', '.join(op_dtypes)})",
                 )
+            for index, capability in enumerate(backend.capabilities):
+                self.check_device(capability.device, file, find_node(value_node, ["capabilities", index, "device"]))
+            info = self.settings.backends.get(name) if self.settings is not None else None
             specs[name] = KernelSpec(
                 op=op_id,
                 backend=name,
@@ -410,6 +534,7 @@ class _Linker:
                 location=location,
                 target_location=node_location(file.path, children(value_node)["target"][1]),
                 allowed_modules=self.allow_lists,
+                auto=backend.auto if backend.auto is not None else info is None or info.auto,
                 traceable=backend.traceable,
                 eligible=backend.eligible,
             )
@@ -437,7 +562,7 @@ class _Linker:
         platforms = []
         for text in policy.required_platforms:
             try:
-                platforms.append(Platform.parse(text))
+                platforms.append(Platform.parse(text, self.devices))
             except ValueError:
                 pass  # reported with the settings
         for op_id, info in self.ops.items():

@@ -46,3 +46,9 @@ def signature_keyword_only(signature: str) -> frozenset[str]:
 def signature_params(signature: str) -> tuple[str, ...]:
     """Parameter names of an op signature; ValueError when it is not a valid Python signature."""
     return tuple(name for name, _ in signature_arguments(signature))
+
+
+def signature_positional(signature: str) -> tuple[str, ...]:
+    """Names of the parameters of an op signature that can be given by position."""
+    args = parse_signature(signature)
+    return tuple(arg.arg for arg in (*args.posonlyargs, *args.args))

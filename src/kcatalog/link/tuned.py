@@ -77,10 +77,10 @@ def _link_table(
                 continue
             seen[key] = where
             problems = len(diagnostics)
-            if dtype not in info.dtypes:
+            if info.dtypes is not None and dtype not in info.dtypes:
                 error(
                     codes.TUNED_NOT_ELIGIBLE,
-                    f"op '{op_id}' does not declare dtype {dtype} (it has {', '.join(info.dtypes)})",
+                    f"op '{op_id}' does not declare dtype {dtype} (it has {', '.join(info.dtypes or ())})",
                     where,
                 )
                 continue
@@ -128,7 +128,7 @@ def _bucket_problem(
     spec = info.backends[bucket.backend]
     # Capabilities and dtypes only: whether its distributions are installed is a question for the machine that runs.
     reason = platform.mismatch(spec.capabilities)
-    if reason is None and dtype not in spec.dtypes:
+    if reason is None and spec.dtypes is not None and dtype not in spec.dtypes:
         reason = f"does not support {dtype} (supports {', '.join(spec.dtypes)})"
     if reason is not None:
         return (

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..check.overrides import OverridesArg, check_layer, parse_overrides
 from ..errors import CatalogError, KernelImportError, UnknownBackendError, UnknownOpError
 from ..model import CacheOutcome, CacheStatus, CatalogSettings, KernelSpec, Layer, LockedPlan, OpInfo, TunedOp
-from ..platform import Platform
+from ..platform import DEVICES, Platform
 
 if TYPE_CHECKING:
     from ..errors import Diagnostic
@@ -56,6 +56,7 @@ class Catalog:
         self._ops = MappingProxyType(dict(sorted(ops.items())))
         self._settings = settings
         self._backends = tuple(settings.backends)
+        self._devices = (*DEVICES, *(d for d in settings.devices if d not in DEVICES))
         self.warnings = warnings
         self.cache_status = cache_status  # whether the load came from the cache, or why not (see load_catalog)
         self.strict = strict
@@ -97,6 +98,11 @@ class Catalog:
     def backends(self) -> tuple[str, ...]:
         """Every backend name the catalog settings declare."""
         return self._backends
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The device kinds platforms may name: the built-in ones, then those the settings declare."""
+        return self._devices
 
     def ops(self) -> list[str]:
         """All op ids, sorted."""
@@ -152,7 +158,7 @@ class Catalog:
         `tokens` (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table, and `call`
         (args, kwargs) is what backends' per-call gates (`eligible:`) are asked about."""
         if isinstance(platform, str):
-            platform = Platform.parse(platform)
+            platform = Platform.parse(platform, self._devices)
         info = self.info(op)
         if backend is not None and backend not in info.backends:  # before detecting the platform imports torch
             raise UnknownBackendError(op, backend, list(info.backends), info.location)
@@ -333,7 +339,7 @@ class Catalog:
         """
         chosen = {}
         for op in self.ops() if ops is None else ops:
-            for dtype in self.info(op).dtypes:
+            for dtype in self.info(op).dtypes or (None,):  # an op without dtypes: any, resolved once
                 self.resolve(op, platform, dtype)
             chosen[op] = self.select(op, platform).require()
         if group is not None:

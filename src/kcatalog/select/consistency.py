@@ -24,20 +24,20 @@ def resolved_selection(catalog: Catalog, platform: Platform | None = None) -> di
     summary = {}
     for op in catalog.ops():
         parts = []
-        for dtype in catalog.info(op).dtypes:
+        for dtype in catalog.info(op).dtypes or (None,):  # an op without dtypes: any, resolved once
             lists: list[tuple[TunedBucket, ...]] = []
             table = catalog.tuned(op, platform, dtype)
             if table is not None:
                 lists.append(table.buckets)
             probes: tuple[int | None, ...] = segments(lists).probes if lists else (None,)
             for tokens in probes:
-                where = dtype if tokens is None else f"{dtype} T={tokens}"
+                where = (dtype or "any dtype") + ("" if tokens is None else f" T={tokens}")
                 parts.append(f"{where}: {_chosen(catalog, op, platform, dtype, tokens)}")
         summary[op] = "; ".join(parts)
     return summary
 
 
-def _chosen(catalog: Catalog, op: str, platform: Platform, dtype: str, tokens: int | None) -> str:
+def _chosen(catalog: Catalog, op: str, platform: Platform, dtype: str | None, tokens: int | None) -> str:
     try:
         catalog.resolve(op, platform, dtype, tokens=tokens)
     except CatalogError as exc:

@@ -70,6 +70,16 @@ def _part(value: Any) -> Any:
     return value
 
 
+def dispatch_parameter(info: OpInfo) -> str:
+    """The name of the parameter the op dispatches on: `dispatch_arg` (a name, or a position), else the first."""
+    signature = parse_signature(info.signature)
+    positional = [a.arg for a in (*signature.posonlyargs, *signature.args)]
+    names = [*positional, *(a.arg for a in signature.kwonlyargs)]
+    if isinstance(info.dispatch_arg, int):
+        return positional[info.dispatch_arg] if info.dispatch_arg < len(positional) else ""
+    return info.dispatch_arg or (names[0] if names else "")
+
+
 def make_gated(catalog: Catalog, info: OpInfo, scopes: OverrideScopes, device: str | None = None) -> Callable[..., Any]:
     """A dispatching callable for a gated op: resolved once per argument shape (uncached inside a `use()` block);
     `device` fixes the platform (a torch op's implementation for one device type), else the tensor's own."""
@@ -77,8 +87,7 @@ def make_gated(catalog: Catalog, info: OpInfo, scopes: OverrideScopes, device: s
 
     signature = parse_signature(info.signature)
     names = [a.arg for a in (*signature.posonlyargs, *signature.args)]
-    keyword_only = [a.arg for a in signature.kwonlyargs]
-    dispatch = info.dispatch_arg or (names or keyword_only)[0]
+    dispatch = dispatch_parameter(info)
     index = names.index(dispatch) if dispatch in names else len(names)
     by_key: dict[tuple[Any, ...], Callable[..., Any]] = {}
     lock = threading.Lock()

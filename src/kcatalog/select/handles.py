@@ -77,10 +77,19 @@ class CallCode:
 
 def call_code(info: OpInfo, *, exact: bool = False) -> CallCode:
     """How generated code takes the op's parameters; `exact` refuses the *args/**kwargs fallback (ValueError)."""
+    if info.signature is None:  # any arguments: forward them as given, dispatch on the declared one
+        if exact:
+            raise ValueError(f"op '{info.id}' declares no signature")
+        return _forwarding_code(info.dispatch_arg if info.dispatch_arg is not None else 0)
     args = parse_signature(info.signature)
     positional = [*args.posonlyargs, *args.args]
     names = [a.arg for a in (*positional, *args.kwonlyargs)]
-    dispatch = info.dispatch_arg or (names[0] if names else "")
+    if isinstance(info.dispatch_arg, int):
+        if info.dispatch_arg >= len(positional):
+            raise ValueError(f"op '{info.id}': dispatch position {info.dispatch_arg} is not in {info.signature}")
+        dispatch = positional[info.dispatch_arg].arg
+    else:
+        dispatch = info.dispatch_arg or (names[0] if names else "")
     if dispatch not in names:
         raise ValueError(f"op '{info.id}': dispatch argument '{dispatch}' is not in its signature {info.signature}")
     try:
@@ -91,6 +100,28 @@ def call_code(info: OpInfo, *, exact: bool = False) -> CallCode:
         index = names.index(dispatch)
         bind = f"tensor = args[{index}] if len(args) > {index} else kwargs[{dispatch!r}]\n    "
         return CallCode("*args, **kwargs", "*args, **kwargs", "tensor", bind, {})
+
+
+def _forwarding_code(dispatch: str | int) -> CallCode:
+    """*args, **kwargs forwarded as given; the tensor dispatched on is at a position, or given by name."""
+    if isinstance(dispatch, int):
+        found = f"args[{dispatch}] if len(args) > {dispatch}"
+    else:
+        found = f"kwargs[{dispatch!r}] if {dispatch!r} in kwargs"
+    bind = f"tensor = {found} else _kc_no_dispatch_arg(args, kwargs)\n    "
+    return CallCode("*args, **kwargs", "*args, **kwargs", "tensor", bind, {})
+
+
+def _no_dispatch_arg(op_id: str, dispatch: str | int | None) -> Callable[..., Any]:
+    where = f"argument '{dispatch}' (by keyword)" if isinstance(dispatch, str) else f"position {dispatch or 0}"
+
+    def missing(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        raise TypeError(
+            f"op '{op_id}' dispatches on the tensor at {where}; the call gave {len(args)} positional "
+            f"argument{'s' * (len(args) != 1)} and keywords ({', '.join(kwargs) or 'none'})"
+        )
+
+    return missing
 
 
 def _exact_code(args: ast.arguments, positional: list[ast.arg], dispatch: str) -> CallCode:
@@ -192,6 +223,7 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
         "_kc_by_device": by_device,
         "_kc_torch_op": None,
         "_kc_compiling": _not_compiling,
+        "_kc_no_dispatch_arg": _no_dispatch_arg(op_id, info.dispatch_arg),
         "_kc_first_bucketed": first_bucketed,
         "_kc_bisect": bisect.bisect_left,
     }
@@ -202,7 +234,8 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
         template, namespace["_kc_gated"] = _GATED, make_gated(catalog, info, scopes)
     handle = generate(template, call_code(info), namespace, "handle", f"<kcatalog op handle {op_id}>")
     handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")
-    handle.__doc__ = f"{op_id}{info.signature}: {info.description} (dispatching op handle)"
+    signature = info.signature or "(*args, **kwargs)"
+    handle.__doc__ = f"{op_id}{signature}: {info.description or 'no description'} (dispatching op handle)"
     return handle
 
 

@@ -36,6 +36,9 @@ def resolve_plan(catalog: Catalog, platform: Platform, dtypes: Sequence[str] = (
     notes: list[str] = []
     for op in catalog.ops():
         info = catalog.info(op)
+        if info.dtypes is None:  # a plan's entries are per dtype; an op that takes any dtype is left to priority
+            notes.append(f"{op}: declares no dtypes; left out")
+            continue
         for dtype in [d for d in info.dtypes if not dtypes or d in dtypes]:
             choice = _choice(catalog, op, platform, dtype)
             if choice is None:

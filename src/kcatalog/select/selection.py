@@ -54,7 +54,7 @@ def ineligibility(spec: KernelSpec, platform: Platform, dtype: str | None = None
     missing = [dist for dist in spec.requires if not is_installed(dist)]
     if missing:
         return f"needs {', '.join(missing)}, not installed"
-    if dtype is not None and dtype not in spec.dtypes:
+    if dtype is not None and spec.dtypes is not None and dtype not in spec.dtypes:
         return f"does not support {dtype} (supports {', '.join(spec.dtypes)})"
     return None
 
@@ -105,6 +105,9 @@ def select(
         return ineligibility(spec, platform, dtype) or gates.get(name)
 
     notes: list[str] = []
+    # The backend named by an override (or, for tuned tables and plans, by them): the one `auto: false` does not
+    # keep out, since only priority-based choice skips such backends.
+    named: str | None = None
     if backend is not None:
         if backend not in info.backends:
             raise UnknownBackendError(info.id, backend, list(info.backends), info.location)
@@ -128,6 +131,7 @@ def select(
             continue
         order = (override.backend, *(n for n in order if n != override.backend))
         decided_by = f"override {override}"
+        named = override.backend
         break
     else:
         for pick in picks:
@@ -143,12 +147,15 @@ def select(
                 continue
             order = (pick.backend, *(n for n in order if n != pick.backend))
             decided_by = pick.why
+            named = pick.backend  # a table or plan may choose an `auto: false` backend
             break
 
     chosen: KernelSpec | None = None
     rejected = []
     for name in order:
         reason = reason_for(name)
+        if reason is None and name != named and not info.backends[name].auto:
+            reason = "not chosen automatically (auto: false); name it with backend=, an override or a plan"
         if reason is not None:
             rejected.append(Rejected(name, reason))
         elif chosen is None:

@@ -288,7 +288,9 @@ def _fake(info: OpInfo) -> Callable[..., Any]:
             return None
 
         return returns_nothing
-    reference = info.backends[info.reference]
+    # `fake: reference` needs a reference (the linker says so, KC204); a fake target is imported under the
+    # allow-lists every spec of the load carries.
+    reference = info.backends[info.reference] if info.reference is not None else next(iter(info.backends.values()))
     spec = reference if info.fake == FAKE_REFERENCE else _fake_spec(info, reference)
 
     def fake(*args: Any, **kwargs: Any) -> Any:
@@ -393,7 +395,9 @@ def describe(catalog: Catalog, op: str, namespace: str = "kcatalog", platform: P
             bound = here if here.device in ("cuda", "hip") else None
         chosen: tuple[tuple[str, str | None], ...] = ()
         if bound is not None:
-            chosen = tuple((dtype, _chosen(catalog, op, bound, dtype)) for dtype in info.dtypes)
+            chosen = tuple(
+                (dtype or "any dtype", _chosen(catalog, op, bound, dtype)) for dtype in info.dtypes or (None,)
+            )
         bindings.append(DeviceBinding(key, bound, chosen, traced & {backend for _, backend in chosen if backend}))
     qualname = f"{namespace}::{torch_op_name(op)}"
     return TorchOpReport(
@@ -401,14 +405,15 @@ def describe(catalog: Catalog, op: str, namespace: str = "kcatalog", platform: P
     )
 
 
-def _chosen(catalog: Catalog, op: str, platform: Platform, dtype: str) -> str | None:
+def _chosen(catalog: Catalog, op: str, platform: Platform, dtype: str | None) -> str | None:
     chosen = catalog.select(op, platform, dtype).chosen
     return None if chosen is None else chosen.backend
 
 
 def _fake_text(info: OpInfo) -> str:
     if info.fake == FAKE_REFERENCE:
-        target = info.backends[info.reference].target if info.reference in info.backends else "?"
+        spec = info.backends.get(info.reference) if info.reference is not None else None
+        target = spec.target if spec is not None else "?"
         return f"reference: the '{info.reference}' backend ({target}) run on fake tensors"
     if info.fake is not None:
         return info.fake

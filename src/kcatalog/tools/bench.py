@@ -71,7 +71,7 @@ def plan(
     for info, samples in with_samples(catalog, ops, "time", notes):
         op = info.id
         ordered = sorted(info.backends.values(), key=lambda s: s.backend != info.reference)
-        for dtype in [d for d in dtypes if d in info.dtypes]:
+        for dtype in [d for d in dtypes if d in (info.dtypes or ())]:  # samples need declared dtypes
             runnable = []
             for spec in ordered:
                 if backends and spec.backend not in backends and spec.backend != info.reference:

@@ -18,6 +18,7 @@ from ..platform import Platform
 from ..read.files import shipped_catalog_dir
 from ..registry.catalog import Catalog
 from ..validate.jsonschema import shipped_schema_dir, stale_schemas, write_schemas
+from . import migrate
 from .report import REPORTERS, concise, plural, text_table
 
 
@@ -123,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="write the JSON Schemas generated from the models, or check them")
     schema.add_argument("--check", action="store_true", help="exit 1 if the committed schemas are stale")
     schema.add_argument("--dir", type=Path, default=None, help="schema directory (default: the shipped schemas/)")
+    migrate.add_parsers(sub)  # import-registry, dump-registry
     return parser
 
 
@@ -190,7 +192,7 @@ def _list(options: argparse.Namespace) -> int:
                         "capabilities": [
                             {k: v for k, v in dataclasses.asdict(c).items() if v is not None} for c in spec.capabilities
                         ],
-                        "dtypes": list(spec.dtypes),
+                        "dtypes": None if spec.dtypes is None else list(spec.dtypes),
                     }
                     for spec in catalog.get(op)
                 },
@@ -212,14 +214,14 @@ def _explain(options: argparse.Namespace) -> int:
     if bool(options.op) == options.all:
         print("error: give one op, or --all", file=sys.stderr)
         return 2
-    try:
-        platform = Platform.parse(options.platform) if options.platform else None
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     catalog = _load_or_report(options.catalog)
     if catalog is None:
         return 1
+    try:  # after loading: the catalog's settings may declare more device kinds
+        platform = Platform.parse(options.platform, catalog.devices) if options.platform else None
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     ops = catalog.ops() if options.all else [options.op]
     selections = [catalog.select(op, platform, options.dtype, tokens=options.tokens) for op in ops]
     torch_ops = {}
@@ -433,4 +435,5 @@ COMMANDS = {
     "plan": _plan,
     "cache": _cache,
     "schema": _schema,
+    **migrate.COMMANDS,
 }

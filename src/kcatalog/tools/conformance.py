@@ -101,13 +101,21 @@ def plan(
     platform = platform_of(catalog, device)
     cases: list[Case] = []
     notes: list[str] = []
-    for info, samples in with_samples(catalog, ops, "test", notes):
+    unreferenced = [op for op in ops if catalog.info(op).reference is None]
+    if unreferenced:
+        notes.append(
+            f"skipped {len(unreferenced)} op{'s' * (len(unreferenced) != 1)} that name no reference backend "
+            f"to check against: {', '.join(unreferenced)}"
+        )
+    referenced = [op for op in ops if op not in set(unreferenced)]
+    for info, samples in with_samples(catalog, referenced, "test", notes):
         op = info.id
+        op_dtypes = info.dtypes or ()  # samples need declared dtypes (KC209)
         for spec in info.backends.values():
             if spec.backend == info.reference or (backends and spec.backend not in backends):
                 continue
             skipped: dict[str, list[str]] = {}  # reason -> dtypes, so each reason is noted once
-            for dtype in [d for d in dtypes or info.dtypes if d in info.dtypes]:
+            for dtype in [d for d in dtypes or op_dtypes if d in op_dtypes]:
                 reason = runnable(spec, platform, dtype, interpret)
                 if reason is not None:
                     skipped.setdefault(reason, []).append(dtype)
@@ -121,7 +129,14 @@ def plan(
 def run(cases: Sequence[Case], catalog: Catalog, device: str) -> Iterator[CaseResult]:
     """Run each case; a backend that raises is a failure with its message, never an abort."""
     for case in cases:
-        yield check(case, catalog.get_backend(case.info.id, case.info.reference), device)
+        yield check(case, reference_of(catalog, case), device)
+
+
+def reference_of(catalog: Catalog, case: Case) -> KernelSpec:
+    """The reference backend a case is checked against (plan() leaves out the ops that name none)."""
+    if case.info.reference is None:
+        raise ValueError(f"op '{case.info.id}' names no reference backend to check against")
+    return catalog.get_backend(case.info.id, case.info.reference)
 
 
 def check(case: Case, reference: KernelSpec, device: str) -> CaseResult:

@@ -95,6 +95,8 @@ def build_call(info: OpInfo, samples: Samples, env: Mapping[str, Any], dtype: st
     generator = torch.Generator().manual_seed(seed)
     values: dict[str, Any] = {}
     positional: int | None = None
+    if info.signature is None:  # the linker refuses samples without a signature (KC209)
+        raise ValueError(f"op '{info.id}' declares samples but no signature")
     keyword_only = signature_keyword_only(info.signature)
     for name, _ in signature_arguments(info.signature):
         if positional is None and (name not in samples.args or name in keyword_only):

@@ -101,9 +101,9 @@ class KcatalogItem(pytest.Item):
         self.base_seed = base_seed
 
     def runtest(self) -> None:
-        from .conformance import check, failure_line
+        from .conformance import check, failure_line, reference_of
 
-        reference = self.catalog.get_backend(self.case.info.id, self.case.info.reference)
+        reference = reference_of(self.catalog, self.case)
         result = check(self.case, reference, self.device)
         if not result.passed:
             raise KcatalogFailure(

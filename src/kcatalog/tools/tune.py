@@ -44,8 +44,9 @@ def leading_size(info: OpInfo) -> str | None:
     samples = info.samples
     if samples is None:
         return None
-    dispatch = info.dispatch_arg or next(iter(samples.args), None)
-    spec = samples.args.get(dispatch or "")
+    from ..select.gates import dispatch_parameter
+
+    spec = samples.args.get(dispatch_parameter(info))
     shape = getattr(spec, "shape", None)
     first = shape[0] if shape else None
     return first if isinstance(first, str) and first.isidentifier() and first in samples.sizes else None
@@ -81,7 +82,7 @@ def tune_jobs(
                     if candidate not in seen:
                         seen.append(candidate)
             size_list = [("decode" if s[name] <= DECODE_MAX else "prefill", s) for s in seen]
-        for dtype in [d for d in dtypes if d in info.dtypes]:
+        for dtype in [d for d in dtypes if d in (info.dtypes or ())]:  # samples need declared dtypes
             runnable = []
             for spec in info.backends.values():
                 if backends and spec.backend not in backends:

@@ -18,11 +18,9 @@ from pydantic import (
 )
 
 from ..model import FAKE_REFERENCE
-from ..platform import DEVICES
 
 FORMAT_VERSION = 1
 
-Device = Literal[DEVICES]  # type: ignore[valid-type]
 DType = Literal[
     "float64",
     "float32",
@@ -39,15 +37,24 @@ DType = Literal[
 ]
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
+# Backend names are matched exactly, case included: registries name them as they like ('KDA', 'torch_npu').
+BACKEND_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 OP_ID_PATTERN = r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$"
 SIGNATURE_PATTERN = r"^\(.*\)( -> .+)?$"
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 # Whole-string matches (fullmatch): '$' would also match before a final newline, '\d' any Unicode digit.
 _TARGET = re.compile(rf"{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*")
 _CUDA_ARCH = re.compile(r"[0-9]{1,2}\.[0-9]")
+TARGET_RE, CUDA_ARCH_RE = _TARGET, _CUDA_ARCH  # what the registry importer (migrate/) may write
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="lower_snake_case name")]
 OpId = Annotated[str, Field(pattern=OP_ID_PATTERN, description="'<group>.<name>'")]
+PriorityName = Annotated[str, Field(pattern=NAME_PATTERN, description="the name of a list in the settings' priorities")]
+BackendName = Annotated[str, Field(pattern=BACKEND_PATTERN, description="backend name, matched exactly (case too)")]
+Device = Annotated[
+    # The built-in kinds (platform.DEVICES) or those the settings declare: checked when linking (KC215).
+    str, Field(pattern=NAME_PATTERN, description="device kind: cuda, hip, cpu, npu, xpu, mps, musa, or declared")
+]
 
 
 def _check_target(value: str) -> str:
@@ -148,6 +155,9 @@ class Backend(_Strict):
         "(e.g. 'head_dim 512 > 256')",
     )
     description: str | None = None
+    auto: StrictBool | None = Field(
+        None, description="false: never chosen by priority, only when named; default: the settings' value"
+    )
 
 
 SizeValue = Union[StrictBool, StrictInt, StrictFloat, str]
@@ -192,33 +202,41 @@ class Samples(_Strict):
 class Op(_Strict):
     """An operation and its implementations."""
 
-    description: str
-    signature: str = Field(
+    description: str | None = None
+    signature: str | None = Field(
+        None,
         pattern=SIGNATURE_PATTERN,
-        description="Python-style signature, e.g. '(x: Tensor, eps: float = 1e-6) -> Tensor'",
+        description="Python-style signature, e.g. '(x: Tensor, eps: float = 1e-6) -> Tensor'; "
+        "left out: the op takes any arguments and its handle forwards them as given",
     )
-    reference: Name = Field(description="the backend other backends are checked against")
-    dtypes: tuple[DType, ...] = Field(min_length=1)
+    reference: BackendName | None = Field(
+        None, description="the backend other backends are checked against (required by policy.require_reference)"
+    )
+    dtypes: tuple[DType, ...] | None = Field(None, min_length=1, description="left out: any dtype")
     mutates: tuple[str, ...] = Field((), description="arguments the op changes in place")
     tolerance: dict[DType, Annotated[float, Field(gt=0, lt=1)]] = Field(
         default_factory=dict, description="per dtype, the largest relative error ‖out−ref‖/‖ref‖ allowed"
     )
-    priority: tuple[Name, ...] | None = Field(None, description="this op's backend order, best first")
-    platform_priority: dict[Device, tuple[Name, ...]] = Field(
-        default_factory=dict, description="this op's backend order per device kind, best first"
+    priority: tuple[BackendName, ...] | PriorityName | None = Field(
+        None, description="this op's backend order, best first, or the name of a list in the settings' priorities"
     )
-    dispatch_arg: str | None = Field(
-        None, description="argument whose device and dtype select the backend in op handles (default: the first)"
+    platform_priority: dict[Device, tuple[BackendName, ...] | PriorityName] = Field(
+        default_factory=dict, description="this op's backend order per device kind, best first (or a list's name)"
+    )
+    dispatch_arg: str | StrictInt | None = Field(
+        None,
+        description="argument whose device and dtype select the backend in op handles: a parameter name or a "
+        "position (default: the first)",
     )
     samples: Samples | None = Field(None, description="test and benchmark inputs for this op")
     fake: Fake | None = None
-    backends: dict[Name, Backend] = Field(min_length=1)
+    backends: dict[BackendName, Backend] = Field(min_length=1)
 
 
 class OpExtension(_Strict):
     """More backends for an op declared in another manifest (e.g. a vendor's package)."""
 
-    backends: dict[Name, Backend] = Field(min_length=1)
+    backends: dict[BackendName, Backend] = Field(min_length=1)
 
 
 class Manifest(_Strict):
@@ -234,8 +252,8 @@ class Manifest(_Strict):
 class Policy(_Strict):
     """Rules every op of the catalog must satisfy."""
 
-    required_backends: tuple[Name, ...] = Field((), description="backends every op must have")
-    required_platforms: tuple[Annotated[str, Field(pattern=r"^[a-z]+(:[A-Za-z0-9_.+-]+)?$")], ...] = Field(
+    required_backends: tuple[BackendName, ...] = Field((), description="backends every op must have")
+    required_platforms: tuple[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*(:[A-Za-z0-9_.+-]+)?$")], ...] = Field(
         (), description="platforms ('cpu', 'cuda:9.0', 'hip:gfx942') every op must have an eligible backend on"
     )
     torch_ops: StrictBool = Field(
@@ -244,22 +262,38 @@ class Policy(_Strict):
         "torch.library can express, and a fake implementation where it returns something; "
         "warnings at load, since most applications never register torch ops",
     )
+    require_reference: StrictBool = Field(
+        False, description="every op must name its reference backend (`kcatalog test` checks the others against it)"
+    )
 
 
 class BackendInfo(_Strict):
     """A backend the catalog knows about."""
 
-    description: str
+    description: str | None = None
+    auto: StrictBool = Field(
+        True,
+        description="false: never chosen by priority (e.g. a compiling backend), only by backend=, an override "
+        "or a plan",
+    )
 
 
 class Settings(_Strict):
     """The catalog settings file, kcatalog.yaml: known backends, default priority, policy."""
 
     kcatalog: Literal[1] = Field(description="format version")
-    backends: dict[Name, BackendInfo] = Field(min_length=1)
-    priority: tuple[Name, ...] = Field(description="default backend order, best first")
-    platform_priority: dict[Device, tuple[Name, ...]] = Field(
+    backends: dict[BackendName, BackendInfo] = Field(min_length=1)
+    priority: tuple[BackendName, ...] = Field(description="default backend order, best first")
+    platform_priority: dict[Device, tuple[BackendName, ...]] = Field(
         default_factory=dict, description="backend order per device kind, overriding the default"
+    )
+    priorities: dict[PriorityName, tuple[BackendName, ...]] = Field(
+        default_factory=dict,
+        description="named backend orders that ops refer to by name ('priority: nvidia_first'); they may name "
+        "backends an op lacks",
+    )
+    devices: tuple[Device, ...] = Field(
+        (), description="device kinds beyond the built-in ones (cuda, hip, cpu, npu, xpu, mps, musa)"
     )
     policy: Policy = Field(default_factory=Policy)
     allowed_modules: tuple[Annotated[str, Field(pattern=rf"^{_IDENT}(\.{_IDENT})*$")], ...] | None = Field(

@@ -14,7 +14,15 @@ from .. import codes
 from ..errors import Diagnostic, did_you_mean
 from ..read.files import SourceFile
 from ..read.yaml_nodes import ParsedFile, find_key_node, find_node, node_location, parse_yaml
-from .schema import FORMAT_VERSION, NAME_PATTERN, OP_ID_PATTERN, SIGNATURE_PATTERN, Manifest, Settings
+from .schema import (
+    BACKEND_PATTERN,
+    FORMAT_VERSION,
+    NAME_PATTERN,
+    OP_ID_PATTERN,
+    SIGNATURE_PATTERN,
+    Manifest,
+    Settings,
+)
 from .tables import Plan, TunedTable
 
 # A file that is neither the settings file nor a manifest says so by its top-level key.
@@ -92,6 +100,7 @@ def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile
 
 _PATTERN_MEANING = {
     NAME_PATTERN: "should be a lower_snake_case name",
+    BACKEND_PATTERN: "should be a backend name (letters, digits and '_', not starting with a digit)",
     OP_ID_PATTERN: "should be an op id '<group>.<name>'",
     SIGNATURE_PATTERN: "should be a Python signature such as '(x: Tensor, eps: float = 1e-6) -> Tensor'",
 }

@@ -1,0 +1,1 @@
+"""Migrating a Python kernel registry into catalog files: read it (source), convert it (convert), write it (write)."""

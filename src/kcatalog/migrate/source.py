@@ -1,0 +1,160 @@
+"""A Python kernel registry read into plain data: from the live object (`all_specs()`), or from its JSON dump.
+
+The data stays as the registry has it (enums as their values, tuples as lists, unknown attributes kept), so
+that a registry whose import needs a GPU machine can be dumped there and converted anywhere, and everything
+the conversion cannot express is still there to be reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DUMP_FORMAT = 1  # the "kcatalog_registry_dump" version of the JSON below
+
+# Attributes of a spec the conversion reads; any other public attribute is reported as not imported.
+SPEC_FIELDS = ("op", "backend", "target", "capabilities", "priority", "auto")
+
+
+class RegistryError(ValueError):
+    """The registry cannot be read: not importable, no `all_specs()`, or a dump that is not one."""
+
+
+@dataclass(frozen=True)
+class RegistryDump:
+    """A registry as plain JSON values: its specs (each a mapping of the attributes found) and the registry's
+    own `priority` attribute (a default order, or op -> order, or op -> {device: order}), if it has one."""
+
+    source: str
+    specs: tuple[dict[str, Any], ...]
+    priority: Any = None
+
+    def to_json(self) -> str:
+        """The dump as `kcatalog dump-registry` writes it and `import-registry --from-json` reads it."""
+        document = {
+            "kcatalog_registry_dump": DUMP_FORMAT,
+            "source": self.source,
+            "priority": self.priority,
+            "specs": list(self.specs),
+        }
+        return json.dumps(document, indent=1) + "\n"
+
+
+def read_registry(reference: str) -> RegistryDump:
+    """Import 'package.module:object' (the object path may be dotted) and read its specs."""
+    module_name, sep, attr_path = reference.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise RegistryError(f"registry {reference!r} is not 'package.module:object'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for attr in attr_path.split("."):
+            obj = getattr(obj, attr)
+    except Exception as exc:  # the registry's own import code may raise anything
+        raise RegistryError(f"cannot import registry {reference!r}: {type(exc).__name__}: {exc}") from exc
+    return dump_registry(obj, reference)
+
+
+def dump_registry(registry: Any, source: str) -> RegistryDump:
+    """Read any object with `all_specs()` whose items have `op`, `backend`, `target` and `capabilities`."""
+    all_specs = getattr(registry, "all_specs", None)
+    if not callable(all_specs):
+        raise RegistryError(f"registry {source!r} ({type(registry).__name__}) has no all_specs() method")
+    try:
+        specs = list(all_specs())
+    except Exception as exc:
+        raise RegistryError(f"{source}.all_specs() raised {type(exc).__name__}: {exc}") from exc
+    return RegistryDump(source, tuple(_spec(item) for item in specs), plain(getattr(registry, "priority", None)))
+
+
+def read_json(path: Path) -> RegistryDump:
+    """A dump written by `kcatalog dump-registry`; RegistryError saying what is wrong with it otherwise."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RegistryError(f"cannot read {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise RegistryError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    if not isinstance(document, dict) or document.get("kcatalog_registry_dump") != DUMP_FORMAT:
+        raise RegistryError(
+            f'{path}: not a registry dump (a JSON object with "kcatalog_registry_dump": {DUMP_FORMAT}, '
+            "as `kcatalog dump-registry` writes)"
+        )
+    specs = document.get("specs")
+    if not isinstance(specs, list) or not all(isinstance(spec, dict) for spec in specs):
+        raise RegistryError(f'{path}: "specs" should be a list of objects')
+    return RegistryDump(str(document.get("source") or path), tuple(specs), document.get("priority"))
+
+
+def _spec(item: Any) -> dict[str, Any]:
+    fields = _attributes(item)
+    spec = {name: plain(fields[name]) for name in SPEC_FIELDS if name in fields}
+    if "capabilities" in spec:
+        spec["capabilities"] = _capabilities(fields["capabilities"])
+    extra = {name: plain(value) for name, value in fields.items() if name not in SPEC_FIELDS and value is not None}
+    if extra:
+        spec["not_imported"] = extra
+    return spec
+
+
+def _capabilities(value: Any) -> Any:
+    """A list of capability mappings: a single capability (it has a device) is a list of one."""
+    if value is None:
+        return []
+    if _has_device(value):
+        return [plain(value)]
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        return plain(value)  # reported by the conversion
+    items = [plain(item) for item in value]
+    if isinstance(value, (set, frozenset)):  # no order of its own: a stable one
+        items.sort(key=lambda item: json.dumps(item, sort_keys=True))
+    return items
+
+
+def _has_device(value: Any) -> bool:
+    return (isinstance(value, Mapping) and "device" in value) or (
+        not isinstance(value, Mapping) and hasattr(value, "device")
+    )
+
+
+def _attributes(obj: Any) -> dict[str, Any]:
+    """An object's public data attributes: a mapping's items, a dataclass's or named tuple's fields, else vars."""
+    if isinstance(obj, Mapping):
+        return {str(key): value for key, value in obj.items()}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if not f.name.startswith("_")}
+    if isinstance(obj, tuple) and hasattr(obj, "_asdict"):
+        return dict(obj._asdict())
+    names: list[str] = list(getattr(obj, "__dict__", {}))
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else list(slots)
+    found = {}
+    for name in dict.fromkeys(names):
+        if name.startswith("_"):
+            continue
+        value = getattr(obj, name, None)
+        if not callable(value) or isinstance(value, enum.Enum):
+            found[name] = value
+    return found
+
+
+def plain(value: Any) -> Any:
+    """A registry value as JSON values: enums as their values, tuples and sets as lists, objects as mappings."""
+    if isinstance(value, enum.Enum):
+        return plain(value.value)
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(plain(key)): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_asdict"):
+        return [plain(item) for item in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((plain(item) for item in value), key=lambda item: json.dumps(item, sort_keys=True))
+    attributes = _attributes(value)
+    return {name: plain(item) for name, item in attributes.items()} if attributes else repr(value)
