@@ -9,6 +9,7 @@ internal.
 from .errors import (
     CatalogError,
     Diagnostic,
+    InconsistentSelectionError,
     KernelImportError,
     Location,
     NoEligibleBackendError,
@@ -46,6 +47,7 @@ __all__ = [
     "CatalogSettings",
     "CheckResult",
     "Diagnostic",
+    "InconsistentSelectionError",
     "KernelImportError",
     "KernelSpec",
     "KernelizeReport",

@@ -39,6 +39,16 @@ LAYER_OP_UNKNOWN: Final = "KC218"
 BACKEND_REDECLARED: Final = "KC220"
 LAYER_PRIORITY_CONFLICT: Final = "KC221"
 REPLACES_UNKNOWN_BACKEND: Final = "KC222"
+# KC23x link: tuned selection tables (catalog files with a top-level `tuned:`).
+TUNED_UNKNOWN_OP: Final = "KC230"
+TUNED_UNKNOWN_BACKEND: Final = "KC231"
+TUNED_NOT_ELIGIBLE: Final = "KC232"
+TUNED_BUCKETS: Final = "KC233"
+TUNED_PLATFORM_MISMATCH: Final = "KC234"
+# KC24x check: a plan given to load_catalog(plan=...).
+PLAN_UNKNOWN_OP: Final = "KC240"
+PLAN_UNKNOWN_BACKEND: Final = "KC241"
+PLAN_DIGEST_DIFFERS: Final = "KC242"
 # KC3xx check: import targets.
 TARGET_MODULE_NOT_FOUND: Final = "KC301"
 TARGET_ATTRIBUTE_MISSING: Final = "KC302"
@@ -105,6 +115,14 @@ CODES: Final[dict[str, str]] = {
     BACKEND_REDECLARED: "backend declared by the settings of two layers",
     LAYER_PRIORITY_CONFLICT: "a layer's priority list reorders backends an earlier layer ranked",
     REPLACES_UNKNOWN_BACKEND: "an extension replaces a backend the op does not have",
+    TUNED_UNKNOWN_OP: "tuned table names an op the catalog does not declare",
+    TUNED_UNKNOWN_BACKEND: "tuned table names a backend the op does not have",
+    TUNED_NOT_ELIGIBLE: "tuned table chooses a backend that cannot run on the table's platform or dtype",
+    TUNED_BUCKETS: "tuned table buckets unsorted, overlapping, empty, or tuned twice",
+    TUNED_PLATFORM_MISMATCH: "tuned table measured on another platform than the one it claims",
+    PLAN_UNKNOWN_OP: "plan pins an op the catalog does not declare",
+    PLAN_UNKNOWN_BACKEND: "plan pins a backend the op does not have",
+    PLAN_DIGEST_DIFFERS: "plan was made from a catalog with other contents (a warning; an error with strict)",
     TARGET_MODULE_NOT_FOUND: "target module not found",
     TARGET_ATTRIBUTE_MISSING: "target attribute not defined by its module",
     TARGET_UNAVAILABLE: "target unavailable here: its top-level package is not installed",

@@ -141,3 +141,20 @@ class KernelImportError(CatalogError, ImportError):
         super().__init__(
             f"cannot load backend '{backend}' of op '{op}' from '{target}': {type(cause).__name__}: {cause}"
         )
+
+
+class InconsistentSelectionError(CatalogError):
+    """Ranks resolved some ops differently: `differing` maps each op to what each rank chose."""
+
+    def __init__(self, differing: dict[str, list[str]]) -> None:
+        self.differing = differing
+        lines = []
+        for op, per_rank in differing.items():
+            groups: dict[str, list[int]] = {}
+            for rank, chosen in enumerate(per_rank):
+                groups.setdefault(chosen, []).append(rank)
+            parts = [f"rank{'s' * (len(r) > 1)} {', '.join(map(str, r))}: {chosen}" for chosen, r in groups.items()]
+            lines.append(f"  {op}: " + "; ".join(parts))
+        super().__init__(
+            f"ranks resolved {len(differing)} op{'s' * (len(differing) != 1)} differently:\n" + "\n".join(lines)
+        )

@@ -17,6 +17,7 @@ from .check.overrides import OverridesArg
 from .errors import CatalogError, Diagnostic
 from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
 from .platform import is_installed
+from .read.digest import content_digest
 from .read.files import PathLike, SourceFile, read_sources
 from .read.layers import layer_files, resolve_layers
 from .registry.catalog import Catalog
@@ -40,7 +41,9 @@ class LoadOptions:
     kernel that fails to import raises instead of falling back. `allowed_modules` lists module prefixes
     targets may name (on top of the settings file's own list). `cache` keeps what parsing and validating
     the files yields, keyed by their exact contents: True uses KCATALOG_CACHE_DIR or ~/.cache/kcatalog
-    (unless KCATALOG_NO_CACHE is set), a path uses that directory, False turns it off.
+    (unless KCATALOG_NO_CACHE is set), a path uses that directory, False turns it off. `plan` (a file written by
+    `kcatalog plan`) pins the selection it records, above tuned tables and priority, below overrides; an entry
+    this machine cannot honour warns once naming the op (raises with `strict`).
     """
 
     require: Require | None = None
@@ -50,6 +53,7 @@ class LoadOptions:
     allowed_modules: Sequence[str] | None = None
     import_targets: bool = False
     cache: bool | PathLike = True
+    plan: PathLike | None = None
 
     def __post_init__(self) -> None:
         # A lone string is one item, not a sequence of one-character names.
@@ -69,6 +73,7 @@ class LoadKeywords(TypedDict, total=False):
     allowed_modules: Sequence[str] | None
     import_targets: bool
     cache: bool | PathLike
+    plan: PathLike | None
 
 
 class CheckResult(NamedTuple):
@@ -158,6 +163,12 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         assert read is not None  # read whenever the cache is on
         status = _cache_outcome(store, read, linked, linked_clean, checks.fresh_targets or known_targets)
     diagnostics.extend(checks.diagnostics)
+    digest = content_digest(sources)
+    plan = None
+    if options.plan is not None and not any(d.is_error for d in diagnostics):
+        from .link.plan import read_plan
+
+        plan = read_plan(options.plan, linked.ops, digest, strict=options.strict, diagnostics=diagnostics)
     diagnostics.sort(key=Diagnostic.sort_key)
     settings = linked.settings
     if settings is None or any(d.is_error for d in diagnostics):
@@ -174,6 +185,9 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         cache_status=status,
         catalog_layers=resolved.layers,
         layer_mappings=linked.layer_mappings,
+        tuned=linked.tuned,
+        plan=plan,
+        digest=digest,
     )
     return CheckResult(catalog, diagnostics)
 
@@ -232,6 +246,7 @@ def _open_cache(
 def _link(sources: list[SourceFile], layers: list[CatalogLayer], diagnostics: list[Diagnostic]) -> LinkedCatalog:
     """Validate and link the files, adding what is wrong to `diagnostics`."""
     from .link.linker import link_files  # PyYAML and pydantic: imported only when files must be parsed
+    from .validate.tables import TunedTable
     from .validate.validator import validate_sources
 
     validated = []
@@ -240,4 +255,9 @@ def _link(sources: list[SourceFile], layers: list[CatalogLayer], diagnostics: li
             diagnostics.append(item)
         else:
             validated.append(item)
-    return link_files(validated, diagnostics, settings_found=any(s.is_settings for s in sources), layers=layers)
+    linked = link_files(validated, diagnostics, settings_found=any(s.is_settings for s in sources), layers=layers)
+    if not any(isinstance(file.model, TunedTable) for file in validated):
+        return linked
+    from .link.tuned import link_tuned
+
+    return dataclasses.replace(linked, tuned=link_tuned(validated, linked.ops, diagnostics))

@@ -121,6 +121,8 @@ class KernelSpec:
     layer: str = ""  # the name of the layer whose manifest declared it (see CatalogLayer)
     # torch.compile may trace into the target (select/torch_ops.py): Inductor then sees its Triton kernels.
     traceable: bool = False
+    # A per-call gate 'module:attr' (select/gates.py): called with the call's arguments, once per argument shape.
+    eligible: str | None = None
     _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
 
     def load(self) -> Callable[..., Any]:
@@ -251,6 +253,59 @@ class CatalogLayer:
 
 
 @dataclass(frozen=True)
+class TunedBucket:
+    """One token-count bucket of a tuned table: the dispatch argument's leading dimension in [low, high] (high
+    None: no upper bound), the backend measured fastest there, and every candidate's median in microseconds."""
+
+    low: int
+    high: int | None
+    backend: str
+    medians_us: Mapping[str, float]
+    location: Location  # the bucket's entry in its table
+
+    def covers(self, tokens: int) -> bool:
+        """Whether a call with this leading dimension falls in the bucket."""
+        return self.low <= tokens and (self.high is None or tokens <= self.high)
+
+    @property
+    def span(self) -> str:
+        """'T∈[17, 64]', as explain shows it."""
+        return f"T∈[{self.low}, {'∞' if self.high is None else self.high}]"
+
+
+@dataclass(frozen=True)
+class TunedOp:
+    """A tuned table's choices for one op on one platform ('cuda:9.0') and dtype: buckets sorted, disjoint."""
+
+    op: str
+    platform: str
+    dtype: str
+    buckets: tuple[TunedBucket, ...]
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """What a plan pins for one op and dtype: one backend for every call, or one per bucket of token counts."""
+
+    op: str
+    dtype: str
+    backend: str | None
+    buckets: tuple[TunedBucket, ...] = ()
+    location: Location | None = None
+
+
+@dataclass(frozen=True)
+class LockedPlan:
+    """A plan file loaded with the catalog (load_catalog(plan=...)): the platform it is for, the content digest of
+    the catalog it was made from, and its entries by (op, dtype)."""
+
+    path: str
+    platform: str
+    digest: str
+    entries: Mapping[tuple[str, str], PlanEntry]
+
+
+@dataclass(frozen=True)
 class LinkedCatalog:
     """What linking the files yields: settings and ops, plus every backend declaration read."""
 
@@ -265,6 +320,8 @@ class LinkedCatalog:
     # The layer mappings of the catalog's layers files (kcatalog.kernelize), in file then declaration order; their
     # forwards are among `declared`.
     layer_mappings: tuple[LayerMapping, ...] = ()
+    # The tuned tables' choices (validated and checked against the ops), one per op x platform x dtype.
+    tuned: tuple[TunedOp, ...] = ()
 
     @property
     def known(self) -> tuple[str, ...]:

@@ -74,9 +74,12 @@ def test_test_and_bench_take_ops_and_paths_positionally(run: Callable[..., Resul
 
 def test_unrecognized_arguments_show_the_subcommand_usage(run: Callable[..., Result]) -> None:
     for command in COMMANDS:
-        required = {"report": ["--html", "x.html"], "import-registry": ["--out", "x"], "dump-registry": ["m:o"]}.get(
-            command, []
-        )
+        required = {
+            "report": ["--html", "x.html"],
+            "import-registry": ["--out", "x"],
+            "dump-registry": ["m:o"],
+            "tune": ["--out", "x"],
+        }.get(command, [])
         code, out, err = run(command, *required, "--bogus-option")
         assert (code, out) == (2, ""), command
         assert err.startswith(f"usage: kcatalog {command} "), command

@@ -78,7 +78,13 @@ def rendered(directory: Path) -> dict[str, bytes]:
 
 def test_committed_schemas_match_the_models_byte_for_byte(tmp_path: Path) -> None:
     schemas = rendered(tmp_path)
-    assert sorted(schemas) == ["layers.v1.json", "manifest.v1.json", "settings.v1.json"]
+    assert sorted(schemas) == [
+        "layers.v1.json",
+        "manifest.v1.json",
+        "plan.v1.json",
+        "settings.v1.json",
+        "tuned.v1.json",
+    ]
     for name, content in schemas.items():
         assert (SHIPPED_SCHEMAS / name).read_bytes() == content, name
 

@@ -61,14 +61,16 @@ def site(wheel: Path) -> Path:
 def packaged(wheel: Path, folder: str, suffix: str) -> set[str]:
     with zipfile.ZipFile(wheel) as archive:
         return {
-            Path(name).name
+            name.removeprefix(f"kcatalog/{folder}/")
             for name in archive.namelist()
             if name.startswith(f"kcatalog/{folder}/") and name.endswith(suffix)
         }
 
 
-def test_wheel_ships_every_manifest(wheel: Path) -> None:
-    assert packaged(wheel, "catalog", ".yaml") == {path.name for path in (REPO / "catalog").glob("*.yaml")}
+def test_wheel_ships_every_manifest(wheel: Path) -> None:  # and the tuned tables under catalog/tuned/
+    shipped = {path.relative_to(REPO / "catalog").as_posix() for path in (REPO / "catalog").rglob("*.yaml")}
+    assert "tuned/cuda_9.0.yaml" in shipped
+    assert packaged(wheel, "catalog", ".yaml") == shipped
 
 
 def test_wheel_ships_the_schemas(wheel: Path) -> None:

@@ -30,6 +30,8 @@ from ..model import (
     OpInfo,
     Policy,
     TargetChecks,
+    TunedBucket,
+    TunedOp,
 )
 
 # The types an entry may hold. Their order numbers them: it may change freely, since an entry is only read
@@ -48,6 +50,8 @@ MODEL_TYPES: tuple[type, ...] = (
     LayerCondition,
     LayerClass,
     LayerMapping,
+    TunedBucket,
+    TunedOp,
 )
 ENUM_TYPES: tuple[type[Enum], ...] = (Severity,)
 _LOCATION = -1

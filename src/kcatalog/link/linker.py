@@ -6,6 +6,7 @@ depend on this machine or the caller (targets, allow-list, `require=`, overrides
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -594,8 +595,21 @@ class _Linker:
                 auto=backend.auto if backend.auto is not None else info is None or info.auto,
                 layer=self.layer(file),
                 traceable=backend.traceable,
+                eligible=backend.eligible,
             )
             self.declared.append(specs[name])
+            if backend.eligible is not None:  # the gate's target is checked statically like every target
+                gate_key, gate_value = children(value_node)["eligible"]
+                self.declared.append(
+                    dataclasses.replace(
+                        specs[name],
+                        backend=f"{name} (eligible)",
+                        target=backend.eligible,
+                        location=node_location(file.path, gate_key),
+                        target_location=node_location(file.path, gate_value),
+                        eligible=None,
+                    )
+                )
         return specs
 
     # -- whole-catalog checks ----------------------------------------------------------------------

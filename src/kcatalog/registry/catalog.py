@@ -19,7 +19,9 @@ from ..model import (
     KernelSpec,
     Layer,
     LayerMapping,
+    LockedPlan,
     OpInfo,
+    TunedOp,
 )
 from ..platform import DEVICES, Platform
 
@@ -61,6 +63,9 @@ class Catalog:
         cache_status: CacheStatus = _NOT_LOADED,
         catalog_layers: Iterable[CatalogLayer] = (),
         layer_mappings: tuple[LayerMapping, ...] = (),
+        tuned: Iterable[TunedOp] = (),
+        plan: LockedPlan | None = None,
+        digest: str = "",
     ) -> None:
         self._ops = MappingProxyType(dict(sorted(ops.items())))
         self._settings = settings
@@ -79,6 +84,12 @@ class Catalog:
         self._torch_ops: TorchOps | None = None  # made with the first op handle or torch op registration
         self._torch_lock = threading.Lock()
         self.layer_mappings = layer_mappings  # the layers files' mappings, for kcatalog.kernelize
+        self.digest = digest  # the content digest of the catalog's files (plans record it)
+        self.plan = plan
+        self._tuned = {(t.op, t.platform, t.dtype): t for t in tuned}
+        self._bucketed = {t.op for t in self._tuned.values()}
+        if plan is not None:
+            self._bucketed |= {e.op for e in plan.entries.values() if e.buckets}
 
     def __repr__(self) -> str:
         return f"<Catalog {len(self._ops)} ops, {len(self.all_specs())} backend specs>"
@@ -150,30 +161,61 @@ class Catalog:
         return self._platform
 
     def select(
-        self, op: str, platform: Platform | str | None = None, dtype: str | None = None, *, backend: str | None = None
+        self,
+        op: str,
+        platform: Platform | str | None = None,
+        dtype: str | None = None,
+        *,
+        backend: str | None = None,
+        tokens: int | None = None,
+        call: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
     ) -> Selection:
-        """Which backend runs the op on the platform (default: this machine), and why each other one does not."""
+        """Which backend runs the op on the platform (default: this machine), and why each other one does not;
+        `tokens` (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table, and `call`
+        (args, kwargs) is what backends' per-call gates (`eligible:`) are asked about."""
         if isinstance(platform, str):
             platform = Platform.parse(platform, self._devices)
         info = self.info(op)
         if backend is not None and backend not in info.backends:  # before detecting the platform imports torch
             raise UnknownBackendError(op, backend, list(info.backends), info.location)
         layers = self._scopes.var.get() + self._layers
+        from ..select.buckets import picks
         from ..select.selection import select  # selection is not needed to load, only to choose
 
+        platform = platform or self.platform()
+        if self.plan is not None and self.plan.platform != str(platform) and platform == self._platform:
+            self._plan_elsewhere(platform)
         selection = select(
             self._settings,
             info,
-            platform or self.platform(),
+            platform,
             dtype,
             backend=backend,
             layers=layers,
             failed=self._failed,
             strict=self.strict,
+            picks=picks(op, platform, dtype, tokens, self.plan, self.tuned(op, platform, dtype)),
+            gates=None if call is None else _gate_reasons(info, call),
         )
         for note in selection.notes:
             self._note(note)
         return selection
+
+    def _plan_elsewhere(self, here: Platform) -> None:
+        """A plan for another platform pins nothing on this machine's own device: never silently."""
+        assert self.plan is not None
+        message = f"plan {self.plan.path} is for {self.plan.platform}; this machine is {here}: nothing is pinned"
+        if self.strict:
+            raise CatalogError(message)
+        self._note(message)
+
+    def tuned(self, op: str, platform: Platform | str, dtype: str | None) -> TunedOp | None:
+        """The tuned table's buckets for the op on the platform and dtype, or None."""
+        return self._tuned.get((op, str(platform), dtype or ""))
+
+    def is_bucketed(self, op: str) -> bool:
+        """Whether a tuned table or the plan chooses this op's backend by token count somewhere."""
+        return op in self._bucketed
 
     @contextlib.contextmanager
     def use(self, overrides: OverridesArg) -> Iterator[None]:
@@ -209,17 +251,31 @@ class Catalog:
         return fn
 
     def resolve(
-        self, op: str, platform: Platform | str | None = None, dtype: str | None = None, *, backend: str | None = None
+        self,
+        op: str,
+        platform: Platform | str | None = None,
+        dtype: str | None = None,
+        *,
+        backend: str | None = None,
+        tokens: int | None = None,
+        call: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
     ) -> Callable[..., Any]:
         """Select and import, falling back to the next eligible backend when an import fails (unless strict)."""
-        return self.resolve_spec(op, platform, dtype, backend=backend).load()
+        return self.resolve_spec(op, platform, dtype, backend=backend, tokens=tokens, call=call).load()
 
     def resolve_spec(
-        self, op: str, platform: Platform | str | None = None, dtype: str | None = None, *, backend: str | None = None
+        self,
+        op: str,
+        platform: Platform | str | None = None,
+        dtype: str | None = None,
+        *,
+        backend: str | None = None,
+        tokens: int | None = None,
+        call: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
     ) -> KernelSpec:
         """The spec `resolve` runs: the selected backend, imported, or the next eligible one whose import works."""
         while True:
-            spec = self.select(op, platform, dtype, backend=backend).require()
+            spec = self.select(op, platform, dtype, backend=backend, tokens=tokens, call=call).require()
             try:
                 spec.load()
                 return spec
@@ -290,15 +346,29 @@ class Catalog:
         return torch_ops
 
     def prepare(
-        self, platform: Platform | str | None = None, ops: Iterable[str] | None = None
+        self, platform: Platform | str | None = None, ops: Iterable[str] | None = None, *, group: Any = None
     ) -> dict[str, KernelSpec]:
-        """Resolve and import every op (or `ops`) now, for each declared dtype, so the hot path imports nothing."""
+        """Resolve and import every op (or `ops`) now, for each declared dtype, so the hot path imports nothing.
+
+        With `group` (a torch.distributed process group, or True for the default one), then check that every
+        rank resolved alike (`check_consistent`): a collective, so every rank must call it.
+        """
         chosen = {}
         for op in self.ops() if ops is None else ops:
             for dtype in self.info(op).dtypes or (None,):  # an op without dtypes: any, resolved once
                 self.resolve(op, platform, dtype)
             chosen[op] = self.select(op, platform).require()
+        if group is not None:
+            self.check_consistent(None if group is True else group)
         return chosen
+
+    def check_consistent(self, group: Any = None) -> None:
+        """Raise InconsistentSelectionError, on every rank, when the ranks of `group` (default: the default
+        process group) resolve any op differently: its plan, a fallback after a failed import, an override in
+        one rank's environment. One all-gather of a 16-byte digest at startup; more only when they differ."""
+        from ..select.consistency import check_consistent
+
+        check_consistent(self, group)
 
     def _note(self, message: str) -> None:
         """Log a warning once per distinct message (fallbacks, ignored overrides)."""
@@ -307,3 +377,9 @@ class Catalog:
 
             self._noted.add(message)
             logging.getLogger("kcatalog").warning(message)
+
+
+def _gate_reasons(info: OpInfo, call: tuple[tuple[Any, ...], dict[str, Any]]) -> dict[str, str]:
+    from ..select.gates import gate_reasons
+
+    return gate_reasons(info, *call)

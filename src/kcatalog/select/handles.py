@@ -4,10 +4,11 @@ torch.compile they call the op's registered torch op instead, so that the graph 
 from __future__ import annotations
 
 import ast
+import bisect
 import keyword
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..link.signature import parse_signature
 from ..platform import Platform
@@ -15,6 +16,9 @@ from ..platform import Platform
 if TYPE_CHECKING:
     from ..model import OpInfo
     from ..registry.catalog import Catalog, OverrideScopes
+    from .buckets import BucketDispatch
+
+_T = TypeVar("_T")
 
 # The handle is generated with the op's own parameter list, because forwarding through
 # *args/**kwargs costs more than everything else the handle does. Only identifiers of the parsed
@@ -37,6 +41,26 @@ def handle({params}):
     if _kc_fn is None:
         _kc_fn = _kc_first_call({tensor})
     return _kc_fn({call})
+"""
+
+# An op a tuned table or plan chooses by token count: each (device, dtype) holds a BucketDispatch, and a call
+# costs one bisect over a few boundaries on the leading dimension more (see benchmarks/dispatch_overhead.py).
+_BUCKETED = (
+    _TEMPLATE.replace("_kc_fn", "_kc_b")
+    .replace("_kc_first_call(", "_kc_first_bucketed(")
+    .replace(
+        "    return _kc_b({call})\n",
+        "    return _kc_b.fns[_kc_bisect(_kc_b.edges, {tensor}.shape[0])]({call})\n",
+    )
+    .replace("return _kc_resolve({tensor})({call})", "return _kc_resolve({tensor}, {tensor}.shape[0])({call})")
+)
+
+# An op with a per-call gate (`eligible:`): resolved per argument shape by select/gates.py, in plain Python.
+_GATED = """\
+def handle({params}):
+    {bind}if _kc_torch_op is not None and _kc_compiling():
+        return _kc_torch_op({call})
+    return _kc_gated({call})
 """
 
 
@@ -145,12 +169,10 @@ def bind_torch_op(handle: Callable[..., Any], torch_op: Any, is_compiling: Calla
     namespace["_kc_torch_op"] = torch_op
 
 
-def resolve_once(
-    lock: threading.Lock, table: dict[Any, Callable[..., Any]], key: Any, resolve: Callable[[], Callable[..., Any]]
-) -> Callable[..., Any]:
+def resolve_once(lock: threading.Lock, table: dict[Any, Any], key: Any, resolve: Callable[[], _T]) -> _T:
     """The callable for `key`, resolved (and imported) once however many threads make the first call."""
     with lock:
-        fn = table.get(key)
+        fn: _T | None = table.get(key)
         if fn is None:
             fn = table[key] = resolve()
     return fn
@@ -164,14 +186,14 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
     by_cpu: dict[Any, Callable[..., Any]] = {}
     by_device: dict[tuple[str, Any], Callable[..., Any]] = {}
 
-    def resolve(tensor: Any) -> Callable[..., Any]:
+    def resolve(tensor: Any, tokens: int | None = None) -> Callable[..., Any]:
         return catalog.resolve(
-            op_id, platform_of(catalog, tensor.device.type), str(tensor.dtype).removeprefix("torch.")
+            op_id, platform_of(catalog, tensor.device.type), str(tensor.dtype).removeprefix("torch."), tokens=tokens
         )
 
-    def resolve_locked(tensor: Any) -> Callable[..., Any]:
+    def resolve_locked(tensor: Any, tokens: int | None = None) -> Callable[..., Any]:
         with lock:
-            return resolve(tensor)
+            return resolve(tensor, tokens)
 
     def first_call(tensor: Any) -> Callable[..., Any]:
         if tensor.is_cuda:
@@ -181,6 +203,16 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
         else:
             table, key = by_device, (tensor.device.type, tensor.dtype)
         return resolve_once(lock, table, key, lambda: resolve(tensor))
+
+    def first_bucketed(tensor: Any) -> Any:
+        table, key = (
+            (by_cuda, tensor.dtype)
+            if tensor.is_cuda
+            else (by_cpu, tensor.dtype)
+            if tensor.is_cpu
+            else (by_device, (tensor.device.type, tensor.dtype))
+        )
+        return resolve_once(lock, table, key, lambda: bucket_dispatch(catalog, op_id, tensor, resolve))
 
     namespace: dict[str, Any] = {
         "_kc_scopes": scopes,
@@ -192,12 +224,39 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
         "_kc_torch_op": None,
         "_kc_compiling": _not_compiling,
         "_kc_no_dispatch_arg": _no_dispatch_arg(op_id, info.dispatch_arg),
+        "_kc_first_bucketed": first_bucketed,
+        "_kc_bisect": bisect.bisect_left,
     }
-    handle = generate(_TEMPLATE, call_code(info), namespace, "handle", f"<kcatalog op handle {op_id}>")
+    from .gates import is_gated, make_gated
+
+    template = _BUCKETED if catalog.is_bucketed(op_id) else _TEMPLATE
+    if is_gated(info):
+        template, namespace["_kc_gated"] = _GATED, make_gated(catalog, info, scopes)
+    handle = generate(template, call_code(info), namespace, "handle", f"<kcatalog op handle {op_id}>")
     handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")
     signature = info.signature or "(*args, **kwargs)"
     handle.__doc__ = f"{op_id}{signature}: {info.description or 'no description'} (dispatching op handle)"
     return handle
+
+
+def bucket_dispatch(
+    catalog: Catalog, op: str, tensor: Any, resolve: Callable[[Any, int | None], Callable[..., Any]]
+) -> BucketDispatch:
+    """The boundary lookup for one (device, dtype): every segment of the plan's and the tuned table's buckets
+    resolved (and imported) now, so that a call only bisects."""
+    from .buckets import dispatch_for, segments
+
+    platform = platform_of(catalog, tensor.device.type)
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    lists = []
+    table = catalog.tuned(op, platform, dtype)
+    if table is not None:
+        lists.append(table.buckets)
+    plan = catalog.plan
+    entry = plan.entries.get((op, dtype)) if plan is not None and plan.platform == str(platform) else None
+    if entry is not None:
+        lists.append(entry.buckets)
+    return dispatch_for(segments(lists), lambda tokens: resolve(tensor, tokens))
 
 
 def platform_of(catalog: Catalog, device: str) -> Platform:

@@ -29,6 +29,15 @@ class Selection:
         return self.chosen
 
 
+@dataclass(frozen=True)
+class Pick:
+    """A backend chosen for this call by a plan or a tuned table, below overrides and above priority."""
+
+    backend: str
+    why: str  # 'plan plan.yaml', 'tuned table for cuda:9.0 bfloat16 T∈[17, 64]: triton 2.1 µs vs ...'
+    pinned: bool = False  # a plan's: when it cannot be honoured, strict raises
+
+
 def matches_by_strength(layers: Iterable[Layer], op: str) -> Iterator[Override]:
     """Each layer's most specific override matching `op`, strongest layer first."""
     for layer in layers:
@@ -75,21 +84,25 @@ def select(
     layers: Sequence[Layer] = (),
     failed: Mapping[tuple[str, str], str] | None = None,
     strict: bool = False,
+    picks: Sequence[Pick] = (),
+    gates: Mapping[str, str] | None = None,
 ) -> Selection:
-    """Pick the backend for one call: explicit `backend` > override layers (strongest first) > priority.
+    """Pick the backend for one call: explicit `backend` > override layers (strongest first) > `picks` (a
+    plan's, then a tuned table's) > priority.
 
     Every path checks eligibility. An explicit backend that cannot run raises; an override that
     cannot be honoured gives way to the next weaker one, then to priority, with a note (or raises
     when `strict`).
     """
     failed = failed or {}
+    gates = gates or {}  # backend -> why its per-call gate refuses this call (select/gates.py)
     order, decided_by = priority_order(settings, info, platform)
 
     def reason_for(name: str) -> str | None:
         spec = info.backends[name]
         if (info.id, name) in failed:
             return f"import failed on first use: {failed[(info.id, name)]}"
-        return ineligibility(spec, platform, dtype)
+        return ineligibility(spec, platform, dtype) or gates.get(name)
 
     notes: list[str] = []
     # The backend named by an override (or, for tuned tables and plans, by them): the one `auto: false` does not
@@ -120,6 +133,22 @@ def select(
         decided_by = f"override {override}"
         named = override.backend
         break
+    else:
+        for pick in picks:
+            reason = (
+                f"op '{info.id}' has no '{pick.backend}' backend"
+                if pick.backend not in info.backends
+                else reason_for(pick.backend)
+            )
+            if reason is not None:
+                if strict and pick.pinned:
+                    raise NoEligibleBackendError(info.id, str(platform), [Rejected(pick.backend, reason)])
+                notes.append(f"{pick.why} not honoured for op '{info.id}': {pick.backend} cannot run ({reason})")
+                continue
+            order = (pick.backend, *(n for n in order if n != pick.backend))
+            decided_by = pick.why
+            named = pick.backend  # a table or plan may choose an `auto: false` backend
+            break
 
     chosen: KernelSpec | None = None
     rejected = []
@@ -132,5 +161,5 @@ def select(
         elif chosen is None:
             chosen = info.backends[name]
         else:
-            rejected.append(Rejected(name, f"ranked below {chosen.backend} by {decided_by}"))
+            rejected.append(Rejected(name, f"ranked below {chosen.backend} by {decided_by.partition(': ')[0]}"))
     return Selection(info.id, platform, chosen, decided_by, order, tuple(rejected), tuple(notes))

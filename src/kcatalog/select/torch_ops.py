@@ -6,6 +6,7 @@ Torch is imported only when ops are registered; `describe` (what `kcatalog expla
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
 import weakref
@@ -19,7 +20,7 @@ from ..link.signature import parse_signature
 from ..link.torch_schema import torch_op_name
 from ..model import FAKE_REFERENCE, KernelSpec, OpInfo
 from ..platform import Platform
-from .handles import CallCode, bind_torch_op, call_code, generate, platform_of, resolve_once
+from .handles import CallCode, bind_torch_op, bucket_dispatch, call_code, generate, platform_of, resolve_once
 
 if TYPE_CHECKING:
     from ..registry.catalog import Catalog, OverrideScopes
@@ -44,6 +45,15 @@ def impl({params}):
         _kc_fn = _kc_first_call({tensor}.dtype)
     return _kc_fn({call})
 """
+# For an op chosen by token count: the real leading dimension at run time picks the bucket, in eager mode and in
+# a compiled graph alike (the op is opaque there: static or dynamic shapes, each call sees its tensors' sizes).
+_IMPL_BUCKETED = (
+    _IMPL.replace("_kc_resolve({tensor}.dtype)", "_kc_resolve({tensor}.dtype, {tensor}.shape[0])")
+    .replace("_kc_first_call({tensor}.dtype)", "_kc_first_bucketed({tensor})")
+    .replace(
+        "    return _kc_fn({call})\n", "    return _kc_fn.fns[_kc_bisect(_kc_fn.edges, {tensor}.shape[0])]({call})\n"
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -172,12 +182,20 @@ class TorchOps:
         lock = threading.Lock()
         by_dtype: dict[Any, Callable[..., Any]] = {}
 
-        def resolve(dtype: Any) -> Callable[..., Any]:
-            return catalog.resolve(op_id, platform_of(catalog, device), _dtype_name(dtype))
+        def resolve(dtype: Any, tokens: int | None = None) -> Callable[..., Any]:
+            return catalog.resolve(op_id, platform_of(catalog, device), _dtype_name(dtype), tokens=tokens)
 
-        def resolve_locked(dtype: Any) -> Callable[..., Any]:
+        def resolve_locked(dtype: Any, tokens: int | None = None) -> Callable[..., Any]:
             with lock:
-                return resolve(dtype)
+                return resolve(dtype, tokens)
+
+        def first_bucketed(tensor: Any) -> Any:
+            return resolve_once(
+                lock,
+                by_dtype,
+                tensor.dtype,
+                lambda: bucket_dispatch(catalog, op_id, tensor, lambda t, tokens: resolve(t.dtype, tokens)),
+            )
 
         def first_call(dtype: Any) -> Callable[..., Any]:
             return resolve_once(lock, by_dtype, dtype, lambda: resolve(dtype))
@@ -187,8 +205,18 @@ class TorchOps:
             "_kc_resolve": resolve_locked,
             "_kc_first_call": first_call,
             "_kc_by_dtype": by_dtype,
+            "_kc_first_bucketed": first_bucketed,
+            "_kc_bisect": bisect.bisect_left,
         }
-        impl = generate(_IMPL, code, namespace, "impl", f"<kcatalog torch op {op_id} {device}>")
+        from .gates import is_gated, make_gated
+
+        template = _IMPL_BUCKETED if catalog.is_bucketed(op_id) else _IMPL
+        if is_gated(info):
+            template, namespace["_kc_gated"] = (
+                "def impl({params}):\n    return _kc_gated({call})\n",
+                make_gated(catalog, info, self._scopes, device),
+            )
+        impl = generate(template, code, namespace, "impl", f"<kcatalog torch op {op_id} {device}>")
         impl.__name__ = impl.__qualname__ = f"{torch_op_name(op_id)}_{device}"
         return impl
 
@@ -207,10 +235,21 @@ class TorchOps:
         # The dispatcher passes positional parameters positionally, keyword-only ones as keywords.
         index = positional.index(dispatch) if dispatch in positional else len(positional)
         plain = (torch.Tensor, FunctionalTensor)
+        bucketed = catalog.is_bucketed(op_id)
+        gated = any(spec.eligible for spec in info.backends.values())
 
         def rule(mode: Any, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             tensor = args[index] if index < len(args) else kwargs[dispatch]
-            spec = catalog.resolve_spec(op_id, platform_of(catalog, tensor.device.type), _dtype_name(tensor.dtype))
+            tokens = None
+            if gated:  # a per-call gate is asked about real arguments, at run time: the op stays one node
+                return mode.__torch_dispatch__(func, types, args, kwargs)
+            if bucketed:  # a static leading dimension traces its bucket's backend; a symbolic one stays opaque,
+                tokens = tensor.shape[0] if tensor.dim() else None  # and the node dispatches by bucket per call
+                if not isinstance(tokens, int):
+                    return mode.__torch_dispatch__(func, types, args, kwargs)
+            spec = catalog.resolve_spec(
+                op_id, platform_of(catalog, tensor.device.type), _dtype_name(tensor.dtype), tokens=tokens
+            )
             # torch.export keeps custom ops whole, and so does a tensor subclass that is not torch's own.
             whole = custom_triton_ops_decomposition_disabled() or any(  # type: ignore[no-untyped-call]
                 not issubclass(t, FakeTensor) and t not in plain for t in types

@@ -44,7 +44,9 @@ class BenchResult:
 
 
 @dataclass(frozen=True)
-class _Job:
+class Job:
+    """One backend of one op at one size set, in one dtype: what `time_job` times."""
+
     info: OpInfo
     spec: KernelSpec
     dtype: str
@@ -60,11 +62,11 @@ def plan(
     shapes: str,
     dtypes: Sequence[str],
     backends: Sequence[str] = (),
-) -> tuple[list[_Job], list[str]]:
+) -> tuple[list[Job], list[str]]:
     """Every (op, backend, dtype, shape) to time, reference first within each shape, plus notes."""
     platform = platform_of(catalog, device)
     kinds = ["decode", "prefill"] if shapes == "all" else [shapes]
-    jobs: list[_Job] = []
+    jobs: list[Job] = []
     notes: list[str] = []
     for info, samples in with_samples(catalog, ops, "time", notes):
         op = info.id
@@ -81,12 +83,12 @@ def plan(
                     notes.append(f"{op} [{spec.backend}] {dtype}: skipped, {reason}")
             for kind in kinds:
                 for sizes in size_sets(samples, kind):
-                    jobs += [_Job(info, spec, dtype, kind, sizes) for spec in runnable]
+                    jobs += [Job(info, spec, dtype, kind, sizes) for spec in runnable]
     return jobs, notes
 
 
 def run(
-    jobs: Sequence[_Job],
+    jobs: Sequence[Job],
     device: str,
     copy_gbps: float,
     *,
@@ -100,7 +102,7 @@ def run(
         label = f"{job.info.id} [{job.spec.backend}] {job.dtype} {describe(job.sizes)}"
         if progress:
             progress(index, len(jobs), label)
-        result = _time_job(job, device, copy_gbps, seed)
+        result = time_job(job, device, copy_gbps, seed)
         key = (job.info.id, job.dtype, describe(job.sizes))
         if job.spec.backend == job.info.reference and result.time_us:
             reference_times[key] = result.time_us
@@ -112,7 +114,8 @@ def run(
     return results
 
 
-def _time_job(job: _Job, device: str, copy_gbps: float, seed: int) -> BenchResult:
+def time_job(job: Job, device: str, copy_gbps: float, seed: int) -> BenchResult:
+    """Time one job (CUDA-graph replays for decode shapes on cuda, CUDA events for the rest); errors recorded."""
     samples = job.info.samples
     assert samples is not None  # plan() only makes jobs for ops with samples
     graphed = device == "cuda" and job.shapes == "decode"

@@ -22,9 +22,11 @@ from .commands import (
     import_registry,
     layers,
     matrix,
+    plan,
     report,
     schema,
     test,
+    tune,
     validate,
 )
 from .commands.common import UsageError
@@ -37,6 +39,8 @@ COMMANDS: dict[str, ModuleType] = {
     "explain": explain,
     "test": test,
     "bench": bench,
+    "tune": tune,
+    "plan": plan,
     "report": report,
     "cache": cache,
     "schema": schema,

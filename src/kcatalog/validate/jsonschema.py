@@ -9,11 +9,14 @@ from pydantic import BaseModel
 
 from .mappings import LayersFile
 from .schema import Manifest, Settings
+from .tables import Plan, TunedTable
 
 _MODELS: dict[str, type[BaseModel]] = {
     "manifest.v1.json": Manifest,
     "settings.v1.json": Settings,
     "layers.v1.json": LayersFile,
+    "tuned.v1.json": TunedTable,
+    "plan.v1.json": Plan,
 }
 
 

@@ -148,6 +148,12 @@ class Backend(_Strict):
         description="torch.compile may trace into it (torch ops, and Triton launches through "
         "kcatalog.kernels.tracing.launch), so Inductor sees its kernels; default: opaque to the graph",
     )
+    eligible: Target | None = Field(
+        None,
+        description="a per-call gate 'package.module:attr' called with the op's arguments, once per distinct "
+        "argument shape (cached): True when this backend can take the call, else False or the reason as text "
+        "(e.g. 'head_dim 512 > 256')",
+    )
     description: str | None = None
     auto: StrictBool | None = Field(
         None, description="false: never chosen by priority, only when named; default: the settings' value"

@@ -25,6 +25,14 @@ from .schema import (
     Manifest,
     Settings,
 )
+from .tables import Plan, TunedTable
+
+# A file that is neither the settings file nor a manifest says so by its top-level key.
+_KINDS: dict[str, type[TunedTable] | type[Plan] | type[LayersFile]] = {
+    "tuned": TunedTable,
+    "plan": Plan,
+    LAYERS_KEY: LayersFile,  # layer mappings, for kernelize
+}
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,7 @@ class ValidatedFile:
     """A catalog file that passed the schema: its model and its node tree for positions."""
 
     parsed: ParsedFile
-    model: Manifest | Settings | LayersFile
+    model: Manifest | Settings | LayersFile | TunedTable | Plan
     layer: int = 0  # its layer's number (read/layers.py)
 
     @property
@@ -53,8 +61,12 @@ def validate_sources(sources: Iterable[SourceFile]) -> Iterator[ValidatedFile | 
 
 def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile | Diagnostic]:
     """Check one parsed file against its model, mapping every schema error to a position."""
-    model_cls: type[Manifest] | type[Settings] | type[LayersFile] = Settings if is_settings else Manifest
     data = parsed.data
+    model_cls: type[Manifest] | type[Settings] | type[LayersFile] | type[TunedTable] | type[Plan] = (
+        Settings if is_settings else Manifest
+    )
+    if not is_settings and isinstance(data, dict):
+        model_cls = next((_KINDS[key] for key in _KINDS if key in data), Manifest)
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
         what = "settings file" if is_settings else "manifest"
@@ -64,8 +76,6 @@ def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile
             node_location(parsed.path, parsed.root),
         )
         return
-    if not is_settings and LAYERS_KEY in data:  # a layers file (layer mappings for kernelize)
-        model_cls = LayersFile
     version = data.get("kcatalog")
     if version is not None and (type(version) is not int or version != FORMAT_VERSION):
         where = node_location(parsed.path, find_node(parsed.root, ["kcatalog"]))

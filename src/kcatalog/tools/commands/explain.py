@@ -22,6 +22,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--all", action="store_true", help="explain every op")
     parser.add_argument("--platform", help="e.g. cuda:9.0, hip:gfx942, cpu (default: this machine)")
     parser.add_argument("--dtype", type=dtype, help="the call's dtype, e.g. bfloat16")
+    parser.add_argument("--tokens", type=int, help="the call's leading dimension: picks a tuned table's bucket")
     parser.add_argument(
         "--torch-ops",
         action="store_true",
@@ -44,7 +45,7 @@ def run(options: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     ops = catalog.ops() if options.all else given.ops
-    selections = [catalog.select(op, platform, options.dtype) for op in ops]
+    selections = [catalog.select(op, platform, options.dtype, tokens=options.tokens) for op in ops]
     torch_ops = {}
     if options.torch_ops:
         from ...select.torch_ops import describe
@@ -74,6 +75,13 @@ def run(options: argparse.Namespace) -> int:
                 print(f"  note: {note}")
             for r in s.rejected:
                 print(f"  {r.backend}{layer(r.backend, s.op)}: {r.reason}")
+            for spec in catalog.get(s.op):
+                if spec.eligible:
+                    print(f"  {spec.backend}: gated per call by {spec.eligible} (asked once per argument shape)")
+            table = catalog.tuned(s.op, s.platform, options.dtype) if options.tokens is None else None
+            if table is not None:
+                buckets = ", ".join(f"{b.span} {b.backend}" for b in table.buckets)
+                print(f"  tuned table for {table.platform} {table.dtype}: {buckets} (--tokens N picks one)")
             for line in torch_ops[s.op].lines() if torch_ops else ():
                 print(line)
     return 0 if all(s.chosen for s in selections) else 1

@@ -31,6 +31,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="PREFIX",
         help="only allow targets under this module prefix (repeatable; on top of each layer's own list)",
     )
+    parser.add_argument("--plan", metavar="FILE", help="also check this plan against the catalog")
     parser.add_argument("--strict", action="store_true", help="warnings fail too (for CI)")
     parser.add_argument(
         "--error-on",
@@ -50,6 +51,7 @@ def run(options: argparse.Namespace) -> int:
         check_targets=not options.no_targets,
         allowed_modules=options.allow_module,
         import_targets=options.import_targets,
+        plan=options.plan,
     )
     promoted = {code.strip() for codes in options.error_on for code in codes.split(",") if code.strip()}
     diagnostics = [_as_error(d) if options.strict or d.code in promoted else d for d in diagnostics]

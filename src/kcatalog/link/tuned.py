@@ -1,0 +1,149 @@
+"""Tuned tables linked against the ops: each op x platform x dtype's buckets, checked and located (KC230-KC234)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from .. import codes
+from ..errors import Diagnostic, Location, did_you_mean, listing
+from ..model import OpInfo, TunedBucket, TunedOp
+from ..platform import Platform
+from ..read.yaml_nodes import find_node, node_location
+from ..validate.tables import Bucket, TunedTable
+from ..validate.validator import ValidatedFile
+
+
+def link_tuned(
+    files: Sequence[ValidatedFile], ops: Mapping[str, OpInfo], diagnostics: list[Diagnostic]
+) -> tuple[TunedOp, ...]:
+    """Every table's choices, in file order; what is wrong is added to `diagnostics` and left out."""
+    linked: list[TunedOp] = []
+    seen: dict[tuple[str, str, str], Location] = {}
+    for file in files:
+        if isinstance(file.model, TunedTable):
+            linked += _link_table(file, file.model, ops, seen, diagnostics)
+    return tuple(linked)
+
+
+def _link_table(
+    file: ValidatedFile,
+    table: TunedTable,
+    ops: Mapping[str, OpInfo],
+    seen: dict[tuple[str, str, str], Location],
+    diagnostics: list[Diagnostic],
+) -> list[TunedOp]:
+    body = table.tuned
+
+    def at(*loc: Any, key: bool = False) -> Location:
+        return node_location(file.path, find_node(file.parsed.root, ["tuned", *loc], key=key))
+
+    def error(code: str, message: str, where: Location) -> None:
+        diagnostics.append(Diagnostic(code, message, where))
+
+    platform = Platform.parse(body.platform) if _parses(body.platform) else None
+    if platform is None:
+        error(codes.TUNED_PLATFORM_MISMATCH, f"platform '{body.platform}' is not a platform", at("platform"))
+        return []
+    measured = body.provenance.capability
+    if measured is not None and platform.arch is not None and measured != platform.arch:
+        error(
+            codes.TUNED_PLATFORM_MISMATCH,
+            f"table claims platform {platform} but was measured on {platform.device}:{measured} "
+            f"({body.provenance.device}); tune again on {platform} or fix 'platform'",
+            at("platform"),
+        )
+        return []
+    linked = []
+    for op_id, by_dtype in body.ops.items():
+        info = ops.get(op_id)
+        if info is None:
+            error(
+                codes.TUNED_UNKNOWN_OP,
+                f"tuned table names unknown op '{op_id}'{did_you_mean(op_id, ops)}",
+                at("ops", op_id, key=True),
+            )
+            continue
+        for dtype, buckets in by_dtype.items():
+            where = at("ops", op_id, dtype, key=True)
+            key = (op_id, str(platform), dtype)
+            if key in seen:
+                error(
+                    codes.TUNED_BUCKETS,
+                    f"op '{op_id}' on {platform} {dtype} is tuned twice (first at {seen[key]})",
+                    where,
+                )
+                continue
+            seen[key] = where
+            problems = len(diagnostics)
+            if info.dtypes is not None and dtype not in info.dtypes:
+                error(
+                    codes.TUNED_NOT_ELIGIBLE,
+                    f"op '{op_id}' does not declare dtype {dtype} (it has {', '.join(info.dtypes or ())})",
+                    where,
+                )
+                continue
+            kept = []
+            for index, bucket in enumerate(buckets):
+                problem = _bucket_problem(bucket, info, platform, dtype)
+                if problem is not None:
+                    code, message, field = problem
+                    error(code, message, at("ops", op_id, dtype, index, *field))
+                else:
+                    kept.append(_bucket(bucket, at("ops", op_id, dtype, index)))
+            order = _order_problem(kept)
+            if order is not None:
+                error(codes.TUNED_BUCKETS, order[0], order[1])
+            if len(diagnostics) == problems:
+                linked.append(TunedOp(op_id, str(platform), dtype, tuple(kept)))
+    return linked
+
+
+def _parses(text: str) -> bool:
+    try:
+        Platform.parse(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _bucket(bucket: Bucket, where: Location) -> TunedBucket:
+    low, high = bucket.tokens
+    return TunedBucket(low, high, bucket.backend, MappingProxyType(dict(bucket.medians_us)), where)
+
+
+def _bucket_problem(
+    bucket: Bucket, info: OpInfo, platform: Platform, dtype: str
+) -> tuple[str, str, tuple[str, ...]] | None:
+    """What is wrong with one bucket's backends: (code, message, where in the bucket), or None."""
+    for name, field in [(bucket.backend, ("backend",)), *((n, ("medians_us", n)) for n in bucket.medians_us)]:
+        if name not in info.backends:
+            return (
+                codes.TUNED_UNKNOWN_BACKEND,
+                f"op '{info.id}' has no backend '{name}'{did_you_mean(name, info.backends)}; "
+                f"it has {listing(info.backends)}",
+                field,
+            )
+    spec = info.backends[bucket.backend]
+    # Capabilities and dtypes only: whether its distributions are installed is a question for the machine that runs.
+    reason = platform.mismatch(spec.capabilities)
+    if reason is None and spec.dtypes is not None and dtype not in spec.dtypes:
+        reason = f"does not support {dtype} (supports {', '.join(spec.dtypes)})"
+    if reason is not None:
+        return (
+            codes.TUNED_NOT_ELIGIBLE,
+            f"backend '{bucket.backend}' of op '{info.id}' cannot run on {platform} {dtype}: {reason}",
+            ("backend",),
+        )
+    return None
+
+
+def _order_problem(buckets: list[TunedBucket]) -> tuple[str, Location] | None:
+    """The first bucket out of order or overlapping the one before it."""
+    for before, after in zip(buckets, buckets[1:]):
+        if after.low < before.low:
+            return f"buckets are not sorted: {after.span} comes after {before.span}", after.location
+        if before.high is None or after.low <= before.high:
+            return f"bucket {after.span} overlaps {before.span} before it", after.location
+    return None

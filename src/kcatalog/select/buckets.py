@@ -1,0 +1,95 @@
+"""Selection by token count: which plan entry or tuned bucket covers a call, and the boundary lookup handles use."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import LockedPlan, TunedBucket, TunedOp
+from ..platform import Platform
+from .selection import Pick
+
+
+def covering(buckets: Sequence[TunedBucket], tokens: int) -> TunedBucket | None:
+    """The bucket holding `tokens` (buckets are sorted and disjoint), or None."""
+    index = bisect.bisect_left([b.high if b.high is not None else tokens for b in buckets], tokens)
+    if index < len(buckets) and buckets[index].covers(tokens):
+        return buckets[index]
+    return None
+
+
+def tuned_why(table: TunedOp, bucket: TunedBucket) -> str:
+    """'tuned table for cuda:9.0 bfloat16 T∈[17, 64]: triton 2.1 µs vs torch_compile 2.4 µs'."""
+    others = sorted((t, n) for n, t in bucket.medians_us.items() if n != bucket.backend)
+    own = bucket.medians_us.get(bucket.backend)
+    timing = (
+        "" if own is None else f": {bucket.backend} {own:.1f} µs" + "".join(f" vs {n} {t:.1f} µs" for t, n in others)
+    )
+    return f"tuned table for {table.platform} {table.dtype} {bucket.span}{timing}"
+
+
+def picks(
+    op: str,
+    platform: Platform,
+    dtype: str | None,
+    tokens: int | None,
+    plan: LockedPlan | None,
+    tuned: TunedOp | None,
+) -> list[Pick]:
+    """The plan's pick, then the tuned table's, for one call (none without a dtype, or a token count where the
+    entry is per bucket)."""
+    found: list[Pick] = []
+    if dtype is None:
+        return found
+    entry = plan.entries.get((op, dtype)) if plan is not None and plan.platform == str(platform) else None
+    if entry is not None and plan is not None:
+        if entry.backend is not None:
+            found.append(Pick(entry.backend, f"plan {plan.path}", pinned=True))
+        elif tokens is not None:
+            bucket = covering(entry.buckets, tokens)
+            if bucket is not None:
+                found.append(Pick(bucket.backend, f"plan {plan.path} {bucket.span}", pinned=True))
+    if tuned is not None and tokens is not None:
+        bucket = covering(tuned.buckets, tokens)
+        if bucket is not None:
+            found.append(Pick(bucket.backend, tuned_why(tuned, bucket)))
+    return found
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Token counts cut where any bucket starts or ends: `bisect_left(edges, T)` is T's segment, and `probes`
+    holds one token count inside each segment (None: the segment lies below every bucket's start)."""
+
+    edges: tuple[int, ...]
+    probes: tuple[int, ...]
+
+
+def segments(bucket_lists: Sequence[Sequence[TunedBucket]]) -> Segments:
+    """The segments of every bucket list together (a plan's and a tuned table's), for one lookup per call."""
+    lows = {b.low - 1 for bs in bucket_lists for b in bs}
+    cuts = sorted(lows | {b.high for bs in bucket_lists for b in bs if b.high is not None})
+    probes = [*cuts, (cuts[-1] if cuts else 0) + 1]  # a segment's upper edge lies inside it
+    return Segments(tuple(cuts), tuple(probes))
+
+
+@dataclass(frozen=True)
+class BucketDispatch:
+    """What a handle calls for one (device, dtype): `fns[bisect_left(edges, T)]`, T the leading dimension."""
+
+    edges: tuple[int, ...]
+    fns: tuple[Callable[..., Any], ...]
+
+
+def dispatch_for(cut: Segments, resolve: Callable[[int], Callable[..., Any]]) -> BucketDispatch:
+    """Resolve each segment once, through its probe token count; neighbours that resolve alike are merged."""
+    fns = [resolve(probe) for probe in cut.probes]
+    edges: list[int] = []
+    merged = [fns[0]]
+    for index in range(1, len(fns)):
+        if fns[index] is not merged[-1]:  # else the edge between the two segments disappears
+            edges.append(cut.edges[index - 1])
+            merged.append(fns[index])
+    return BucketDispatch(tuple(edges), tuple(merged))

@@ -1,0 +1,75 @@
+"""Ranks agree: every rank's resolved selection (plan, imports that fell back, overrides), compared through
+torch.distributed, the engine's own process group (NCCL on GPUs, gloo on CPUs). No transport of our own."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CatalogError, InconsistentSelectionError
+
+if TYPE_CHECKING:
+    from ..platform import Platform
+    from ..registry.catalog import Catalog
+
+
+def resolved_selection(catalog: Catalog, platform: Platform | None = None) -> dict[str, str]:
+    """Op -> what this process runs for it, per dtype (and bucket), with the reason, e.g.
+    'bfloat16: triton (catalog default priority)'. Resolves, so a failed import shows as its fallback."""
+    from ..model import TunedBucket
+    from .buckets import segments
+
+    platform = platform or catalog.platform()
+    summary = {}
+    for op in catalog.ops():
+        parts = []
+        for dtype in catalog.info(op).dtypes or (None,):  # an op without dtypes: any, resolved once
+            lists: list[tuple[TunedBucket, ...]] = []
+            table = catalog.tuned(op, platform, dtype)
+            if table is not None:
+                lists.append(table.buckets)
+            probes: tuple[int | None, ...] = segments(lists).probes if lists else (None,)
+            for tokens in probes:
+                where = (dtype or "any dtype") + ("" if tokens is None else f" T={tokens}")
+                parts.append(f"{where}: {_chosen(catalog, op, platform, dtype, tokens)}")
+        summary[op] = "; ".join(parts)
+    return summary
+
+
+def _chosen(catalog: Catalog, op: str, platform: Platform, dtype: str | None, tokens: int | None) -> str:
+    try:
+        catalog.resolve(op, platform, dtype, tokens=tokens)
+    except CatalogError as exc:
+        return f"nothing ({exc})"
+    selection = catalog.select(op, platform, dtype, tokens=tokens)
+    chosen = selection.chosen.backend if selection.chosen else "nothing"
+    fell_back = [r for r in selection.rejected if r.reason.startswith("import failed")]
+    fallback = "".join(f", after {r.backend} {r.reason}" for r in fell_back)
+    return f"{chosen} (by {selection.decided_by}{fallback})"
+
+
+def check_consistent(catalog: Catalog, group: Any = None) -> None:
+    """All-gather a digest of this rank's resolved selection; when ranks differ, gather the selections and raise
+    InconsistentSelectionError naming each op that differs and what each rank chose. Collective: every rank of
+    the group must call it."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise CatalogError("check_consistent needs an initialised torch.distributed process group")
+    summary = resolved_selection(catalog)
+    digest = hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()[:16]
+    world = dist.get_world_size(group)
+    digests: list[Any] = [None] * world
+    dist.all_gather_object(digests, digest, group=group)
+    if len(set(digests)) == 1:
+        return
+    summaries: list[Any] = [None] * world
+    dist.all_gather_object(summaries, summary, group=group)  # only when they differ: the details, once
+    ops = sorted(set().union(*(s.keys() for s in summaries)))
+    differing = {
+        op: [s.get(op, "not in this rank's catalog") for s in summaries]
+        for op in ops
+        if len({s.get(op) for s in summaries}) > 1
+    }
+    raise InconsistentSelectionError(differing)

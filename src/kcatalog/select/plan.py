@@ -1,0 +1,154 @@
+"""Plans: the fully resolved selection of every op on one platform, written as a lock file and compared with
+what this machine would choose (`kcatalog plan`, `kcatalog plan --check`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..model import TunedBucket
+
+if TYPE_CHECKING:
+    from ..model import LockedPlan
+    from ..platform import Platform
+    from ..registry.catalog import Catalog
+
+# One op and dtype: a backend for every call, or (low, high, backend) per bucket of token counts.
+Choice = str | tuple[tuple[int, int | None, str], ...]
+
+
+@dataclass(frozen=True)
+class ResolvedPlan:
+    """What this machine chooses for every op and dtype on a platform, and what it could not plan."""
+
+    platform: str
+    digest: str
+    choices: Mapping[str, Mapping[str, Choice]]
+    notes: tuple[str, ...]
+
+
+def resolve_plan(catalog: Catalog, platform: Platform, dtypes: Sequence[str] = ()) -> ResolvedPlan:
+    """Resolve (importing, so that a failed import shows as its fallback) every op for each dtype, per bucket
+    where a tuned table or the loaded plan has buckets."""
+    choices: dict[str, dict[str, Choice]] = {}
+    notes: list[str] = []
+    for op in catalog.ops():
+        info = catalog.info(op)
+        if info.dtypes is None:  # a plan's entries are per dtype; an op that takes any dtype is left to priority
+            notes.append(f"{op}: declares no dtypes; left out")
+            continue
+        for dtype in [d for d in info.dtypes if not dtypes or d in dtypes]:
+            choice = _choice(catalog, op, platform, dtype)
+            if choice is None:
+                notes.append(f"{op} {dtype}: nothing eligible on {platform}; left out")
+            else:
+                choices.setdefault(op, {})[dtype] = choice
+    return ResolvedPlan(str(platform), catalog.digest, choices, tuple(notes))
+
+
+def _choice(catalog: Catalog, op: str, platform: Platform, dtype: str) -> Choice | None:
+    lists = []
+    table = catalog.tuned(op, platform, dtype)
+    if table is not None:
+        lists.append(table.buckets)
+    plan = catalog.plan
+    entry = plan.entries.get((op, dtype)) if plan is not None and plan.platform == str(platform) else None
+    if entry is not None and entry.buckets:
+        lists.append(entry.buckets)
+    if not lists:
+        return _backend(catalog, op, platform, dtype, None)
+    from .buckets import segments
+
+    cut = segments(lists)
+    rows: list[tuple[int, int | None, str]] = []
+    for index, probe in enumerate(cut.probes):
+        low = cut.edges[index - 1] + 1 if index else 0
+        high = cut.edges[index] if index < len(cut.edges) else None
+        if high is not None and high < 1:
+            continue  # no call has fewer than one token in the leading dimension
+        backend = _backend(catalog, op, platform, dtype, probe)
+        if backend is None:
+            return None
+        if rows and rows[-1][2] == backend:
+            rows[-1] = (rows[-1][0], high, backend)
+        else:
+            rows.append((max(low, 1), high, backend))
+    return rows[0][2] if len(rows) == 1 else tuple(rows)
+
+
+def _backend(catalog: Catalog, op: str, platform: Platform, dtype: str, tokens: int | None) -> str | None:
+    from ..errors import CatalogError
+
+    try:
+        catalog.resolve(op, platform, dtype, tokens=tokens)
+    except CatalogError:
+        return None
+    chosen = catalog.select(op, platform, dtype, tokens=tokens).chosen
+    return None if chosen is None else chosen.backend
+
+
+def plan_text(plan: ResolvedPlan, command: str) -> str:
+    """The plan as YAML, for load_catalog(plan=...) and `kcatalog plan --check`."""
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("kcatalog")
+    except importlib.metadata.PackageNotFoundError:
+        version = "source tree"
+    lines = [
+        "# Written by `kcatalog plan`: load_catalog(plan=...) pins it; `kcatalog plan --check` compares it.",
+        "kcatalog: 1",
+        "plan:",
+        f"  platform: {json.dumps(plan.platform)}",
+        f"  digest: {json.dumps(plan.digest)}",
+        f"  kcatalog: {json.dumps(version)}",
+        f"  command: {json.dumps(command)}",
+        "  ops:",
+    ]
+    for op, by_dtype in plan.choices.items():
+        lines.append(f"    {op}:")
+        for dtype, choice in by_dtype.items():
+            lines.append(f"      {dtype}: {_choice_text(choice)}")
+    return "\n".join(lines) + "\n"
+
+
+def _choice_text(choice: Choice) -> str:
+    if isinstance(choice, str):
+        return choice
+    buckets = (f"{{tokens: [{low}, {'null' if high is None else high}], backend: {b}}}" for low, high, b in choice)
+    return f"[{', '.join(buckets)}]"
+
+
+def locked_choices(plan: LockedPlan) -> dict[str, dict[str, Choice]]:
+    """A loaded plan's entries in the form resolve_plan gives, to compare the two."""
+    choices: dict[str, dict[str, Choice]] = {}
+    for (op, dtype), entry in plan.entries.items():
+        choice: Choice = entry.backend if entry.backend is not None else _rows(entry.buckets)
+        choices.setdefault(op, {})[dtype] = choice
+    return choices
+
+
+def _rows(buckets: Sequence[TunedBucket]) -> tuple[tuple[int, int | None, str], ...]:
+    return tuple((b.low, b.high, b.backend) for b in buckets)
+
+
+def differences(locked: Mapping[str, Mapping[str, Choice]], here: ResolvedPlan) -> list[str]:
+    """One line per op and dtype where this machine would choose other than the plan says."""
+    lines = []
+    for op in sorted(set(locked) | set(here.choices)):
+        pinned, chosen = locked.get(op, {}), here.choices.get(op, {})
+        for dtype in sorted(set(pinned) | set(chosen)):
+            a, b = pinned.get(dtype), chosen.get(dtype)
+            if a != b:
+                lines.append(f"{op} {dtype}: plan has {_shown(a)}, this machine chooses {_shown(b)} on {here.platform}")
+    return lines
+
+
+def _shown(choice: Choice | None) -> str:
+    if choice is None:
+        return "nothing"
+    if isinstance(choice, str):
+        return choice
+    return ", ".join(f"{b} for T∈[{low}, {'∞' if high is None else high}]" for low, high, b in choice)

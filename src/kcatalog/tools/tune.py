@@ -1,0 +1,262 @@
+"""`kcatalog tune`: time every eligible backend per token-count bucket and write the tuned selection table."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .bench import BenchResult, Job, time_job
+from .inputs import size_sets, with_samples
+
+if TYPE_CHECKING:
+    from ..model import OpInfo
+    from ..platform import Platform
+    from ..registry.catalog import Catalog
+
+DECODE_MAX = 512  # token counts up to this are launch-bound: timed as CUDA-graph replays, like `bench --shapes decode`
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One bucket's measurements: the token count, the shapes timed there, each backend's median (geometric mean
+    over those shapes, microseconds), and the errors of backends that failed."""
+
+    op: str
+    dtype: str
+    tokens: int
+    shapes: tuple[str, ...]
+    medians_us: dict[str, float]
+    errors: dict[str, str]
+
+    @property
+    def best(self) -> str | None:
+        """The fastest backend here, or None when none ran."""
+        return min(self.medians_us, key=self.medians_us.__getitem__) if self.medians_us else None
+
+
+def leading_size(info: OpInfo) -> str | None:
+    """The size name of the dispatch argument's leading dimension in the op's samples ('T'), if it is one name."""
+    samples = info.samples
+    if samples is None:
+        return None
+    from ..select.gates import dispatch_parameter
+
+    spec = samples.args.get(dispatch_parameter(info))
+    shape = getattr(spec, "shape", None)
+    first = shape[0] if shape else None
+    return first if isinstance(first, str) and first.isidentifier() and first in samples.sizes else None
+
+
+def tune_jobs(
+    catalog: Catalog,
+    ops: Sequence[str],
+    *,
+    platform: Platform,
+    dtypes: Sequence[str],
+    buckets: Sequence[int] | None = None,
+    backends: Sequence[str] = (),
+) -> tuple[list[Job], list[str]]:
+    """Every (op, backend, dtype, shape) to time: the manifest's decode and prefill sizes, or with `buckets`
+    the decode sizes with the leading dimension set to each bucket's token count."""
+    from ..select.selection import ineligibility
+
+    jobs: list[Job] = []
+    notes: list[str] = []
+    for info, samples in with_samples(catalog, ops, "tune", notes):
+        name = leading_size(info)
+        if name is None:
+            notes.append(f"{info.id}: skipped, its dispatch argument's leading dimension is not a size name")
+            continue
+        size_list = [(kind, sizes) for kind in ("decode", "prefill") for sizes in size_sets(samples, kind)]
+        if buckets is not None:
+            decode = size_sets(samples, "decode")
+            seen: list[dict[str, Any]] = []
+            for tokens in buckets:
+                for sizes in decode:
+                    candidate = {**sizes, name: tokens}
+                    if candidate not in seen:
+                        seen.append(candidate)
+            size_list = [("decode" if s[name] <= DECODE_MAX else "prefill", s) for s in seen]
+        for dtype in [d for d in dtypes if d in (info.dtypes or ())]:  # samples need declared dtypes
+            runnable = []
+            for spec in info.backends.values():
+                if backends and spec.backend not in backends:
+                    continue
+                reason = ineligibility(spec, platform, dtype)
+                if reason is None:
+                    runnable.append(spec)
+                else:
+                    notes.append(f"{info.id} [{spec.backend}] {dtype}: not a candidate, {reason}")
+            jobs += [Job(info, spec, dtype, kind, sizes) for kind, sizes in size_list for spec in runnable]
+    return jobs, notes
+
+
+def tokens_of(job: Job) -> int:
+    """The leading dimension of the job's dispatch argument, as a call would have it."""
+    name = leading_size(job.info)
+    assert name is not None  # tune_jobs makes jobs only for such ops
+    return int(job.sizes[name])
+
+
+def measure(
+    jobs: Sequence[Job],
+    device: str,
+    *,
+    progress: Callable[[int, int, str], None] | None = None,
+    timer: Callable[[Job], BenchResult] | None = None,
+) -> list[Measured]:
+    """Time every job, then gather them by op, dtype and token count."""
+    results: list[tuple[Job, BenchResult]] = []
+    for index, job in enumerate(jobs):
+        if progress:
+            progress(index, len(jobs), f"{job.info.id} [{job.spec.backend}] {job.dtype} {job.sizes}")
+        results.append((job, timer(job) if timer else time_job(job, device, 0.0, 0)))
+    if progress:
+        progress(len(jobs), len(jobs), "done")
+    return gather(results)
+
+
+def gather(results: Sequence[tuple[Job, BenchResult]]) -> list[Measured]:
+    """Per (op, dtype, token count): each backend's geometric mean over the shapes where it ran at all of them."""
+    groups: dict[tuple[str, str, int], list[tuple[Job, BenchResult]]] = {}
+    for job, result in results:
+        groups.setdefault((job.info.id, job.dtype, tokens_of(job)), []).append((job, result))
+    measured = []
+    for (op, dtype, tokens), rows in sorted(groups.items()):
+        shapes = tuple(dict.fromkeys(r.sizes for _, r in rows))
+        times: dict[str, list[float]] = {}
+        errors: dict[str, str] = {}
+        for job, result in rows:
+            if result.time_us is None:
+                errors[job.spec.backend] = result.error
+            else:
+                times.setdefault(job.spec.backend, []).append(result.time_us)
+        medians = {
+            backend: statistics.geometric_mean(values)
+            for backend, values in times.items()
+            if backend not in errors and len(values) == len(shapes)
+        }
+        measured.append(Measured(op, dtype, tokens, shapes, medians, errors))
+    return measured
+
+
+def bucket_edges(token_counts: Sequence[int]) -> list[tuple[int, int | None]]:
+    """Buckets around the measured token counts, cut at their geometric midpoints: [1, ...] up to no bound."""
+    counts = sorted(set(token_counts))
+    edges = [math.isqrt(a * b) for a, b in zip(counts, counts[1:])]
+    lows = [1, *(edge + 1 for edge in edges)]
+    highs: list[int | None] = [*edges, None]
+    return list(zip(lows, highs))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a table was measured."""
+
+    device: str
+    capability: str | None
+    driver: str | None
+    torch: str | None
+    triton: str | None
+    kcatalog: str
+    date: str
+    command: str
+
+
+def provenance(device: str, command: str) -> Provenance:
+    """This machine's GPU, driver and library versions, now."""
+    import importlib.metadata
+
+    import torch
+
+    name, capability, driver = "cpu", None, None
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+        major, minor = torch.cuda.get_device_capability()
+        capability = f"{major}.{minor}"
+        driver = _driver()
+
+    def version(distribution: str) -> str | None:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    return Provenance(
+        name,
+        capability,
+        driver,
+        torch.__version__,
+        version("triton"),
+        version("kcatalog") or "source tree",
+        now,
+        command,
+    )
+
+
+def _driver() -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+
+
+def table_text(platform: str, prov: Provenance, measured: Sequence[Measured]) -> str:
+    """The tuned table as YAML (a catalog file: tuned/*.yaml), one flow mapping per bucket."""
+    import json
+
+    lines = [
+        "# yaml-language-server: $schema=../../schemas/tuned.v1.json",
+        "# Written by `kcatalog tune`: the fastest backend per token-count bucket, with every candidate's median.",
+        "kcatalog: 1",
+        "tuned:",
+        f"  platform: {json.dumps(platform)}",
+        "  provenance:",
+        *(f"    {key}: {json.dumps(value)}" for key, value in dataclasses.asdict(prov).items() if value is not None),
+        "  ops:",
+    ]
+    by_op: dict[str, dict[str, list[Measured]]] = {}
+    for m in measured:
+        if m.best is not None:
+            by_op.setdefault(m.op, {}).setdefault(m.dtype, []).append(m)
+    for op, by_dtype in by_op.items():
+        lines.append(f"    {op}:")
+        for dtype, rows in by_dtype.items():
+            lines.append(f"      {dtype}:")
+            for (low, high), m in zip(bucket_edges([r.tokens for r in rows]), sorted(rows, key=lambda r: r.tokens)):
+                medians = ", ".join(f"{b}: {t:.2f}" for b, t in sorted(m.medians_us.items(), key=lambda kv: kv[1]))
+                shapes = ", ".join(json.dumps(s) for s in m.shapes)
+                lines.append(
+                    f"        - {{tokens: [{low}, {'null' if high is None else high}], backend: {m.best}, "
+                    f"at: {m.tokens}, medians_us: {{{medians}}}, shapes: [{shapes}]}}"
+                )
+    if not by_op:
+        lines[-1] = "  ops: {}"
+    return "\n".join(lines) + "\n"
+
+
+def format_table(measured: Sequence[Measured]) -> str:
+    """Op, dtype, token count, the chosen backend and each candidate's median."""
+    from .report import text_table
+
+    rows = [["op", "dtype", "T", "chosen", "medians (us)"]]
+    for m in measured:
+        medians = ", ".join(f"{b} {t:.1f}" for b, t in sorted(m.medians_us.items(), key=lambda kv: kv[1]))
+        errors = "".join(f"; {b} failed: {e}" for b, e in m.errors.items())
+        rows.append([m.op, m.dtype, str(m.tokens), m.best or "-", medians + errors])
+    return text_table(rows)

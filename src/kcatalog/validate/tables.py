@@ -1,0 +1,79 @@
+"""The file formats of measured and locked selection, as pydantic models: tuned tables (a catalog file whose
+top level is `tuned:`) and plans (`plan:`, given to load_catalog(plan=...), never part of a catalog)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, StrictInt, model_validator
+
+from .schema import DType, Name, OpId, _Strict
+
+Platform = Annotated[str, Field(pattern=r"^[a-z]+(:[A-Za-z0-9_.+-]+)?$", description="'cuda:9.0', 'hip:gfx942', 'cpu'")]
+Tokens = Annotated[int, Field(ge=1)]
+
+
+class Bucket(_Strict):
+    """One bucket of token counts (the dispatch argument's leading dimension) and the backend chosen there."""
+
+    tokens: tuple[Tokens, Union[Tokens, None]] = Field(
+        description="[low, high], inclusive; high null: no upper bound", examples=[[17, 64], [8193, None]]
+    )
+    backend: Name
+    at: StrictInt | None = Field(None, description="the token count measured for this bucket")
+    medians_us: dict[Name, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict, description="every candidate's median time in microseconds (geometric mean over shapes)"
+    )
+    shapes: tuple[str, ...] = Field((), description="the shapes measured, e.g. 'T=64 H=4096'")
+
+    @model_validator(mode="after")
+    def _low_not_above_high(self) -> Bucket:
+        low, high = self.tokens
+        if high is not None and low > high:
+            raise ValueError(f"bucket [{low}, {high}] is empty: low is above high")
+        return self
+
+
+class Provenance(_Strict):
+    """Where and how a table was measured."""
+
+    device: str = Field(description="the GPU's name, e.g. 'NVIDIA H200'")
+    capability: str | None = Field(None, description="the device's architecture as measured, e.g. '9.0'")
+    driver: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    kcatalog: str | None = None
+    date: str | None = None
+    command: str | None = None
+
+
+class TunedTableBody(_Strict):
+    """One platform's measured selection: op -> dtype -> buckets, best backend per bucket."""
+
+    platform: Platform
+    provenance: Provenance
+    ops: dict[OpId, dict[DType, tuple[Bucket, ...]]] = Field(min_length=1)
+
+
+class TunedTable(_Strict):
+    """A tuned table file (tuned/*.yaml in a catalog directory)."""
+
+    kcatalog: Literal[1] = Field(description="format version")
+    tuned: TunedTableBody
+
+
+class PlanBody(_Strict):
+    """The fully resolved selection of a catalog on one platform: op -> dtype -> one backend, or buckets."""
+
+    platform: Platform
+    digest: str = Field(pattern=r"^[0-9a-f]{16,64}$", description="content digest of the catalog it was made from")
+    kcatalog: str | None = Field(None, description="the kcatalog version that wrote it")
+    command: str | None = None
+    ops: dict[OpId, dict[DType, Union[Name, tuple[Bucket, ...]]]] = Field(min_length=1)
+
+
+class Plan(_Strict):
+    """A plan file: load_catalog(plan='plan.yaml') pins it, `kcatalog plan --check` compares it with this machine."""
+
+    kcatalog: Literal[1] = Field(description="format version")
+    plan: PlanBody

@@ -1,0 +1,58 @@
+"""Ranks agree: 4 processes under torch.distributed (gloo), in one spawn: all consistent passes; one rank with
+KCATALOG_OVERRIDES set differently, and one rank whose 'triton' kernel fails to import, raise on every rank naming
+the op, the rank and the fallback. The script is benchmarks/rank_consistency.py, which also runs with NCCL."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from catalog_builder import child_env
+
+if TYPE_CHECKING:
+    from catalog_builder import Workspace
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "rank_consistency.py"
+
+
+def test_four_gloo_ranks_agree_or_raise_naming_op_rank_and_fallback(tmp_path: Path) -> None:
+    pytest.importorskip("torch.distributed")
+    report = tmp_path / "ranks.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--backend", "gloo", "--world-size", "4", "--json", str(report)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ranks = json.loads(report.read_text())["ranks"]
+    assert len(ranks) == 4
+    for cases in ranks:  # every rank saw the same outcome
+        assert cases["consistent"] == {"raised": None}
+        override = cases["override"]["message"]
+        assert override == (
+            "ranks resolved 1 op differently:\n"
+            "  norm.scale: ranks 0, 1, 2: float32: triton (by catalog default priority); "
+            "rank 3: float32: torch (by override KCATALOG_OVERRIDES norm.scale=torch)"
+        )
+        failed = cases["import_fails"]["message"]
+        assert failed == (
+            "ranks resolved 1 op differently:\n"
+            "  norm.scale: ranks 0, 1, 2: float32: triton (by catalog default priority); "
+            "rank 3: float32: torch (by catalog default priority, after triton import failed on first use: "
+            "ImportError: libtriton.so: cannot open shared object file)"
+        )
+
+
+def test_check_consistent_needs_a_process_group(workspace: Workspace) -> None:
+    pytest.importorskip("torch.distributed")
+    import kcatalog
+
+    catalog = kcatalog.load_catalog(workspace.minimal(), cache=False)
+    with pytest.raises(kcatalog.CatalogError, match="^check_consistent needs an initialised torch.distributed"):
+        catalog.check_consistent()
