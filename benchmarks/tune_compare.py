@@ -48,12 +48,13 @@ class Row:
         return self.default_us / self.tuned_us
 
 
-def compare(table: dict[str, Any], default_of: dict[str, str]) -> list[Row]:
-    """The rows of a parsed table; `default_of` maps each op to the backend its priority picks there."""
+def compare(table: dict[str, Any], default_of: dict[str, str], manual_of: dict[str, set[str]]) -> list[Row]:
+    """The rows of a parsed table; `default_of` maps each op to the backend its priority picks there, `manual_of`
+    to its `auto: false` backends, which are no candidate of any arm (a table never chooses one unasked)."""
     rows = []
     for op, by_dtype in table["tuned"]["ops"].items():
         for dtype, buckets in by_dtype.items():
-            common = set.intersection(*(set(b["medians_us"]) for b in buckets))
+            common = set.intersection(*(set(b["medians_us"]) for b in buckets)) - manual_of.get(op, set())
             single = min(common, key=lambda name: statistics.geometric_mean([b["medians_us"][name] for b in buckets]))
             default = default_of[op]
             for b in buckets:
@@ -128,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         order, _ = _priority(catalog, op, platform)
         timed = set.intersection(*(set(b["medians_us"]) for b in by_dtype[dtype]))
         default_of[op] = next(name for name in order if name in timed)
-    rows = compare(table, default_of)
+    manual_of = {op: {n for n, spec in catalog.info(op).backends.items() if not spec.auto} for op in default_of}
+    rows = compare(table, default_of, manual_of)
     text = render(rows, table, options.note)
     options.out.with_suffix(".md").write_text(text, encoding="utf-8")
     document = {"table": str(options.table), "provenance": table["tuned"]["provenance"], "rows": [

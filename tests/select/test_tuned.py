@@ -325,3 +325,17 @@ def test_a_table_may_choose_a_backend_priority_never_does(workspace: Workspace) 
     catalog = kcatalog.load_catalog(directory, cache=False)
     assert catalog.select("g.tag", "cpu", "float32", tokens=9).chosen.backend == "big"  # type: ignore[union-attr]
     assert catalog.select("g.tag", "cpu", "float32", tokens=20).chosen.backend == "ref"  # type: ignore[union-attr]
+
+
+def test_tune_times_a_backend_priority_never_picks_only_when_named(workspace: Workspace) -> None:
+    """A table would choose an `auto: false` backend (one that compiles, say) with no one asking for it."""
+    from kcatalog.platform import Platform
+    from kcatalog.tools.tune import tune_jobs
+
+    catalog = kcatalog.load_catalog(cache=False)
+    args = {"platform": Platform.parse("cuda:9.0"), "dtypes": ["bfloat16"], "buckets": [1]}
+    jobs, notes = tune_jobs(catalog, ["activation.silu_and_mul"], **args)
+    assert {job.spec.backend for job in jobs} == {"triton", "torch"}
+    assert "activation.silu_and_mul [torch_compile]: not a candidate, auto: false (name it with --backend)" in notes
+    jobs, _ = tune_jobs(catalog, ["activation.silu_and_mul"], backends=["torch_compile", "triton"], **args)
+    assert {job.spec.backend for job in jobs} == {"torch_compile", "triton"}

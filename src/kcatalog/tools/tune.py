@@ -87,6 +87,9 @@ def tune_jobs(
             for spec in info.backends.values():
                 if backends and spec.backend not in backends:
                     continue
+                if not backends and not spec.auto:  # a table would choose it with no one asking for it
+                    notes.append(f"{info.id} [{spec.backend}]: not a candidate, auto: false (name it with --backend)")
+                    continue
                 reason = ineligibility(spec, platform, dtype)
                 if reason is None:
                     runnable.append(spec)
