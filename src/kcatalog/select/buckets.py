@@ -5,11 +5,14 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import LockedPlan, TunedBucket, TunedOp
 from ..platform import Platform
 from .selection import Pick
+
+if TYPE_CHECKING:
+    from ..registry.catalog import Catalog
 
 
 def covering(buckets: Sequence[TunedBucket], tokens: int) -> TunedBucket | None:
@@ -18,6 +21,19 @@ def covering(buckets: Sequence[TunedBucket], tokens: int) -> TunedBucket | None:
     if index < len(buckets) and buckets[index].covers(tokens):
         return buckets[index]
     return None
+
+
+def bucket_lists(catalog: Catalog, op: str, platform: Platform, dtype: str) -> list[tuple[TunedBucket, ...]]:
+    """The buckets of the op's tuned table and of its plan entry (a plan for this platform) for one dtype."""
+    lists = []
+    table = catalog.tuned(op, platform, dtype)
+    if table is not None:
+        lists.append(table.buckets)
+    plan = catalog.plan
+    entry = plan.entries.get((op, dtype)) if plan is not None and plan.platform == str(platform) else None
+    if entry is not None and entry.buckets:
+        lists.append(entry.buckets)
+    return lists
 
 
 def tuned_why(table: TunedOp, bucket: TunedBucket) -> str:

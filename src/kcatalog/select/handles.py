@@ -244,18 +244,11 @@ def bucket_dispatch(
 ) -> BucketDispatch:
     """The boundary lookup for one (device, dtype): every segment of the plan's and the tuned table's buckets
     resolved (and imported) now, so that a call only bisects."""
-    from .buckets import dispatch_for, segments
+    from .buckets import bucket_lists, dispatch_for, segments
 
-    platform = platform_of(catalog, tensor.device.type)
-    dtype = str(tensor.dtype).removeprefix("torch.")
-    lists = []
-    table = catalog.tuned(op, platform, dtype)
-    if table is not None:
-        lists.append(table.buckets)
-    plan = catalog.plan
-    entry = plan.entries.get((op, dtype)) if plan is not None and plan.platform == str(platform) else None
-    if entry is not None:
-        lists.append(entry.buckets)
+    lists = bucket_lists(
+        catalog, op, platform_of(catalog, tensor.device.type), str(tensor.dtype).removeprefix("torch.")
+    )
     return dispatch_for(segments(lists), lambda tokens: resolve(tensor, tokens))
 
 

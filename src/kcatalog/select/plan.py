@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..model import TunedBucket
+from .buckets import bucket_lists, segments
 
 if TYPE_CHECKING:
     from ..model import LockedPlan
@@ -49,18 +50,9 @@ def resolve_plan(catalog: Catalog, platform: Platform, dtypes: Sequence[str] = (
 
 
 def _choice(catalog: Catalog, op: str, platform: Platform, dtype: str) -> Choice | None:
-    lists = []
-    table = catalog.tuned(op, platform, dtype)
-    if table is not None:
-        lists.append(table.buckets)
-    plan = catalog.plan
-    entry = plan.entries.get((op, dtype)) if plan is not None and plan.platform == str(platform) else None
-    if entry is not None and entry.buckets:
-        lists.append(entry.buckets)
+    lists = bucket_lists(catalog, op, platform, dtype)
     if not lists:
         return _backend(catalog, op, platform, dtype, None)
-    from .buckets import segments
-
     cut = segments(lists)
     rows: list[tuple[int, int | None, str]] = []
     for index, probe in enumerate(cut.probes):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...platform import Platform
 from ...read.layers import PLUGINS, SHIPPED
 
 if TYPE_CHECKING:
@@ -89,6 +90,14 @@ def dtype(text: str) -> str:
 
 class UsageError(Exception):
     """A command's arguments cannot work here: printed as `error: ...` with the command's usage, exit 2."""
+
+
+def platform_of_catalog(catalog: Catalog, text: str) -> Platform:
+    """A --platform value, parsed once the catalog is loaded: its settings may declare more device kinds."""
+    try:
+        return Platform.parse(text, catalog.devices)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def require_device(device: str) -> None:

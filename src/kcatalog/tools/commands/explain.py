@@ -6,8 +6,15 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from ...platform import Platform
-from .common import UsageError, add_catalog_arguments, catalog_paths, dtype, load_or_report, split_ops
+from .common import (
+    UsageError,
+    add_catalog_arguments,
+    catalog_paths,
+    dtype,
+    load_or_report,
+    platform_of_catalog,
+    split_ops,
+)
 
 if TYPE_CHECKING:
     from ...registry.catalog import Catalog
@@ -40,10 +47,7 @@ def run(options: argparse.Namespace) -> int:
     catalog = load_or_report(catalog_paths(options, given.paths))
     if catalog is None:
         return 1
-    try:  # after loading: the catalog's settings may declare more device kinds
-        platform = Platform.parse(options.platform, catalog.devices) if options.platform else None
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    platform = platform_of_catalog(catalog, options.platform) if options.platform else None
     ops = catalog.ops() if options.all else given.ops
     selections = [catalog.select(op, platform, options.dtype, tokens=options.tokens) for op in ops]
     torch_ops = {}

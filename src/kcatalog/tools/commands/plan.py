@@ -6,8 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ...platform import Platform
-from .common import UsageError, add_catalog_arguments, catalog_paths, dtype, load_or_report
+from .common import add_catalog_arguments, catalog_paths, dtype, load_or_report, platform_of_catalog
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -32,8 +31,5 @@ def run(options: argparse.Namespace) -> int:
     catalog = load_or_report(paths)
     if catalog is None:
         return 1
-    try:  # after loading: the catalog's settings may declare more device kinds
-        platform = Platform.parse(options.platform, catalog.devices) if options.platform else None
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    platform = platform_of_catalog(catalog, options.platform) if options.platform else None
     return run_plan(options, catalog, platform)

@@ -6,8 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ...platform import Platform
-from .common import UsageError, add_catalog_arguments, catalog_paths, load_or_report
+from .common import add_catalog_arguments, catalog_paths, load_or_report, platform_of_catalog
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -31,11 +30,8 @@ def run(options: argparse.Namespace) -> int:
     catalog = load_or_report(catalog_paths(options))
     if catalog is None:
         return 1
-    try:  # after loading: the catalog's settings may declare more device kinds
-        texts = options.platform or catalog.settings.policy.required_platforms or ("cpu",)
-        platforms = [Platform.parse(text, catalog.devices) for text in texts]
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    texts = options.platform or catalog.settings.policy.required_platforms or ("cpu",)
+    platforms = [platform_of_catalog(catalog, text) for text in texts]
     Path(options.html).write_text(render(catalog, platforms), encoding="utf-8")
     print(f"wrote {options.html} ({len(catalog)} ops x {len(platforms)} platforms)")
     return 0
