@@ -353,6 +353,7 @@ class Rejected:
 
     backend: str
     reason: str
+    eligible: bool = False  # it could run here: ranked below the chosen one, or `auto: false` and not named
 
 
 @dataclass(frozen=True)

@@ -69,18 +69,23 @@ def check_page(cells: Cells) -> None:
         for rejected in selection.rejected:  # the hover text is the reason `explain` gives
             cls, title, _ = cells.cells[("layernorm.rms_norm", rejected.backend, platform)]
             assert title == rejected.reason
-            assert cls == ("cell eligible" if rejected.reason.startswith("ranked below") else "cell unavailable")
+            assert cls == ("cell eligible" if rejected.eligible else "cell unavailable")
         assert selection.chosen is not None
         cls, title, href = cells.cells[("layernorm.rms_norm", selection.chosen.backend, platform)]
         assert cls == "cell chosen" and title == f"chosen, by {selection.decided_by}"
         location = selection.chosen.location
         assert href == f"{Path(location.path).resolve().as_uri()}#L{location.line}"
+    # torch_compile is `auto: false`: it can run on cuda:9.0, so eligible there, though chosen only when named
+    cls, title, _ = cells.cells[("layernorm.rms_norm", "torch_compile", "cuda:9.0")]
+    assert cls == "cell eligible" and title.startswith("not chosen automatically (auto: false)")
     cls, title, href = cells.cells[("activation.silu_and_mul", "aten", "cpu")]
     assert (cls, title, href) == ("cell missing", "op 'activation.silu_and_mul' declares no 'aten' backend", "")
 
 
 def test_the_page_has_every_op_and_the_reasons_explain_gives(page: Path) -> None:
-    check_page(parsed(page.read_text(encoding="utf-8")))
+    text = page.read_text(encoding="utf-8")
+    check_page(parsed(text))
+    assert "<tr><td>reference required</td><td>yes</td><td>every op names one</td></tr>" in text  # shipped policy
 
 
 def chromium() -> str:

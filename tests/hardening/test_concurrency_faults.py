@@ -259,7 +259,7 @@ def test_strict_a_failed_import_is_not_cached_and_is_retried(flaky: tuple[Path, 
     assert catalog.kernel("g.op")() == "flaky"
     assert imports == ["kc_hard_flaky", "kc_hard_flaky"]  # one failed import, one that worked, then cached
     assert catalog.select("g.op", "cpu").rejected == (
-        Rejected("good", "ranked below flaky by catalog default priority"),
+        Rejected("good", "ranked below flaky by catalog default priority", eligible=True),
     )
 
 
@@ -285,5 +285,7 @@ def test_a_failed_import_is_skipped_for_the_catalogs_lifetime(flaky: tuple[Path,
     assert imports == ["kc_hard_flaky", "kc_hard_good"]  # ... without trying the import again
     fresh = kcatalog.load_catalog([directory])  # ... and a new load retries it
     assert fresh.kernel("g.op")() == "flaky"
-    assert fresh.select("g.op", "cpu").rejected == (Rejected("good", "ranked below flaky by catalog default priority"),)
+    assert fresh.select("g.op", "cpu").rejected == (
+        Rejected("good", "ranked below flaky by catalog default priority", eligible=True),
+    )
     assert imports == ["kc_hard_flaky", "kc_hard_good", "kc_hard_flaky"]

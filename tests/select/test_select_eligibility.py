@@ -106,7 +106,9 @@ def test_eligible_spec_gives_none(
     catalog = _catalog(workspace, restriction, fallback=True)
     selection = catalog.select("g.op", platform, dtype)
     assert selection.chosen is not None and selection.chosen.backend == "x"
-    assert selection.rejected == (Rejected("ref", f"ranked below x by {selection.decided_by}"),)  # x: no reason
+    assert selection.rejected == (
+        Rejected("ref", f"ranked below x by {selection.decided_by}", eligible=True),
+    )  # x: no reason
 
 
 @pytest.mark.parametrize(("restriction", "platform", "dtype", "reason"), INELIGIBLE.values(), ids=INELIGIBLE.keys())

@@ -154,12 +154,14 @@ def select(
     rejected = []
     for name in order:
         reason = reason_for(name)
-        if reason is None and name != named and not info.backends[name].auto:
-            reason = "not chosen automatically (auto: false); name it with backend=, an override or a plan"
         if reason is not None:
             rejected.append(Rejected(name, reason))
+        elif name != named and not info.backends[name].auto:
+            reason = "not chosen automatically (auto: false); name it with backend=, an override or a plan"
+            rejected.append(Rejected(name, reason, eligible=True))
         elif chosen is None:
             chosen = info.backends[name]
         else:
-            rejected.append(Rejected(name, f"ranked below {chosen.backend} by {decided_by.partition(': ')[0]}"))
+            reason = f"ranked below {chosen.backend} by {decided_by.partition(': ')[0]}"
+            rejected.append(Rejected(name, reason, eligible=True))
     return Selection(info.id, platform, chosen, decided_by, order, tuple(rejected), tuple(notes))

@@ -56,17 +56,16 @@ def cells(catalog: Catalog, platforms: Sequence[Platform]) -> list[Cell]:
         info = catalog.info(op)
         for platform in platforms:
             selection = catalog.select(op, platform)
-            reasons = {r.backend: r.reason for r in selection.rejected}
+            rejected = {r.backend: r for r in selection.rejected}
             for backend in catalog.backends:
                 spec = info.backends.get(backend)
                 if spec is None:
                     state, reason = MISSING, f"op '{op}' declares no '{backend}' backend"
                 elif selection.chosen is not None and selection.chosen.backend == backend:
                     state, reason = CHOSEN, f"chosen, by {selection.decided_by}"
-                elif reasons.get(backend, "").startswith("ranked below"):
-                    state, reason = ELIGIBLE, reasons[backend]
-                else:
-                    state, reason = UNAVAILABLE, reasons.get(backend, "")
+                else:  # an `auto: false` backend that can run here is eligible, though only chosen when named
+                    state = ELIGIBLE if rejected[backend].eligible else UNAVAILABLE
+                    reason = rejected[backend].reason
                 found.append(Cell(op, backend, str(platform), state, reason, spec.location if spec else None))
     return found
 
@@ -128,6 +127,11 @@ def _policy(catalog: Catalog) -> list[str]:
     rows = [
         ("required backends", ", ".join(policy.required_backends) or "none", "met by every op"),
         ("required platforms", ", ".join(policy.required_platforms) or "none", "every op has an eligible backend"),
+        (
+            "reference required",
+            "yes" if policy.require_reference else "no",
+            "every op names one" if policy.require_reference else "—",
+        ),
         ("torch ops", "yes" if policy.torch_ops else "no", "problems are warnings below"),
     ]
     out = ['<h2>Coverage policy</h2><table id="policy"><tr><th>rule</th><th>value</th><th>status</th></tr>']
