@@ -182,6 +182,13 @@ def test_error_on_other_codes_leaves_the_warning_a_warning(run: Callable[..., Re
     assert run("validate", ".", "--error-on", "KC304")[0] == 0
 
 
+def test_error_on_an_unknown_code_is_a_usage_error(run: Callable[..., Result], misspelt: Path) -> None:
+    code, out, err = run("validate", ".", "--error-on", "KC303,KC3033")  # a typo would make nothing fail
+    assert (code, out) == (2, "")
+    assert err.startswith("usage: kcatalog validate ")
+    assert err.endswith("error: --error-on: unknown code KC3033 (did you mean 'KC303'?)\n")
+
+
 def test_core_only_install_explains_why_torch_backends_cannot_run(
     run: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,9 +6,10 @@ import argparse
 import dataclasses
 from typing import Any
 
-from ...errors import Diagnostic, Severity
+from ...codes import CODES
+from ...errors import Diagnostic, Severity, did_you_mean
 from ..report import REPORTERS
-from .common import add_catalog_arguments, catalog_paths
+from .common import UsageError, add_catalog_arguments, catalog_paths
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -46,6 +47,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(options: argparse.Namespace) -> int:
     from ...load import check_catalog
 
+    promoted = {code.strip() for codes in options.error_on for code in codes.split(",") if code.strip()}
+    unknown = sorted(promoted - set(CODES))
+    if unknown:  # a misspelt code would make nothing fail, silently
+        raise UsageError(f"--error-on: unknown code {', '.join(unknown)}{did_you_mean(unknown[0], CODES)}")
     _, diagnostics = check_catalog(
         catalog_paths(options),
         check_targets=not options.no_targets,
@@ -53,7 +58,6 @@ def run(options: argparse.Namespace) -> int:
         import_targets=options.import_targets,
         plan=options.plan,
     )
-    promoted = {code.strip() for codes in options.error_on for code in codes.split(",") if code.strip()}
     diagnostics = [_as_error(d) if options.strict or d.code in promoted else d for d in diagnostics]
     print(REPORTERS[options.output_format](diagnostics))
     failed = any(d.is_error for d in diagnostics)
