@@ -28,6 +28,12 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def usage_error(err: str, command: str = "import-registry") -> str:
+    """The error line of a usage error, after checking the command's own usage came first."""
+    assert err.startswith(f"usage: kcatalog {command} "), err
+    return err.splitlines()[-1] + "\n"
+
+
 def test_priority_and_no_auto_options(reference: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     code, printed, _ = run(
@@ -68,7 +74,7 @@ def test_usage_errors_exit_2(
 ) -> None:
     given = [] if argv[:1] == [] else [reference]
     code, out, err = run(capsys, "import-registry", *given, *argv, "--out", str(tmp_path / "out"))
-    assert (code, out, err) == (2, "", message)
+    assert (code, out, usage_error(err)) == (2, "", message)
     assert not (tmp_path / "out").exists()
 
 
@@ -85,7 +91,7 @@ def test_a_registry_that_cannot_be_read_is_a_usage_error(
 ) -> None:
     code, out, err = run(capsys, "import-registry", registry, "--out", str(tmp_path / "out"))
     assert (code, out) == (2, "")
-    assert err.startswith(f"error: {message}")
+    assert usage_error(err).startswith(f"error: {message}")
 
 
 def test_it_replaces_an_earlier_import_only_when_forced_and_never_other_files(
@@ -95,7 +101,8 @@ def test_it_replaces_an_earlier_import_only_when_forced_and_never_other_files(
     assert run(capsys, "import-registry", reference, "--out", str(out))[0] == 0
     stale = out / "gone.yaml"
     stale.write_text((out / "norm.yaml").read_text(encoding="utf-8"), encoding="utf-8")  # an earlier import's
-    assert run(capsys, "import-registry", reference, "--out", str(out)) == (
+    code, printed, err = run(capsys, "import-registry", reference, "--out", str(out))
+    assert (code, printed, usage_error(err)) == (
         2,
         "",
         f"error: {out} holds an earlier import; give --force to replace it\n",
@@ -103,11 +110,9 @@ def test_it_replaces_an_earlier_import_only_when_forced_and_never_other_files(
     assert run(capsys, "import-registry", reference, "--out", str(out), "--force")[0] == 0
     assert not stale.exists()  # what this import did not write again is gone: no stale group is left to load
     (out / "mine.yaml").write_text("kcatalog: 1\ngroup: mine\n", encoding="utf-8")
-    assert run(capsys, "import-registry", reference, "--out", str(out), "--force") == (
-        2,
-        "",
-        f"error: {out} holds catalog files that import-registry did not write (mine.yaml)\n",
-    )
+    code, printed, err = run(capsys, "import-registry", reference, "--out", str(out), "--force")
+    assert (code, printed) == (2, "")
+    assert usage_error(err) == f"error: {out} holds catalog files that import-registry did not write (mine.yaml)\n"
 
 
 def test_dump_registry_writes_json_to_stdout(reference: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -132,10 +137,10 @@ def test_a_dump_that_is_not_one_is_a_usage_error(tmp_path: Path, capsys: pytest.
     bad = tmp_path / "bad.json"
     bad.write_text('{"specs": [}', encoding="utf-8")
     code, _, err = run(capsys, "import-registry", "--from-json", str(bad), "--out", str(tmp_path / "out"))
-    assert (code, err) == (2, f"error: {bad}:1:12: not JSON: Expecting value\n")
+    assert (code, usage_error(err)) == (2, f"error: {bad}:1:12: not JSON: Expecting value\n")
     bad.write_text('{"specs": []}', encoding="utf-8")
     code, _, err = run(capsys, "import-registry", "--from-json", str(bad), "--out", str(tmp_path / "out"))
-    assert code == 2 and err.startswith(f"error: {bad}: not a registry dump")
+    assert code == 2 and usage_error(err).startswith(f"error: {bad}: not a registry dump")
 
 
 def test_the_imported_catalog_round_trips_through_the_load_cache(
