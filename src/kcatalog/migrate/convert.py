@@ -244,8 +244,8 @@ def convert(
     dump: RegistryDump, *, priority: Sequence[str] | None = None, manual: Sequence[str] = ()
 ) -> ConvertedCatalog:
     """The catalog files for a registry dump. `priority` is the default backend order (default: the registry's
-    own default order if it has one, else the backends in the order first seen); `manual` names backends kept
-    out of auto-selection (as are backends whose every spec says `auto: false`)."""
+    own default order if it has one, else none: each op's backends rank in the order the registry declared
+    them); `manual` names backends kept out of auto-selection (as are backends whose every spec says `auto: false`)."""
     converter = _Converter(dump, manual)
     for index, spec in enumerate(dump.specs):
         converter.add_spec(index, spec)
@@ -259,12 +259,12 @@ def convert(
     order = tuple(priority) if priority is not None else default or ()
     if not any(op.backends for op in converter.ops.values()):  # a catalog needs a backend: write nothing
         return ConvertedCatalog({}, tuple(converter.diagnostics), 0, 0)
-    files = {"kcatalog.yaml": _settings_text(converter, order)}
+    named = _named_orders(converter)
+    files = {"kcatalog.yaml": _settings_text(converter, order, named)}
     groups: dict[str, list[_Op]] = {}
     for op in converter.ops.values():
         if op.backends:
             groups.setdefault(op.group, []).append(op)
-    named = _named_orders(converter)
     for group, ops in groups.items():
         files[f"{group}.yaml"] = _manifest_text(dump.source, group, ops, named, converter.manual_backends())
     specs = sum(len(op.backends) for op in converter.ops.values())
@@ -301,8 +301,7 @@ def _named_orders(converter: _Converter) -> dict[tuple[str, ...], str]:
     return named
 
 
-def _settings_text(converter: _Converter, order: tuple[str, ...]) -> str:
-    named = _named_orders(converter)
+def _settings_text(converter: _Converter, order: tuple[str, ...], named: dict[tuple[str, ...], str]) -> str:
     backends = dict.fromkeys([*converter.backends, *order, *(n for o in named for n in o), *converter.manual])
     lines = [
         f"{HEADER} from {converter.dump.source}.",
