@@ -198,6 +198,26 @@ def test_kcatalog_path_adds_layers_on_top_of_the_default_ones(tmp_path: Path, mo
     assert catalog.get_backend("layernorm.rms_norm", "torch").target == "kcatalog.kernels.aten.layernorm:rms_norm"
 
 
+def test_a_manifest_given_alone_is_checked_with_its_catalogs_settings(tmp_path: Path) -> None:
+    """As pre-commit passes changed files: one in a subdirectory of the catalog (with or without the settings file
+    among them) is held to the allow-list its catalog's load holds it to, not read as a layer of its own."""
+    mine = tmp_path / "mine"
+    (mine / "extra").mkdir(parents=True)
+    (mine / "kcatalog.yaml").write_text("kcatalog: 1\nallowed_modules: [myops]\n", encoding="utf-8")
+    manifest = mine / "extra" / "ops.yaml"
+    manifest.write_text(
+        "kcatalog: 1\ngroup: mine\nops:\n  scale:\n    backends:\n      torch: {target: 'os.path:join'}\n",
+        encoding="utf-8",
+    )
+
+    def refused(*paths: Path) -> list[str]:
+        _, diagnostics = kcatalog.check_catalog(["shipped", *paths], check_targets=False)
+        return [f"{d.location.line}:{d.location.col}" for d in diagnostics if d.code == "KC305" and d.location]
+
+    assert refused(mine) == ["6:23"]
+    assert refused(manifest) == refused(manifest, mine / "kcatalog.yaml") == ["6:23"]
+
+
 def test_a_layer_may_not_reorder_an_earlier_priority(tmp_path: Path) -> None:
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import codes
 from ..errors import Diagnostic
 from ..model import CatalogLayer
-from .files import CatalogFile, PathLike, discover, shipped_catalog_dir
+from .files import SETTINGS_FILE, CatalogFile, PathLike, discover, shipped_catalog_dir
 
 SHIPPED = "shipped"  # the token for the catalog shipped inside the package
 PLUGINS = "plugins"  # the token for every installed distribution's `kcatalog.catalogs` entry points
@@ -48,7 +48,8 @@ def default_sources() -> list[PathLike]:
 
 def resolve_layers(paths: Iterable[PathLike] | None) -> ResolvedLayers:
     """The layers `paths` name (None: the default ones). Paths under one directory make one layer: a manifest
-    given alone belongs to its directory's layer, with the settings file beside it."""
+    given alone belongs to the layer of the nearest directory above it that holds a settings file (the one its
+    directory's load would read it in), with that settings file, else to its own directory's."""
     from_environment = paths is None
     layers: dict[str, CatalogLayer] = {}  # by root directory, in order of first mention
     problems: list[Diagnostic] = []
@@ -71,11 +72,24 @@ def resolve_layers(paths: Iterable[PathLike] | None) -> ResolvedLayers:
                 add(Path(plugin.paths[0]).resolve(), plugin.name, plugin.origin, plugin.paths)
         else:
             given = Path(raw)
-            root = (given if given.is_dir() else given.parent).resolve() if given.exists() else given
             origin = PATH_VARIABLE if from_environment else "a path given"
             # Named as given (not relative to the working directory), so that a cached load names it the same.
-            add(root, str(given), origin, (str(given),))
+            if given.is_file():  # with its catalog's settings, so that their allow-list applies to it
+                directory = given.resolve().parent
+                root = _catalog_root(directory)
+                settings = (str(root / SETTINGS_FILE),) if root != directory else ()  # beside it, discover finds it
+                add(root, str(given), origin, (str(given), *settings))
+            else:
+                add(given.resolve() if given.exists() else given, str(given), origin, (str(given),))
     return ResolvedLayers(list(layers.values()), problems)
+
+
+def _catalog_root(directory: Path) -> Path:
+    """The nearest of `directory` and the directories above it that holds a settings file, else `directory`."""
+    for candidate in (directory, *directory.parents):
+        if (candidate / SETTINGS_FILE).is_file():
+            return candidate
+    return directory
 
 
 def layer_files(layers: Sequence[CatalogLayer]) -> LayerFiles:
