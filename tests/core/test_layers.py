@@ -196,6 +196,12 @@ def test_kcatalog_path_adds_layers_on_top_of_the_default_ones(tmp_path: Path, mo
     catalog = kcatalog.load_catalog(cache=False)
     assert [(layer.name, layer.origin) for layer in catalog.catalog_layers][1:] == [(str(mine), "KCATALOG_PATH")]
     assert catalog.get_backend("layernorm.rms_norm", "torch").target == "kcatalog.kernels.aten.layernorm:rms_norm"
+    # The shipped allow-list is its own layer's, not the catalog's: mine's targets are under none
+    assert catalog.settings.allowed_modules is None
+    assert kcatalog.load_catalog("shipped", cache=False).settings.allowed_modules == (
+        "kcatalog.kernels",
+        "kcatalog.integrations",
+    )
 
 
 def test_a_manifest_given_alone_is_checked_with_its_catalogs_settings(tmp_path: Path) -> None:

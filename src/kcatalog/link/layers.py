@@ -93,7 +93,8 @@ def merge_settings(
         torch_ops = torch_ops or settings.policy.torch_ops
         require_reference = require_reference or settings.policy.require_reference
         allow_lists[file.layer] = settings.allowed_modules
-    first_list = next((s.model.allowed_modules for s in files if isinstance(s.model, Settings)), None)
+    # One layer's list is the catalog's; with several, each spec carries its own layer's, and the catalog has none.
+    only = files[0].model if len(files) == 1 and len(layers) <= 1 else None
     merged = CatalogSettings(
         backends=MappingProxyType(backends),
         priority=tuple(name for name in priority if name in known),
@@ -101,7 +102,7 @@ def merge_settings(
             {d: tuple(n for n in o if n in known) for d, o in platform_priority.items()}
         ),
         policy=Policy(tuple(required_backends), tuple(required_platforms), torch_ops, require_reference),
-        allowed_modules=first_list if len(files) == 1 else None,
+        allowed_modules=only.allowed_modules if isinstance(only, Settings) else None,
         priorities=MappingProxyType({name: tuple(order) for name, order in priorities.items()}),
         devices=tuple(devices),
     )
