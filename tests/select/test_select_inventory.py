@@ -110,6 +110,18 @@ def test_auto_false_is_never_chosen_by_priority_only_when_named(
     assert load(workspace, ops).select("g.op", "cpu").require().backend == "torch_compile"
 
 
+def test_a_required_platform_is_not_served_by_an_auto_false_backend_alone(workspace: Workspace) -> None:
+    """Selection there would choose nothing, so validate must not accept it."""
+    only = {"backends": {"torch_compile": {"target": "inv_kernels:first"}}}
+    policy = {"required_platforms": ["cpu"]}
+    _, diagnostics = check_catalog(write(workspace, {"op": only}, policy=policy))
+    assert [str(d).partition(" ")[2] for d in diagnostics] == [
+        "KC402 op 'g.op' has no backend for required platform cpu (torch_compile: auto: false)"
+    ]
+    catalog = load(workspace, {"op": {"backends": {**only["backends"], **BARE["backends"]}}}, policy=policy)
+    assert catalog.select("g.op", "cpu").require().backend == "KDA"
+
+
 def test_auto_on_a_backend_declaration_overrides_the_settings(workspace: Workspace) -> None:
     ops = {
         "op": {

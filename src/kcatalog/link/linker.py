@@ -635,7 +635,11 @@ class _Linker:
                     info.location,
                 )
             for platform in platforms:
-                reasons = {name: platform.mismatch(spec.capabilities) for name, spec in specs.items()}
+                # An `auto: false` backend serves no platform by itself: selection there would choose nothing.
+                reasons = {
+                    name: platform.mismatch(spec.capabilities) or (None if spec.auto else "auto: false")
+                    for name, spec in specs.items()
+                }
                 if all(reasons.values()):
                     detail = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
                     self.error(
