@@ -40,11 +40,11 @@ def check_linked(
 ) -> LoadChecks:
     """Run every per-load check on a linked catalog."""
     diagnostics: list[Diagnostic] = []
-    refused = _check_allowed(linked, allowed_modules, diagnostics)
+    lists = _AllowLists(linked, allowed_modules)
+    refused = _check_allowed(linked, lists, diagnostics)
     fresh = None
     if check_targets or import_targets:
         wanted = [spec for spec in linked.declared if id(spec) not in refused]
-        lists = _AllowLists(linked, allowed_modules)
         fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics)
     if require is not None:
         _check_require(linked, require, diagnostics)
@@ -65,12 +65,11 @@ class _AllowLists:
         return lists + ([("allowed_modules", self.caller)] if self.caller is not None else [])
 
 
-def _check_allowed(linked: LinkedCatalog, allowed_modules: Sequence[str] | None, out: list[Diagnostic]) -> set[int]:
+def _check_allowed(linked: LinkedCatalog, lists: _AllowLists, out: list[Diagnostic]) -> set[int]:
     """Every target must sit under an allowed prefix of its layer's settings file and of the caller, when given.
 
     Returns the ids of the specs refused, whose modules are then never looked for."""
     refused: set[int] = set()
-    lists = _AllowLists(linked, allowed_modules)
     for spec in linked.declared:
         for source, prefixes in lists(spec):
             if not is_under(spec.target.partition(":")[0], prefixes):
