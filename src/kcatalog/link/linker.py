@@ -30,8 +30,8 @@ from ..validate.schema import Backend, Manifest, Op, Settings
 from ..validate.validator import ValidatedFile
 from .layers import known_backends, layer_name, merge_settings
 from .mappings import link_mappings
-from .samples import sample_problems
-from .signature import signature_params, signature_positional
+from .op_fields import check_op_fields
+from .signature import signature_params
 from .torch_schema import torch_op_name, torch_schema
 
 
@@ -210,19 +210,8 @@ class _Linker:
                 location = node_location(file.path, key_node)
                 specs = self.backend_specs(file, op_id, op.dtypes, op.backends, value_node)
                 self.declare_fake(file, op_id, op, value_node)
-                self.check_reference(file, op_id, op, location)
-                if op.reference is not None and op.reference not in op.backends:
-                    self.error_at(
-                        file,
-                        children(value_node)["reference"][1],
-                        codes.REFERENCE_NOT_A_BACKEND,
-                        f"reference backend '{op.reference}' is not a backend of op '{op_id}'"
-                        f"{did_you_mean(op.reference, op.backends)}; its backends: {', '.join(op.backends)}",
-                    )
-                self.check_arguments(file, op_id, op, value_node)
-                self.check_tolerance(file, op_id, op, value_node)
-                if op.samples is not None:
-                    self.check_samples(file, op_id, op, value_node)
+                policy = self.settings.policy if self.settings is not None else None
+                check_op_fields(file, op_id, op, location, value_node, policy, self.diagnostics)
                 if op_id in self.pending:
                     earlier = self.pending[op_id]
                     self.error(
@@ -374,111 +363,6 @@ class _Linker:
                 f"{did_you_mean(order, named)}; declared: {', '.join(named) or 'none'}",
             )
         return named.get(order)
-
-    def check_reference(self, file: ValidatedFile, op_id: str, op: Op, location: Location) -> None:
-        """Where the policy requires it, every op names its reference backend."""
-        if op.reference is None and op.fake == FAKE_REFERENCE:
-            self.error(
-                codes.REFERENCE_NOT_A_BACKEND,
-                f"op '{op_id}' declares 'fake: {FAKE_REFERENCE}' but names no reference backend to run",
-                location,
-            )
-        if op.reference is None and self.settings is not None and self.settings.policy.require_reference:
-            self.error(
-                codes.POLICY_REFERENCE_MISSING,
-                f"op '{op_id}' names no reference backend, which the policy requires (require_reference); "
-                f"its backends: {', '.join(op.backends)}",
-                location,
-            )
-
-    def check_samples(self, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
-        """Samples must fit the signature, use defined sizes and compare real outputs."""
-        if op.samples is None:
-            return
-        if op.signature is None or op.dtypes is None:
-            missing = " and ".join(f for f, v in (("signature", op.signature), ("dtypes", op.dtypes)) if v is None)
-            self.error_at(
-                file,
-                find_node(op_node, ["samples"], key=True),
-                codes.SAMPLE_ARGUMENTS,
-                f"samples of op '{op_id}' need the op's {missing}, to build and check its arguments",
-            )
-            return
-
-        def where(path: tuple[str, ...]) -> Location:
-            return node_location(file.path, find_node(op_node, ["samples", *path], key=True))
-
-        try:
-            self.diagnostics.extend(list(sample_problems(op_id, op.signature, op.mutates, op.samples, where)))
-        except ValueError:
-            return  # an invalid signature is reported by check_arguments
-
-    def check_tolerance(self, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
-        """Tolerances may only be given for dtypes the op declares."""
-        extra = [dtype for dtype in op.tolerance if op.dtypes is not None and dtype not in op.dtypes]
-        if extra and op.dtypes is not None:
-            key_node = children(children(op_node)["tolerance"][1])[extra[0]][0]
-            self.error(
-                codes.DTYPE_NOT_OF_OP,
-                f"tolerance of op '{op_id}' lists {', '.join(extra)}, not among the op's dtypes "
-                f"({', '.join(op.dtypes)})",
-                node_location(file.path, key_node),
-            )
-
-    def check_arguments(self, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
-        """The signature must parse; names in `mutates` and `dispatch_arg` must be its parameters (a position,
-        one of its positional parameters); an op without a signature dispatches on `dispatch_arg` as given."""
-        entries = children(op_node)
-        if isinstance(op.dispatch_arg, int) and op.dispatch_arg < 0:
-            self.error_at(
-                file,
-                entries["dispatch_arg"][1],
-                codes.INVALID_VALUE,
-                f"'dispatch_arg': a position counts from 0, got {op.dispatch_arg}",
-            )
-            return
-        if op.signature is None:
-            if op.mutates:
-                self.error_at(
-                    file,
-                    entries["mutates"][1],
-                    codes.ARGUMENT_NOT_IN_SIGNATURE,
-                    f"mutates names arguments of op '{op_id}', which declares no signature to name them in",
-                )
-            return
-        try:
-            params = signature_params(op.signature)
-        except ValueError as exc:
-            self.error(codes.INVALID_VALUE, f"'signature': {exc}", node_location(file.path, entries["signature"][1]))
-            return
-        if not params and not op.dispatch_arg:  # an op handle dispatches on a named tensor parameter
-            self.error(
-                codes.ARGUMENT_NOT_IN_SIGNATURE,
-                f"op '{op_id}' has no named parameter to dispatch on in {op.signature!r}; "
-                "declare the tensor parameter by name",
-                node_location(file.path, entries["signature"][1]),
-            )
-        named = [("mutates", name) for name in op.mutates]
-        if isinstance(op.dispatch_arg, int):
-            positional = signature_positional(op.signature)
-            if op.dispatch_arg >= len(positional):
-                self.error_at(
-                    file,
-                    entries["dispatch_arg"][1],
-                    codes.ARGUMENT_NOT_IN_SIGNATURE,
-                    f"dispatch_arg is position {op.dispatch_arg}, but op '{op_id}' takes "
-                    f"{len(positional)} positional parameter{'s' * (len(positional) != 1)}",
-                )
-        elif op.dispatch_arg:
-            named.append(("dispatch_arg", op.dispatch_arg))
-        for field_name, name in named:
-            if name not in params:
-                self.error(
-                    codes.ARGUMENT_NOT_IN_SIGNATURE,
-                    f"{field_name} names '{name}', not a parameter of op '{op_id}'"
-                    f"{did_you_mean(name, params)}; parameters: {', '.join(params)}",
-                    node_location(file.path, entries[field_name][1]),
-                )
 
     def across(self, earlier: ValidatedFile, later: ValidatedFile) -> str:
         """Where two definitions come from different layers, both layers' names (for a duplicate's message)."""
