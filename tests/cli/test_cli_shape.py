@@ -86,6 +86,13 @@ def test_unrecognized_arguments_show_the_subcommand_usage(run: Callable[..., Res
         assert err.endswith("error: unrecognized arguments: --bogus-option\n"), command
 
 
+def test_an_output_file_that_cannot_be_written_is_one_clear_error(run: Callable[..., Result], tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir" / "matrix.html"
+    code, out, err = run("report", "--html", str(missing))
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == f"error: cannot write {missing}: No such file or directory"  # not "internal error"
+
+
 def test_an_unknown_dtype_is_a_usage_error(run: Callable[..., Result]) -> None:
     for command in ("explain", "test", "bench"):
         code, _, err = run(command, "layernorm.rms_norm", "--dtype", "float128")

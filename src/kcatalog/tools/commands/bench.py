@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from .common import add_catalog_arguments, catalog_paths, dtype, load_or_report, require_device, split_ops
+from .common import (
+    add_catalog_arguments,
+    catalog_paths,
+    dtype,
+    load_or_report,
+    require_device,
+    split_ops,
+    write_output,
+)
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -68,7 +75,7 @@ def run(options: argparse.Namespace) -> int:
             "results": [r.as_dict() for r in results],
             "notes": notes,
         }
-        Path(options.json).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        write_output(options.json, json.dumps(document, indent=2) + "\n")
         print(f"wrote {options.json}")
     if options.plot:
         bench.plot(results, copy_gbps, options.plot, f"kcatalog bench on {device_name} ({', '.join(dtypes)})")

@@ -92,6 +92,14 @@ class UsageError(Exception):
     """A command's arguments cannot work here: printed as `error: ...` with the command's usage, exit 2."""
 
 
+def write_output(path: str | Path, text: str) -> None:
+    """Write a file the command was asked for (--html, --json, --out); a UsageError saying why it cannot be."""
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def platform_of_catalog(catalog: Catalog, text: str) -> Platform:
     """A --platform value, parsed once the catalog is loaded: its settings may declare more device kinds."""
     try:

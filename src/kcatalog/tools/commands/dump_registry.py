@@ -10,7 +10,7 @@ from typing import Any
 
 from ...migrate.source import RegistryDump, RegistryError, read_registry
 from ..report import plural
-from .common import UsageError
+from .common import UsageError, write_output
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -40,9 +40,6 @@ def run(options: argparse.Namespace) -> int:
     if options.out is None:
         sys.stdout.write(text)
         return 0
-    try:
-        options.out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {options.out}: {exc}") from None
+    write_output(options.out, text)
     print(f"Wrote {plural(len(dump.specs), 'spec')} of {dump.source} to {options.out}", file=sys.stderr)
     return 0

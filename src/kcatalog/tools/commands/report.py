@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from .common import add_catalog_arguments, catalog_paths, load_or_report, platform_of_catalog
+from .common import add_catalog_arguments, catalog_paths, load_or_report, platform_of_catalog, write_output
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -32,6 +31,6 @@ def run(options: argparse.Namespace) -> int:
         return 1
     texts = options.platform or catalog.settings.policy.required_platforms or ("cpu",)
     platforms = [platform_of_catalog(catalog, text) for text in texts]
-    Path(options.html).write_text(render(catalog, platforms), encoding="utf-8")
+    write_output(options.html, render(catalog, platforms))
     print(f"wrote {options.html} ({len(catalog)} ops x {len(platforms)} platforms)")
     return 0
