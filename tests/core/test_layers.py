@@ -204,9 +204,12 @@ def test_kcatalog_path_adds_layers_on_top_of_the_default_ones(tmp_path: Path, mo
     )
 
 
-def test_a_manifest_given_alone_is_checked_with_its_catalogs_settings(tmp_path: Path) -> None:
+def test_a_manifest_given_alone_is_checked_with_its_catalogs_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """As pre-commit passes changed files: one in a subdirectory of the catalog (with or without the settings file
-    among them) is held to the allow-list its catalog's load holds it to, not read as a layer of its own."""
+    among them) is held to the allow-list its catalog's load holds it to, not read as a layer of its own. The
+    settings file is looked for up to the working directory, never above it."""
     mine = tmp_path / "mine"
     (mine / "extra").mkdir(parents=True)
     (mine / "kcatalog.yaml").write_text("kcatalog: 1\nallowed_modules: [myops]\n", encoding="utf-8")
@@ -220,8 +223,11 @@ def test_a_manifest_given_alone_is_checked_with_its_catalogs_settings(tmp_path: 
         _, diagnostics = kcatalog.check_catalog(["shipped", *paths], check_targets=False)
         return [f"{d.location.line}:{d.location.col}" for d in diagnostics if d.code == "KC305" and d.location]
 
+    monkeypatch.chdir(tmp_path)
     assert refused(mine) == ["6:23"]
     assert refused(manifest) == refused(manifest, mine / "kcatalog.yaml") == ["6:23"]
+    monkeypatch.chdir(mine / "extra")  # the catalog's directory is above the working directory: not looked in
+    assert refused(manifest) == []
 
 
 def test_a_layer_may_not_reorder_an_earlier_priority(tmp_path: Path) -> None:

@@ -48,8 +48,9 @@ def default_sources() -> list[PathLike]:
 
 def resolve_layers(paths: Iterable[PathLike] | None) -> ResolvedLayers:
     """The layers `paths` name (None: the default ones). Paths under one directory make one layer: a manifest
-    given alone belongs to the layer of the nearest directory above it that holds a settings file (the one its
-    directory's load would read it in), with that settings file, else to its own directory's."""
+    given alone belongs to the layer of the nearest directory above it (up to the working directory) that holds a
+    settings file (the one its directory's load would read it in), with that settings file, else to its own
+    directory's."""
     from_environment = paths is None
     layers: dict[str, CatalogLayer] = {}  # by root directory, in order of first mention
     problems: list[Diagnostic] = []
@@ -85,10 +86,16 @@ def resolve_layers(paths: Iterable[PathLike] | None) -> ResolvedLayers:
 
 
 def _catalog_root(directory: Path) -> Path:
-    """The nearest of `directory` and the directories above it that holds a settings file, else `directory`."""
+    """The nearest of `directory` and the directories above it, up to the working directory, that holds a settings
+    file, else `directory`: never one above the working directory, whose files could be anyone's."""
+    cwd = Path.cwd().resolve()
+    if not directory.is_relative_to(cwd):
+        return directory
     for candidate in (directory, *directory.parents):
         if (candidate / SETTINGS_FILE).is_file():
             return candidate
+        if candidate == cwd:
+            break
     return directory
 
 
