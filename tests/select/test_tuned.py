@@ -216,6 +216,21 @@ def test_a_plan_from_other_contents_warns_and_strict_refuses(tagged: Path, tmp_p
         kcatalog.load_catalog(tagged, cache=False, plan=plan, strict=True)
 
 
+def test_plan_buckets_out_of_order_are_an_error(tagged: Path, tmp_path: Path) -> None:
+    """A bucket lookup bisects: buckets out of order would silently pin nothing."""
+    plan = tmp_path / "plan.yaml"
+    digest = kcatalog.load_catalog(tagged, cache=False).digest
+    plan.write_text(
+        f"kcatalog: 1\nplan:\n  platform: cpu\n  digest: {digest}\n  ops:\n    g.tag:\n      float32:\n"
+        "        - {tokens: [5, 16], backend: big}\n        - {tokens: [1, 4], backend: small}\n"
+    )
+    with pytest.raises(kcatalog.CatalogError) as raised:
+        kcatalog.load_catalog(tagged, cache=False, plan=plan)
+    assert [str(d) for d in raised.value.diagnostics] == [
+        f"{plan}:9:11: KC243 buckets are not sorted: T∈[1, 4] comes after T∈[5, 16]"
+    ]
+
+
 def test_a_plan_for_another_platform_warns_on_this_one(
     tagged: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
