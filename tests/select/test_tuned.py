@@ -216,6 +216,26 @@ def test_a_plan_from_other_contents_warns_and_strict_refuses(tagged: Path, tmp_p
         kcatalog.load_catalog(tagged, cache=False, plan=plan, strict=True)
 
 
+def test_ranks_compare_a_plans_buckets(tagged: Path, tmp_path: Path) -> None:
+    """What check_consistent all-gathers covers each bucket of a plan, not only a tuned table's."""
+    from kcatalog.select.consistency import resolved_selection
+
+    plan = tmp_path / "plan.yaml"
+    digest = kcatalog.load_catalog(tagged, cache=False).digest
+    plan.write_text(
+        f"kcatalog: 1\nplan:\n  platform: cpu\n  digest: {digest}\n  ops:\n    g.tag:\n      float32:\n"
+        "        - {tokens: [1, 4], backend: big}\n"
+    )
+    (tagged / "tuned" / "cpu.yaml").unlink()
+    catalog = kcatalog.load_catalog(tagged, cache=False, plan=plan)
+    assert resolved_selection(catalog, kcatalog.Platform("cpu"))["g.tag"] == (
+        "float32 T=0: ref (by catalog default priority); "
+        f"float32 T=4: big (by plan {plan} T∈[1, 4]); "
+        "float32 T=5: ref (by catalog default priority); "
+        "float64: ref (by catalog default priority)"
+    )
+
+
 def test_plan_buckets_out_of_order_are_an_error(tagged: Path, tmp_path: Path) -> None:
     """A bucket lookup bisects: buckets out of order would silently pin nothing."""
     plan = tmp_path / "plan.yaml"
