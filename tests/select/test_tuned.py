@@ -306,6 +306,20 @@ def test_a_gate_is_asked_once_per_shape_and_its_reason_kept(
     )
 
 
+def test_a_gate_on_an_op_without_a_signature(workspace: Workspace) -> None:
+    """An op that takes any arguments dispatches on its first (or declared) one, gated or not."""
+    torch = pytest.importorskip("torch")
+    workspace.module("anygate_fast", "def tag(*args, **kwargs):\n    return 'fast'\n")
+    workspace.module("anygate_ref", "def tag(*args, **kwargs):\n    return 'ref'\n")
+    workspace.module("anygate_rule", "def narrow(x, *rest, **kwargs):\n    return x.shape[-1] <= 4\n")
+    backends = {"fast": {"target": "anygate_fast:tag", "eligible": "anygate_rule:narrow"}, "ref": "anygate_ref:tag"}
+    op = workspace.op(backends, reference="ref")
+    del op["signature"]
+    directory = workspace.write({"tag": op}, backends=["fast", "ref"])
+    handle = kcatalog.load_catalog(directory, cache=False).op("g.tag")
+    assert [handle(torch.zeros(2, w), 1.0) for w in (4, 8)] == ["fast", "ref"]
+
+
 def test_a_gate_target_is_checked_statically(workspace: Workspace) -> None:
     workspace.module("gate_fast2", "def tag(x):\n    return 'fast'\n")
     backends = {"fast": {"target": "gate_fast2:tag", "eligible": "gate_fast2:narow"}}
