@@ -355,6 +355,14 @@ def test_tune_writes_a_table_that_loads(tmp_path: Path, capsys: pytest.CaptureFi
     assert all(set(b.medians_us) == {"torch", "aten"} and b.backend in b.medians_us for b in table.buckets)
 
 
+def test_tune_writes_no_table_when_nothing_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A table of no ops is not a valid catalog file: written into a catalog's tuned/, it would break its loads."""
+    args = ["tune", "layernorm.rms_norm", "--device", "cpu", "--dtype", "float32", "--buckets", "1"]
+    assert main([*args, "--backend", "nosuch", "--out", str(tmp_path / "tuned")]) == 1
+    assert "error: no backend ran; no table written" in capsys.readouterr().err
+    assert not (tmp_path / "tuned").exists()
+
+
 def test_a_cached_load_keeps_the_tables(tagged: Path, tmp_path: Path) -> None:
     cold = kcatalog.load_catalog(tagged, cache=tmp_path / "cache")
     warm = kcatalog.load_catalog(tagged, cache=tmp_path / "cache")

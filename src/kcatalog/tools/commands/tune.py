@@ -59,6 +59,9 @@ def run(options: argparse.Namespace) -> int:
     print(tune.format_table(measured))
     for note in notes:
         print(f"note: {note}")
+    if not any(m.best for m in measured):  # a table of no ops would not load: the directory's catalog with it
+        print("error: no backend ran; no table written", file=sys.stderr)
+        return 1
     out: Path = options.out
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{str(platform).replace(':', '_')}.yaml"
