@@ -77,7 +77,7 @@ def picks(
 @dataclass(frozen=True)
 class Segments:
     """Token counts cut where any bucket starts or ends: `bisect_left(edges, T)` is T's segment, and `probes`
-    holds one token count inside each segment (None: the segment lies below every bucket's start)."""
+    holds one token count inside each segment (its upper edge; the last segment's is the last edge + 1)."""
 
     edges: tuple[int, ...]
     probes: tuple[int, ...]
