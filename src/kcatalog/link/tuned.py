@@ -47,7 +47,7 @@ def _link_table(
         error(codes.TUNED_PLATFORM_MISMATCH, f"platform '{body.platform}' is not a platform", at("platform"))
         return []
     measured = body.provenance.capability
-    if measured is not None and platform.arch is not None and measured != platform.arch:
+    if measured is not None and measured != platform.arch:  # 'cuda' alone would match no machine's lookup
         error(
             codes.TUNED_PLATFORM_MISMATCH,
             f"table claims platform {platform} but was measured on {platform.device}:{measured} "
