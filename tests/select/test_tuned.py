@@ -60,6 +60,15 @@ def test_select_at_the_bucket_edges(tagged: Path) -> None:
     assert catalog.select("g.tag", "cpu", "float64", tokens=4).chosen.backend == "ref"  # type: ignore[union-attr]
 
 
+def test_prepare_imports_every_buckets_backend(tagged: Path) -> None:
+    import sys
+
+    catalog = kcatalog.load_catalog(tagged, cache=False)
+    assert not {"tag_small", "tag_big", "tag_ref"} & set(sys.modules)
+    assert catalog.prepare("cpu")["g.tag"].backend == "ref"  # what a call without a token count gets
+    assert {"tag_small", "tag_big", "tag_ref"} <= set(sys.modules)  # and the backend of every bucket
+
+
 def test_the_table_sits_below_overrides_and_backend(tagged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     catalog = kcatalog.load_catalog(tagged, cache=False, overrides={"g.tag": "big"})
     assert catalog.select("g.tag", "cpu", "float32", tokens=1).decided_by == "override overrides= g.tag=big"
