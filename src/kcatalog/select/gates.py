@@ -56,13 +56,14 @@ def _predicate(spec: KernelSpec) -> Callable[..., Any]:
 
 def shape_key(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a gate's answer may depend on: each tensor's device, dtype and shape, and every other argument."""
-    return tuple(_part(a) for a in args) + tuple((k, _part(v)) for k, v in sorted(kwargs.items()))
+    key = tuple(map(_part, args))
+    return key + tuple((k, _part(v)) for k, v in sorted(kwargs.items())) if kwargs else key
 
 
 def _part(value: Any) -> Any:
     shape = getattr(value, "shape", None)
-    if shape is not None and hasattr(value, "dtype"):
-        return (value.device.type, value.dtype, tuple(shape))
+    if shape is not None and hasattr(value, "dtype"):  # built on every call: the device, not its slow `.type`
+        return (value.device, value.dtype, shape)
     try:
         hash(value)
     except TypeError:
