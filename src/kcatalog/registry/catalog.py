@@ -370,7 +370,7 @@ class Catalog:
     def check_consistent(self, group: Any = None) -> None:
         """Raise InconsistentSelectionError, on every rank, when the ranks of `group` (default: the default
         process group) resolve any op differently: its plan, a fallback after a failed import, an override in
-        one rank's environment. One all-gather of a 16-byte digest at startup; more only when they differ."""
+        one rank's environment. One all-gather of a 16-hex-digit digest at startup; more only when they differ."""
         from ..select.consistency import check_consistent
 
         check_consistent(self, group)
