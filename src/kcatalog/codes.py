@@ -49,6 +49,7 @@ TUNED_PLATFORM_MISMATCH: Final = "KC234"
 PLAN_UNKNOWN_OP: Final = "KC240"
 PLAN_UNKNOWN_BACKEND: Final = "KC241"
 PLAN_DIGEST_DIFFERS: Final = "KC242"
+PLAN_BUCKETS: Final = "KC243"
 # KC3xx check: import targets.
 TARGET_MODULE_NOT_FOUND: Final = "KC301"
 TARGET_ATTRIBUTE_MISSING: Final = "KC302"
@@ -123,6 +124,7 @@ CODES: Final[dict[str, str]] = {
     PLAN_UNKNOWN_OP: "plan pins an op the catalog does not declare",
     PLAN_UNKNOWN_BACKEND: "plan pins a backend the op does not have",
     PLAN_DIGEST_DIFFERS: "plan was made from a catalog with other contents (a warning; an error with strict)",
+    PLAN_BUCKETS: "a plan entry's buckets are unsorted or overlap",
     TARGET_MODULE_NOT_FOUND: "target module not found",
     TARGET_ATTRIBUTE_MISSING: "target attribute not defined by its module",
     TARGET_UNAVAILABLE: "target unavailable here: its top-level package is not installed",

@@ -7,11 +7,16 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import pytest
 from catalog_builder import child_env
 
 import kcatalog
 from kcatalog.validate.jsonschema import shipped_schema_dir
+
+if TYPE_CHECKING:
+    from catalog_builder import Workspace
 
 NO_IMPORTS_SCRIPT = """\
 import json, sys
@@ -74,3 +79,34 @@ def test_the_layers_schema_is_generated_and_names_the_fields() -> None:
     assert set(mapping["properties"]) == {"description", "classes", "forward", "prepare", "ops", "when"}
     assert set(mapping["required"]) == {"classes", "forward", "ops"}
     assert schema["required"] == ["kcatalog", "layers"]
+
+
+def test_classes_of_an_absent_package_are_unavailable_and_looked_up_once(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No warning for a package not installed here; sys.path is scanned for it once per load, not per class."""
+    from importlib.machinery import PathFinder
+
+    workspace.module("absent_fwd", "def forward(module, ops, x):\n    return x\n")
+    directory = workspace.write({"tag": workspace.op({"ref": "absent_fwd:forward"})}, backends=["ref"])
+    classes = "\n".join(f"      - kc_absent_models.family{n}.modeling:Norm{n}" for n in range(3))
+    workspace.files(
+        {
+            "absent.layers.yaml": "kcatalog: 1\nlayers:\n  absent_norm:\n    classes:\n"
+            f"{classes}\n    forward: absent_fwd:forward\n    ops: [g.tag]\n"
+        }
+    )
+    looked_up: list[str] = []
+    find_spec = PathFinder.find_spec
+
+    def counting(name: str, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(name)
+        return find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(PathFinder, "find_spec", counting)
+    for cache in (False, workspace.root / "cache", workspace.root / "cache"):  # cold, written, read back
+        looked_up.clear()
+        catalog = kcatalog.load_catalog(directory, cache=cache)
+        assert catalog.warnings == ()
+        assert [c.target for m in catalog.layer_mappings for c in m.classes][-1].endswith(":Norm2")
+        assert looked_up.count("kc_absent_models") == 1, cache

@@ -60,6 +60,15 @@ def test_select_at_the_bucket_edges(tagged: Path) -> None:
     assert catalog.select("g.tag", "cpu", "float64", tokens=4).chosen.backend == "ref"  # type: ignore[union-attr]
 
 
+def test_prepare_imports_every_buckets_backend(tagged: Path) -> None:
+    import sys
+
+    catalog = kcatalog.load_catalog(tagged, cache=False)
+    assert not {"tag_small", "tag_big", "tag_ref"} & set(sys.modules)
+    assert catalog.prepare("cpu")["g.tag"].backend == "ref"  # what a call without a token count gets
+    assert {"tag_small", "tag_big", "tag_ref"} <= set(sys.modules)  # and the backend of every bucket
+
+
 def test_the_table_sits_below_overrides_and_backend(tagged: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     catalog = kcatalog.load_catalog(tagged, cache=False, overrides={"g.tag": "big"})
     assert catalog.select("g.tag", "cpu", "float32", tokens=1).decided_by == "override overrides= g.tag=big"
@@ -216,6 +225,41 @@ def test_a_plan_from_other_contents_warns_and_strict_refuses(tagged: Path, tmp_p
         kcatalog.load_catalog(tagged, cache=False, plan=plan, strict=True)
 
 
+def test_ranks_compare_a_plans_buckets(tagged: Path, tmp_path: Path) -> None:
+    """What check_consistent all-gathers covers each bucket of a plan, not only a tuned table's."""
+    from kcatalog.select.consistency import resolved_selection
+
+    plan = tmp_path / "plan.yaml"
+    digest = kcatalog.load_catalog(tagged, cache=False).digest
+    plan.write_text(
+        f"kcatalog: 1\nplan:\n  platform: cpu\n  digest: {digest}\n  ops:\n    g.tag:\n      float32:\n"
+        "        - {tokens: [1, 4], backend: big}\n"
+    )
+    (tagged / "tuned" / "cpu.yaml").unlink()
+    catalog = kcatalog.load_catalog(tagged, cache=False, plan=plan)
+    assert resolved_selection(catalog, kcatalog.Platform("cpu"))["g.tag"] == (
+        "float32 T=0: ref (by catalog default priority); "
+        f"float32 T=4: big (by plan {plan} T∈[1, 4]); "
+        "float32 T=5: ref (by catalog default priority); "
+        "float64: ref (by catalog default priority)"
+    )
+
+
+def test_plan_buckets_out_of_order_are_an_error(tagged: Path, tmp_path: Path) -> None:
+    """A bucket lookup bisects: buckets out of order would silently pin nothing."""
+    plan = tmp_path / "plan.yaml"
+    digest = kcatalog.load_catalog(tagged, cache=False).digest
+    plan.write_text(
+        f"kcatalog: 1\nplan:\n  platform: cpu\n  digest: {digest}\n  ops:\n    g.tag:\n      float32:\n"
+        "        - {tokens: [5, 16], backend: big}\n        - {tokens: [1, 4], backend: small}\n"
+    )
+    with pytest.raises(kcatalog.CatalogError) as raised:
+        kcatalog.load_catalog(tagged, cache=False, plan=plan)
+    assert [str(d) for d in raised.value.diagnostics] == [
+        f"{plan}:9:11: KC243 buckets are not sorted: T∈[1, 4] comes after T∈[5, 16]"
+    ]
+
+
 def test_a_plan_for_another_platform_warns_on_this_one(
     tagged: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -271,6 +315,20 @@ def test_a_gate_is_asked_once_per_shape_and_its_reason_kept(
     )
 
 
+def test_a_gate_on_an_op_without_a_signature(workspace: Workspace) -> None:
+    """An op that takes any arguments dispatches on its first (or declared) one, gated or not."""
+    torch = pytest.importorskip("torch")
+    workspace.module("anygate_fast", "def tag(*args, **kwargs):\n    return 'fast'\n")
+    workspace.module("anygate_ref", "def tag(*args, **kwargs):\n    return 'ref'\n")
+    workspace.module("anygate_rule", "def narrow(x, *rest, **kwargs):\n    return x.shape[-1] <= 4\n")
+    backends = {"fast": {"target": "anygate_fast:tag", "eligible": "anygate_rule:narrow"}, "ref": "anygate_ref:tag"}
+    op = workspace.op(backends, reference="ref")
+    del op["signature"]
+    directory = workspace.write({"tag": op}, backends=["fast", "ref"])
+    handle = kcatalog.load_catalog(directory, cache=False).op("g.tag")
+    assert [handle(torch.zeros(2, w), 1.0) for w in (4, 8)] == ["fast", "ref"]
+
+
 def test_a_gate_target_is_checked_statically(workspace: Workspace) -> None:
     workspace.module("gate_fast2", "def tag(x):\n    return 'fast'\n")
     backends = {"fast": {"target": "gate_fast2:tag", "eligible": "gate_fast2:narow"}}
@@ -304,6 +362,14 @@ def test_tune_writes_a_table_that_loads(tmp_path: Path, capsys: pytest.CaptureFi
     assert table is not None
     assert [(b.low, b.high) for b in table.buckets] == [(1, 1), (2, None)]  # cut at isqrt(1 * 2) = 1
     assert all(set(b.medians_us) == {"torch", "aten"} and b.backend in b.medians_us for b in table.buckets)
+
+
+def test_tune_writes_no_table_when_nothing_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A table of no ops is not a valid catalog file: written into a catalog's tuned/, it would break its loads."""
+    args = ["tune", "layernorm.rms_norm", "--device", "cpu", "--dtype", "float32", "--buckets", "1"]
+    assert main([*args, "--backend", "nosuch", "--out", str(tmp_path / "tuned")]) == 1
+    assert "error: no backend ran; no table written" in capsys.readouterr().err
+    assert not (tmp_path / "tuned").exists()
 
 
 def test_a_cached_load_keeps_the_tables(tagged: Path, tmp_path: Path) -> None:

@@ -123,9 +123,10 @@ def _check_targets(
             out.extend(dataclasses.replace(p, location=spec.target_location) for p in import_problems(spec, signature))
         elif problem is not None:
             out.append(dataclasses.replace(problem, location=spec.target_location))
+    absent: dict[str, bool] = {}  # top-level package -> not installed here
     for layer_class in classes:  # checked statically only: kcatalog never imports a layer class
         problem = checks.problems[layer_class.target]
-        if problem is not None and not unavailable_class(layer_class.target, problem):
+        if problem is not None and not unavailable_class(layer_class.target, problem, absent):
             out.append(dataclasses.replace(problem, location=layer_class.location))
     return fresh
 

@@ -13,13 +13,16 @@ from ..errors import Diagnostic
 _ABSENT = frozenset({codes.TARGET_UNAVAILABLE, codes.TARGET_UNVERIFIABLE})
 
 
-def unavailable_class(target: str, problem: Diagnostic) -> bool:
+def unavailable_class(target: str, problem: Diagnostic, absent: dict[str, bool]) -> bool:
     """Whether `problem` only says the class's top-level package is not installed here.
 
     Such a class is unavailable, not wrong: no model of it can exist in this process, so kernelize has nothing
     to match and the load has nothing to warn about. Looked up on sys.path by the standard path finder alone
-    (no import hook is called, nothing is imported)."""
+    (no import hook is called, nothing is imported), once per package and load (`absent` holds the answers:
+    a warm load must not scan sys.path for each of a package's classes)."""
     if problem.code not in _ABSENT:
         return False
     top = target.partition(":")[0].partition(".")[0]
-    return top not in sys.modules and PathFinder.find_spec(top) is None
+    if top not in absent:
+        absent[top] = top not in sys.modules and PathFinder.find_spec(top) is None
+    return absent[top]

@@ -1,4 +1,4 @@
-"""A plan file read, validated and linked against the ops (KC240-KC242)."""
+"""A plan file read, validated and linked against the ops (KC240-KC243)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ..errors import Diagnostic, Location, Severity, did_you_mean, listing
 from ..model import LockedPlan, OpInfo, PlanEntry, TunedBucket
 from ..read.files import CatalogFile, PathLike, read_sources
 from ..read.yaml_nodes import find_node, node_location
+from .tuned import order_problem
 
 
 def read_plan(
@@ -80,15 +81,15 @@ def read_plan(
                         f"{did_you_mean(name, info.backends)}; it has {listing(info.backends)}"
                     )
                     diagnostics.append(Diagnostic(codes.PLAN_UNKNOWN_BACKEND, message, where))
+            linked = tuple(
+                TunedBucket(b.tokens[0], b.tokens[1], b.backend, MappingProxyType({}), at("ops", op_id, dtype, i))
+                for i, b in enumerate(buckets)
+            )
+            order = order_problem(linked)  # a bucket lookup bisects: out of order, it would silently miss
+            if order is not None:
+                diagnostics.append(Diagnostic(codes.PLAN_BUCKETS, order[0], order[1]))
             entries[(op_id, dtype)] = PlanEntry(
-                op_id,
-                dtype,
-                chosen if isinstance(chosen, str) else None,
-                tuple(
-                    TunedBucket(b.tokens[0], b.tokens[1], b.backend, MappingProxyType({}), at("ops", op_id, dtype, i))
-                    for i, b in enumerate(buckets)
-                ),
-                at("ops", op_id, dtype),
+                op_id, dtype, chosen if isinstance(chosen, str) else None, linked, at("ops", op_id, dtype)
             )
     if any(d.is_error for d in diagnostics[start:]):
         return None

@@ -47,7 +47,7 @@ def _link_table(
         error(codes.TUNED_PLATFORM_MISMATCH, f"platform '{body.platform}' is not a platform", at("platform"))
         return []
     measured = body.provenance.capability
-    if measured is not None and platform.arch is not None and measured != platform.arch:
+    if measured is not None and measured != platform.arch:  # 'cuda' alone would match no machine's lookup
         error(
             codes.TUNED_PLATFORM_MISMATCH,
             f"table claims platform {platform} but was measured on {platform.device}:{measured} "
@@ -92,7 +92,7 @@ def _link_table(
                     error(code, message, at("ops", op_id, dtype, index, *field))
                 else:
                     kept.append(_bucket(bucket, at("ops", op_id, dtype, index)))
-            order = _order_problem(kept)
+            order = order_problem(kept)
             if order is not None:
                 error(codes.TUNED_BUCKETS, order[0], order[1])
             if len(diagnostics) == problems:
@@ -139,7 +139,7 @@ def _bucket_problem(
     return None
 
 
-def _order_problem(buckets: list[TunedBucket]) -> tuple[str, Location] | None:
+def order_problem(buckets: Sequence[TunedBucket]) -> tuple[str, Location] | None:
     """The first bucket out of order or overlapping the one before it."""
     for before, after in zip(buckets, buckets[1:]):
         if after.low < before.low:

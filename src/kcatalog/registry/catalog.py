@@ -348,15 +348,20 @@ class Catalog:
     def prepare(
         self, platform: Platform | str | None = None, ops: Iterable[str] | None = None, *, group: Any = None
     ) -> dict[str, KernelSpec]:
-        """Resolve and import every op (or `ops`) now, for each declared dtype, so the hot path imports nothing.
+        """Resolve and import every op (or `ops`) now, for each declared dtype and each bucket of a tuned table or
+        the plan, so the hot path imports nothing.
 
         With `group` (a torch.distributed process group, or True for the default one), then check that every
         rank resolved alike (`check_consistent`): a collective, so every rank must call it.
         """
+        from ..select.buckets import token_probes
+
         chosen = {}
+        here = Platform.parse(platform, self._devices) if isinstance(platform, str) else platform or self.platform()
         for op in self.ops() if ops is None else ops:
             for dtype in self.info(op).dtypes or (None,):  # an op without dtypes: any, resolved once
-                self.resolve(op, platform, dtype)
+                for tokens in token_probes(self, op, here, dtype):  # each bucket's backend, where tuned or planned
+                    self.resolve(op, here, dtype, tokens=tokens)
             chosen[op] = self.select(op, platform).require()
         if group is not None:
             self.check_consistent(None if group is True else group)
@@ -365,7 +370,7 @@ class Catalog:
     def check_consistent(self, group: Any = None) -> None:
         """Raise InconsistentSelectionError, on every rank, when the ranks of `group` (default: the default
         process group) resolve any op differently: its plan, a fallback after a failed import, an override in
-        one rank's environment. One all-gather of a 16-byte digest at startup; more only when they differ."""
+        one rank's environment. One all-gather of a 16-hex-digit digest at startup; more only when they differ."""
         from ..select.consistency import check_consistent
 
         check_consistent(self, group)

@@ -36,6 +36,13 @@ def bucket_lists(catalog: Catalog, op: str, platform: Platform, dtype: str) -> l
     return lists
 
 
+def token_probes(catalog: Catalog, op: str, platform: Platform, dtype: str | None) -> tuple[int | None, ...]:
+    """One token count inside each segment of the op's buckets on the platform and dtype (None: not bucketed
+    there), so that resolving at each probe resolves every backend a call could select."""
+    lists = [] if dtype is None else bucket_lists(catalog, op, platform, dtype)
+    return segments(lists).probes if lists else (None,)
+
+
 def tuned_why(table: TunedOp, bucket: TunedBucket) -> str:
     """'tuned table for cuda:9.0 bfloat16 T∈[17, 64]: triton 2.1 µs vs torch_compile 2.4 µs'."""
     others = sorted((t, n) for n, t in bucket.medians_us.items() if n != bucket.backend)
@@ -77,7 +84,7 @@ def picks(
 @dataclass(frozen=True)
 class Segments:
     """Token counts cut where any bucket starts or ends: `bisect_left(edges, T)` is T's segment, and `probes`
-    holds one token count inside each segment (None: the segment lies below every bucket's start)."""
+    holds one token count inside each segment (its upper edge; the last segment's is the last edge + 1)."""
 
     edges: tuple[int, ...]
     probes: tuple[int, ...]

@@ -17,20 +17,14 @@ if TYPE_CHECKING:
 def resolved_selection(catalog: Catalog, platform: Platform | None = None) -> dict[str, str]:
     """Op -> what this process runs for it, per dtype (and bucket), with the reason, e.g.
     'bfloat16: triton (catalog default priority)'. Resolves, so a failed import shows as its fallback."""
-    from ..model import TunedBucket
-    from .buckets import segments
+    from .buckets import token_probes
 
     platform = platform or catalog.platform()
     summary = {}
     for op in catalog.ops():
         parts = []
         for dtype in catalog.info(op).dtypes or (None,):  # an op without dtypes: any, resolved once
-            lists: list[tuple[TunedBucket, ...]] = []
-            table = catalog.tuned(op, platform, dtype)
-            if table is not None:
-                lists.append(table.buckets)
-            probes: tuple[int | None, ...] = segments(lists).probes if lists else (None,)
-            for tokens in probes:
+            for tokens in token_probes(catalog, op, platform, dtype):  # each bucket of a table or the plan
                 where = (dtype or "any dtype") + ("" if tokens is None else f" T={tokens}")
                 parts.append(f"{where}: {_chosen(catalog, op, platform, dtype, tokens)}")
         summary[op] = "; ".join(parts)

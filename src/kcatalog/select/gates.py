@@ -56,13 +56,14 @@ def _predicate(spec: KernelSpec) -> Callable[..., Any]:
 
 def shape_key(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a gate's answer may depend on: each tensor's device, dtype and shape, and every other argument."""
-    return tuple(_part(a) for a in args) + tuple((k, _part(v)) for k, v in sorted(kwargs.items()))
+    key = tuple(map(_part, args))
+    return key + tuple((k, _part(v)) for k, v in sorted(kwargs.items())) if kwargs else key
 
 
 def _part(value: Any) -> Any:
     shape = getattr(value, "shape", None)
-    if shape is not None and hasattr(value, "dtype"):
-        return (value.device.type, value.dtype, tuple(shape))
+    if shape is not None and hasattr(value, "dtype"):  # built on every call: the device, not its slow `.type`
+        return (value.device, value.dtype, shape)
     try:
         hash(value)
     except TypeError:
@@ -71,7 +72,10 @@ def _part(value: Any) -> Any:
 
 
 def dispatch_parameter(info: OpInfo) -> str:
-    """The name of the parameter the op dispatches on: `dispatch_arg` (a name, or a position), else the first."""
+    """The name of the parameter the op dispatches on: `dispatch_arg` (a name, or a position), else the first;
+    '' where it has no name (a position in an op without a signature)."""
+    if info.signature is None:
+        return info.dispatch_arg if isinstance(info.dispatch_arg, str) else ""
     signature = parse_signature(info.signature)
     positional = [a.arg for a in (*signature.posonlyargs, *signature.args)]
     names = [*positional, *(a.arg for a in signature.kwonlyargs)]
@@ -85,15 +89,19 @@ def make_gated(catalog: Catalog, info: OpInfo, scopes: OverrideScopes, device: s
     `device` fixes the platform (a torch op's implementation for one device type), else the tensor's own."""
     from .handles import platform_of
 
-    signature = parse_signature(info.signature)
-    names = [a.arg for a in (*signature.posonlyargs, *signature.args)]
     dispatch = dispatch_parameter(info)
-    index = names.index(dispatch) if dispatch in names else len(names)
+    index: int | None  # the dispatch tensor's position; None: given by keyword only
+    if info.signature is None:  # any arguments: the declared position (default 0), or a keyword
+        index = None if isinstance(info.dispatch_arg, str) else info.dispatch_arg or 0
+    else:
+        signature = parse_signature(info.signature)
+        names = [a.arg for a in (*signature.posonlyargs, *signature.args)]
+        index = names.index(dispatch) if dispatch in names else None
     by_key: dict[tuple[Any, ...], Callable[..., Any]] = {}
     lock = threading.Lock()
 
     def resolve(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any]:
-        tensor = args[index] if index < len(args) else kwargs[dispatch]
+        tensor = args[index] if index is not None and index < len(args) else kwargs[dispatch]
         tokens = int(tensor.shape[0]) if tensor.dim() else None
         dtype = str(tensor.dtype).removeprefix("torch.")
         platform = platform_of(catalog, device or tensor.device.type)

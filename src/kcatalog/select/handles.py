@@ -195,24 +195,19 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
         with lock:
             return resolve(tensor, tokens)
 
-    def first_call(tensor: Any) -> Callable[..., Any]:
+    def slot(tensor: Any) -> tuple[dict[Any, Any], Any]:
+        """The table the template looks the tensor up in, and its key there."""
         if tensor.is_cuda:
-            table, key = by_cuda, tensor.dtype
-        elif tensor.is_cpu:
-            table, key = by_cpu, tensor.dtype
-        else:
-            table, key = by_device, (tensor.device.type, tensor.dtype)
-        return resolve_once(lock, table, key, lambda: resolve(tensor))
+            return by_cuda, tensor.dtype
+        if tensor.is_cpu:
+            return by_cpu, tensor.dtype
+        return by_device, (tensor.device.type, tensor.dtype)
+
+    def first_call(tensor: Any) -> Callable[..., Any]:
+        return resolve_once(lock, *slot(tensor), lambda: resolve(tensor))
 
     def first_bucketed(tensor: Any) -> Any:
-        table, key = (
-            (by_cuda, tensor.dtype)
-            if tensor.is_cuda
-            else (by_cpu, tensor.dtype)
-            if tensor.is_cpu
-            else (by_device, (tensor.device.type, tensor.dtype))
-        )
-        return resolve_once(lock, table, key, lambda: bucket_dispatch(catalog, op_id, tensor, resolve))
+        return resolve_once(lock, *slot(tensor), lambda: bucket_dispatch(catalog, op_id, tensor, resolve))
 
     namespace: dict[str, Any] = {
         "_kc_scopes": scopes,

@@ -74,11 +74,9 @@ def _backend(catalog: Catalog, op: str, platform: Platform, dtype: str, tokens: 
     from ..errors import CatalogError
 
     try:
-        catalog.resolve(op, platform, dtype, tokens=tokens)
+        return catalog.resolve_spec(op, platform, dtype, tokens=tokens).backend  # imported: a fallback shows
     except CatalogError:
         return None
-    chosen = catalog.select(op, platform, dtype, tokens=tokens).chosen
-    return None if chosen is None else chosen.backend
 
 
 def plan_text(plan: ResolvedPlan, command: str) -> str:

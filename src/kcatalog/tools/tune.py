@@ -220,7 +220,8 @@ def _driver() -> str | None:
 
 
 def table_text(platform: str, prov: Provenance, measured: Sequence[Measured]) -> str:
-    """The tuned table as YAML (a catalog file: tuned/*.yaml), one flow mapping per bucket."""
+    """The tuned table as YAML (a catalog file: tuned/*.yaml), one flow mapping per bucket; `measured` must hold
+    a bucket where some backend ran (a table lists at least one op)."""
     import json
 
     lines = [
@@ -248,8 +249,6 @@ def table_text(platform: str, prov: Provenance, measured: Sequence[Measured]) ->
                     f"        - {{tokens: [{low}, {'null' if high is None else high}], backend: {m.best}, "
                     f"at: {m.tokens}, medians_us: {{{medians}}}, shapes: [{shapes}]}}"
                 )
-    if not by_op:
-        lines[-1] = "  ops: {}"
     return "\n".join(lines) + "\n"
 
 

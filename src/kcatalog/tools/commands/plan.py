@@ -1,12 +1,18 @@
-"""`kcatalog plan`: write the resolved selection of every op as a plan, or `--check` one (tools/tune_command.py)."""
+"""`kcatalog plan`: write the resolved selection of every op as a plan, or `--check` one (select/plan.py)."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .common import add_catalog_arguments, catalog_paths, dtype, load_or_report, platform_of_catalog
+
+if TYPE_CHECKING:
+    from ...platform import Platform
+    from ...registry.catalog import Catalog
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -23,7 +29,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(options: argparse.Namespace) -> int:
-    from ..tune_command import run_plan
+    """Write the plan, or compare one with this machine (exit 1 listing the ops that differ)."""
+    from ...select.plan import plan_text, resolve_plan
 
     paths = catalog_paths(options)
     if options.tuned:  # tuned tables on top of the given layers (default: the shipped catalog)
@@ -31,5 +38,39 @@ def run(options: argparse.Namespace) -> int:
     catalog = load_or_report(paths)
     if catalog is None:
         return 1
-    platform = platform_of_catalog(catalog, options.platform) if options.platform else None
-    return run_plan(options, catalog, platform)
+    platform = platform_of_catalog(catalog, options.platform) if options.platform else catalog.platform()
+    if options.check is not None:
+        return _check(options, catalog, platform)
+    resolved = resolve_plan(catalog, platform, options.dtype)
+    text = plan_text(resolved, shlex.join(["kcatalog", *sys.argv[1:]]))
+    for note in resolved.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if options.out is None:
+        print(text, end="")
+    else:
+        options.out.write_text(text, encoding="utf-8")
+        print(f"wrote {options.out} ({len(resolved.choices)} ops on {resolved.platform}, digest {resolved.digest})")
+    return 0
+
+
+def _check(options: argparse.Namespace, catalog: Catalog, platform: Platform) -> int:
+    from ...errors import CatalogError, Diagnostic
+    from ...link.plan import read_plan
+    from ...select.plan import differences, locked_choices, resolve_plan
+
+    found: list[Diagnostic] = []
+    locked = read_plan(
+        options.check, {op: catalog.info(op) for op in catalog}, catalog.digest, strict=False, diagnostics=found
+    )
+    for diagnostic in found:
+        print(diagnostic, file=sys.stderr)
+    if locked is None:
+        raise CatalogError(f"cannot read plan '{options.check}'")
+    if str(platform) != locked.platform:
+        lines = [f"plan is for {locked.platform}; this machine is {platform}"]
+    else:
+        lines = differences(locked_choices(locked), resolve_plan(catalog, platform, options.dtype))
+    for line in lines:
+        print(line)
+    print(f"{len(lines)} difference{'s' * (len(lines) != 1)} from {options.check}" if lines else "Plan holds.")
+    return 1 if lines else 0

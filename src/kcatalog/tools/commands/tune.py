@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +28,44 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(options: argparse.Namespace) -> int:
-    from ..tune_command import run_tune
+    """Time the candidates, print the choices, write `<out>/<platform>.yaml`."""
+    from .. import bench, tune
+    from ..conformance import select_ops
+    from ..inputs import platform_of
 
     require_device(options.device)
     given = split_ops(options.items)
-    options.ops = given.ops
-    return run_tune(options, load_or_report(catalog_paths(options, given.paths)))
+    catalog = load_or_report(catalog_paths(options, given.paths))
+    if catalog is None:
+        return 1
+    try:
+        buckets = [int(part) for part in options.buckets.split(",")] if options.buckets else None
+    except ValueError:
+        print(f"error: --buckets {options.buckets!r}: give token counts, e.g. 1,2,4,8", file=sys.stderr)
+        return 2
+    if buckets is not None and (not buckets or min(buckets) < 1):
+        print("error: --buckets: token counts start at 1", file=sys.stderr)
+        return 2
+    platform = platform_of(catalog, options.device)
+    jobs, notes = tune.tune_jobs(
+        catalog,
+        select_ops(catalog, given.ops),
+        platform=platform,
+        dtypes=options.dtype or ["bfloat16"],
+        buckets=buckets,
+        backends=options.backend,
+    )
+    measured = tune.measure(jobs, options.device, progress=bench.progress_bar)
+    print(tune.format_table(measured))
+    for note in notes:
+        print(f"note: {note}")
+    if not any(m.best for m in measured):  # a table of no ops would not load: the directory's catalog with it
+        print("error: no backend ran; no table written", file=sys.stderr)
+        return 1
+    out: Path = options.out
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{str(platform).replace(':', '_')}.yaml"
+    command = shlex.join(["kcatalog", *sys.argv[1:]])
+    path.write_text(tune.table_text(str(platform), tune.provenance(options.device, command), measured), "utf-8")
+    print(f"wrote {path}")
+    return 0 if measured and all(m.best for m in measured) else 1
