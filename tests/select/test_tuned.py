@@ -160,6 +160,15 @@ def test_plan_records_the_buckets_and_pins_them(
     assert [handle(torch.zeros(t, 1)) for t in (1, 5, 20, 40)] == ["small", "big", "ref", "small"]
     assert catalog.select("g.tag", "cpu", "float32", tokens=5).decided_by == f"plan {plan} T∈[5, 16]"
 
+    # Ranks that keep the same plan at different paths run the same kernels: check_consistent sees no difference.
+    from kcatalog.select.consistency import resolved_selection
+
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text(plan.read_text())
+    moved = kcatalog.load_catalog(tagged, cache=False, plan=elsewhere)
+    here = resolved_selection(catalog, kcatalog.Platform("cpu"))
+    assert here == resolved_selection(moved, kcatalog.Platform("cpu")) and "by plan T∈[5, 16]" in here["g.tag"]
+
     # This machine (now without the table) would choose otherwise: exit 1, naming the op.
     code, out = _plan(capsys, "--check", str(plan), "--platform", "cpu", "--catalog", str(tagged))
     assert code == 1

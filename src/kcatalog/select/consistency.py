@@ -40,7 +40,10 @@ def _chosen(catalog: Catalog, op: str, platform: Platform, dtype: str | None, to
     chosen = selection.chosen.backend if selection.chosen else "nothing"
     fell_back = [r for r in selection.rejected if r.reason.startswith("import failed")]
     fallback = "".join(f", after {r.backend} {r.reason}" for r in fell_back)
-    return f"{chosen} (by {selection.decided_by}{fallback})"
+    decided_by = selection.decided_by
+    if catalog.plan is not None:  # where each rank keeps the plan file is no difference in what it runs
+        decided_by = decided_by.replace(f"plan {catalog.plan.path}", "plan")
+    return f"{chosen} (by {decided_by}{fallback})"
 
 
 def check_consistent(catalog: Catalog, group: Any = None) -> None:
