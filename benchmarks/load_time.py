@@ -124,12 +124,15 @@ profiler.enable()
 kcatalog.load_catalog([sys.argv[1]], cache=False)
 profiler.disable()
 stages = {}
+# check/finder.py and the modules split from it (what it finds, the file system, import hooks, fingerprints)
+TARGET_CHECK_FILES = ("check/targets.py", "check/finder.py", "check/locations.py", "check/filesystem.py",
+                      "check/import_hooks.py", "check/fingerprints.py", "/ast.py")
 def stage(filename, name):
     if "pydantic_core" in name or "/pydantic/" in filename or "schema.py" in filename:
         return "validate (pydantic)"
     if "/yaml/" in filename or "yaml_nodes.py" in filename:
         return "parse (YAML compose + convert)"
-    if any(part in filename for part in ("check/targets.py", "check/finder.py", "/ast.py")) or "compile" in name:
+    if any(part in filename for part in TARGET_CHECK_FILES) or "compile" in name:
         return "static target checks"
     if any(part in filename for part in ("link/", "model.py", "platform.py", "registry/", "errors.py")):
         return "link + policy"

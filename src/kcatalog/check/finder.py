@@ -1,4 +1,4 @@
-"""Finding a module's file without running any code, and fingerprinting what was found.
+"""Finding a module's file without running any code.
 
 Only the parts of the import system that cannot run foreign code are used: `_imp`'s built-in and frozen
 tables, and a walk of sys.path and of package search locations done here, the way the standard path
@@ -7,89 +7,57 @@ suffixes first, then `.py` source, then sourceless `.pyc`; zip archives on sys.p
 No finder on sys.meta_path or hook on sys.path_hooks is ever called, no package `__init__` runs, and of
 sys.modules only plain module objects are looked at, through their `__dict__`.
 
-Third-party import hooks are honoured only where what they do is known without calling them: the setuptools
-distutils shim (it provides top-level 'distutils' ahead of the standard finders), setuptools' editable
-finders (their MAPPING of top-level names to directories), six's (only `six.moves`), and pytest's and
-virtualenv's (they find what the walk finds). Any other hook on sys.meta_path or sys.path_hooks could provide
-modules the walk does not find, so a module not found while one is installed is "not verifiable", not
-missing. A module the walk finds is read from its file even where an unknown hook placed ahead of the
-standard finders might provide another.
+Third-party import hooks are honoured only where what they do is known without calling them (check/import_hooks.py
+says which); what the walk finds is fingerprinted in check/fingerprints.py.
 """
 
 from __future__ import annotations
 
 import _imp
-import importlib.machinery
 import os
-import re
-import stat
 import sys
-import types
-import zipimport
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from importlib.machinery import (
-    BYTECODE_SUFFIXES,
-    EXTENSION_SUFFIXES,
-    SOURCE_SUFFIXES,
-    BuiltinImporter,
-    ExtensionFileLoader,
-    FrozenImporter,
-    ModuleSpec,
-    PathFinder,
-    SourceFileLoader,
-    SourcelessFileLoader,
-)
+from importlib.machinery import BYTECODE_SUFFIXES, EXTENSION_SUFFIXES, SOURCE_SUFFIXES, FrozenImporter, ModuleSpec
 from typing import Any, TypeVar
 
-try:  # a builtin module: hashlib's OpenSSL import would cost more than a warm load's hashing
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - every CPython has it, other interpreters may not
-    from hashlib import blake2b
-
-Fingerprint = tuple[Any, ...]
-
-# What a located module is.
-SOURCE = "source"  # Python source: a module file or a regular package's __init__.py
-NAMESPACE = "namespace"  # a PEP 420 namespace package: only submodules
-EXTENSION = "extension"  # a compiled extension module (.so, .pyd)
-BYTECODE = "bytecode"  # a sourceless .pyc
-BUILTIN = "built-in"
-FROZEN = "frozen"  # frozen into the interpreter; read from its source file where that is known
-HOOKED = "hooked"  # provided by a third-party import hook: nothing to read
-RUNTIME = "run time"  # only in sys.modules (a proxy object, or a module made at run time): nothing to read
-
-MAX_SOURCE_BYTES = 16 * 1024 * 1024  # a module larger than this is not parsed (it would cost a lot of memory)
-
-_MODULE_DICT: Any = vars(types.ModuleType)["__dict__"]  # a module's namespace, read without its __getattribute__
-_TYPE_QUALNAME: Any = type.__dict__["__qualname__"]
-_TYPE_MODULE: Any = type.__dict__["__module__"]
-_STANDARD_FINDERS = (BuiltinImporter, FrozenImporter, PathFinder)
-_STANDARD_LOADERS = (  # and what a module they loaded is
-    (SourceFileLoader, SOURCE),
-    (SourcelessFileLoader, BYTECODE),
-    (ExtensionFileLoader, EXTENSION),
-    (BuiltinImporter, BUILTIN),
-    (FrozenImporter, FROZEN),
-    (getattr(importlib.machinery, "NamespaceLoader", None), NAMESPACE),  # 3.11
+from .filesystem import DIR, FILE, MAX_SOURCE_BYTES, FileSystem, read_file, read_source
+from .fingerprints import Fingerprint, digest, fingerprint
+from .import_hooks import ImportHooks, from_sys_modules
+from .locations import (
+    BUILTIN,
+    BYTECODE,
+    EXTENSION,
+    FROZEN,
+    HOOKED,
+    NAMESPACE,
+    RUNTIME,
+    SOURCE,
+    Located,
+    Location,
 )
-# Hooks that locate nothing the walk does not find: pytest's rewrites modules the path finder found;
-# virtualenv's patches distutils.dist and setuptools.dist as the other finders find them.
-_TRANSPARENT_HOOKS = frozenset({"_pytest.assertion.rewrite.AssertionRewritingHook", "_virtualenv._Finder"})
-_STANDARD_PATH_HOOKS = frozenset(
-    f"{module}.FileFinder.path_hook.<locals>.path_hook_for_FileFinder"
-    for module in ("_frozen_importlib_external", "importlib._bootstrap_external")
-)
-_SIX_IMPORTER = "six._SixMetaPathImporter"  # six (or a vendored copy) provides only <...>six.moves[.*]
-_SIX_MOVES = re.compile(r"(?:^|\.)\w*six\.moves(?:\.|$)")
-_DISTUTILS_SHIM = "_distutils_hack.DistutilsMetaFinder"  # provides 'distutils' (setuptools' copy), ahead of ours
-_EDITABLE_FINDER = "_EditableFinder"  # setuptools' editable installs: class in __editable___<dist>_finder
 
-
-def digest(data: bytes) -> str:
-    """A hex digest of `data`, for cache keys and source fingerprints."""
-    return blake2b(data).hexdigest()
-
+__all__ = [
+    "BUILTIN",
+    "BYTECODE",
+    "EXTENSION",
+    "FROZEN",
+    "HOOKED",
+    "MAX_SOURCE_BYTES",
+    "NAMESPACE",
+    "RUNTIME",
+    "SOURCE",
+    "Finder",
+    "Fingerprint",
+    "Located",
+    "Location",
+    "current_fingerprint",
+    "digest",
+    "find_spec",
+    "fingerprint",
+    "locate",
+    "memo",
+    "read_file",
+]
 
 _Key = TypeVar("_Key")
 _Value = TypeVar("_Value")
@@ -103,39 +71,15 @@ def memo(table: dict[_Key, _Value], key: _Key, compute: Callable[[_Key], _Value]
     return found
 
 
-@dataclass(frozen=True)
-class Location:
-    """Where a module is: what kind of module, its file, and (for packages) where its submodules are."""
-
-    name: str
-    kind: str  # SOURCE, NAMESPACE, EXTENSION, BYTECODE, BUILTIN, FROZEN, HOOKED or RUNTIME
-    origin: str | None = None  # the file; inside a zip archive, "<archive>/<member>"
-    search: tuple[str, ...] | None = None  # a package's submodule search locations; None for a plain module
-    via: str | None = None  # HOOKED: the hook's class; RUNTIME: what is there; else the module it aliases
-    archive: str | None = None  # the zip archive holding the file, if any
-
-
-@dataclass(frozen=True)
-class Located:
-    """A module's location, or where the search stopped and why."""
-
-    location: Location | None
-    failed_at: int | None = None  # index of the first dotted part not found, or that is a module, not a package
-    search: tuple[str, ...] | None = None  # the search locations of the last package found
-    hooks: tuple[str, ...] = ()  # not found: third-party import hooks that might provide it
-
-
 class Finder:
     """Locates modules the way the standard path finder would, remembering what it saw of the file system.
 
     One Finder serves one check of a catalog: what it saw stays as it was for the rest of that check."""
 
     def __init__(self) -> None:
-        self._kinds: dict[str, int] = {}  # path -> _MISSING, _FILE or _DIR
-        self._archives: dict[str, str | None] = {}  # path entry -> the zip archive it is in, if any
-        self._zips: dict[str, frozenset[str] | None] = {}  # archive -> its members (None: not a zip)
+        self.files = FileSystem()
+        self.hooks = ImportHooks()
         self._located: dict[str, Located] = {}
-        self._hooks: tuple[tuple[str, Any, bool], ...] | None = None
 
     # -- modules ----------------------------------------------------------------------------------------
 
@@ -174,12 +118,12 @@ class Finder:
         alias = self._alias(name)
         if alias is not None:
             return Located(alias)
-        return Located(None, failed_at, search, tuple(self._unknown_hooks(name)))
+        return Located(None, failed_at, search, tuple(self.hooks.unknown(name)))
 
     def find(self, fullname: str, search: tuple[str, ...] | None) -> Location | None:
         """One step of the walk: `fullname` in `search` (None: a top-level module, on sys.path)."""
         if search is None:
-            shim = self._claimed_ahead(fullname)
+            shim = self.hooks.claimed_ahead(fullname)
             if shim is not None:
                 return Location(fullname, HOOKED, via=shim)
             if _imp.is_builtin(fullname):
@@ -202,19 +146,19 @@ class Finder:
 
     def _find_in(self, fullname: str, tail: str, entry: str, portions: list[str]) -> Location | None:
         """What the standard FileFinder would find for `tail` in one path entry."""
-        archive = self._archive(entry)
-        if archive is None and self._kind(entry, None) != _DIR:
+        archive = self.files.archive(entry)
+        if archive is None and self.files.kind(entry, None) != DIR:
             return None
         base = os.path.join(entry, tail)
-        if self._kind(base, archive) == _DIR:
+        if self.files.kind(base, archive) == DIR:
             for suffix, kind in _SUFFIXES:
                 init = os.path.join(base, "__init__" + suffix)
-                if self._kind(init, archive) == _FILE:
+                if self.files.kind(init, archive) == FILE:
                     return self._package(fullname, kind, init, base, archive)
             portions.append(base)
         for suffix, kind in _SUFFIXES:
             path = base + suffix
-            if self._kind(path, archive) == _FILE:
+            if self.files.kind(path, archive) == FILE:
                 return Location(fullname, kind, path, archive=archive)
         return None
 
@@ -226,170 +170,36 @@ class Finder:
             entries = _sys_path() if not parent else (self.locate(parent).location or Location("", "")).search or ()
             tail = fullname.rpartition(".")[2]
             extra = [os.path.join(entry, tail) for entry in entries]
-            search = tuple(dict.fromkeys([base, *(path for path in extra if self._kind(path, None) == _DIR)]))
+            search = tuple(dict.fromkeys([base, *(path for path in extra if self.files.kind(path, None) == DIR)]))
         return Location(fullname, kind, init, search, archive=archive)
 
     def _alias(self, name: str) -> Location | None:
-        """A module registered in sys.modules under a name the walk does not find: another module's alias
-        (os.path is posixpath) or one a third-party hook provided. Only plain module objects are read."""
-        module = sys.modules.get(name)
-        if module is None:
-            return None
-        if type(module) is not types.ModuleType:  # a proxy or a module subclass: never read, never run
-            return Location(name, RUNTIME, via=f"a {_qualname(type(module))} object")
-        spec = _MODULE_DICT.__get__(module).get("__spec__")
-        if type(spec) is not ModuleSpec:
-            return Location(name, RUNTIME, via="a module made at run time")
-        loader = spec.loader
-        if loader is None:
-            return Location(name, RUNTIME, via="a module made at run time")
-        cls: type = loader if issubclass(type(loader), type) else type(loader)  # type: ignore[assignment]
-        kind = next((kind for standard, kind in _STANDARD_LOADERS if cls is standard), None)
-        if kind is None:
-            return Location(name, HOOKED, via=_qualname(cls))
-        real = spec.name
-        if type(real) is not str:
-            return None
-        if real != name:  # an alias: read what it stands for
-            target = self.locate(real).location
-            if target is None or target.kind in (HOOKED, RUNTIME):
-                return None
-            return Location(name, target.kind, target.origin, target.search, via=real, archive=target.archive)
-        # Loaded from a file the walk does not reach (spec_from_file_location): read that file.
-        origin, search = spec.origin, spec.submodule_search_locations
-        if type(origin) is not str or not os.path.isfile(origin) or kind in (BUILTIN, FROZEN):
-            return None
-        if search is not None and not (type(search) is list and all(type(path) is str for path in search)):
-            return None  # a namespace path object: reading it would recompute it from its parent
-        return Location(name, kind, origin, tuple(search) if search is not None else None)
-
-    # -- third-party hooks ------------------------------------------------------------------------------
-
-    def _meta_hooks(self) -> tuple[tuple[str, Any, bool], ...]:
-        """(name, finder, ahead of the standard finders) for each third-party finder on sys.meta_path."""
-        if self._hooks is None:
-            hooks = []
-            ahead = True
-            for finder in list(sys.meta_path):
-                if any(finder is standard for standard in _STANDARD_FINDERS):
-                    ahead = False
-                    continue
-                cls: type = finder if issubclass(type(finder), type) else type(finder)  # type: ignore[assignment]
-                hooks.append((_qualname(cls), finder, ahead))
-            self._hooks = tuple(hooks)
-        return self._hooks
-
-    def _claimed_ahead(self, fullname: str) -> str | None:
-        for name, _, ahead in self._meta_hooks():
-            if ahead and name == _DISTUTILS_SHIM and fullname == "distutils":
-                return name
-        return None
-
-    def _unknown_hooks(self, fullname: str) -> Iterable[str]:
-        """The hooks that might provide a module the walk did not find (known ones only where they would)."""
-        for name, _, _ in self._meta_hooks():
-            if name in _TRANSPARENT_HOOKS or name == _DISTUTILS_SHIM or _is_editable(name):
-                continue
-            if name.endswith(_SIX_IMPORTER) and not _SIX_MOVES.search(fullname):
-                continue
-            yield name
-        yield from _path_hooks()
+        """A module in sys.modules under a name the walk does not find (check/import_hooks.py)."""
+        return from_sys_modules(name, self.locate)
 
     def _editable(self, fullname: str) -> Location | None:
         """A top-level package of a setuptools editable install: MAPPING names its directory."""
-        for name, finder, _ in self._meta_hooks():
-            if not _is_editable(name) or not issubclass(type(finder), type):
-                continue
-            namespace = sys.modules.get(_type_module(finder) or "")
-            if type(namespace) is not types.ModuleType:
-                continue
-            mapping = _MODULE_DICT.__get__(namespace).get("MAPPING")
-            path = mapping.get(fullname) if type(mapping) is dict else None
-            if type(path) is not str:
-                continue
+        for path in self.hooks.editable_paths(fullname):
             portions: list[str] = []
             found = self._find_in(fullname, os.path.basename(path), os.path.dirname(path), portions)
             if found is not None:
                 return found
         return None
 
-    # -- the file system --------------------------------------------------------------------------------
-
-    def _kind(self, path: str, archive: str | None) -> int:
-        """_FILE, _DIR or _MISSING: on disk, or inside the zip archive the path lies in."""
-        kind = self._kinds.get(path)
-        if kind is None:
-            kind = self._kinds[path] = self._stat(path) if archive is None else self._member(path, archive)
-        return kind
-
-    def _stat(self, path: str) -> int:
-        try:
-            mode = os.stat(path).st_mode
-        except (OSError, ValueError):
-            return _MISSING
-        if stat.S_ISDIR(mode):
-            return _DIR if _exact_case(path) else _MISSING
-        if stat.S_ISREG(mode):
-            return _FILE if _exact_case(path) else _MISSING
-        return _MISSING
-
-    def _archive(self, entry: str) -> str | None:
-        """The zip archive a path entry is (or lies in), as zipimport reads 'archive.zip/sub/dir'; else None."""
-        if entry in self._archives:
-            return self._archives[entry]
-        found = None
-        if self._stat(entry) != _DIR:  # on disk (the cache of kinds also holds paths inside archives)
-            head = entry
-            while True:
-                kind = self._stat(head)
-                if kind == _FILE:
-                    if head not in self._zips:
-                        self._zips[head] = _zip_members(head)
-                    found = head if self._zips[head] is not None else None
-                    break
-                parent = os.path.dirname(head)
-                if kind == _DIR or parent == head:
-                    break
-                head = parent
-        self._archives[entry] = found
-        return found
-
-    def _member(self, path: str, archive: str) -> int:
-        if path == archive:
-            return _DIR
-        inner = os.path.relpath(path, archive).replace(os.sep, "/")
-        members = self._zips.get(archive) or frozenset()
-        if inner in members:
-            return _FILE
-        return _DIR if inner + "/" in members else _MISSING
-
     def read_source(self, location: Location) -> bytes | OSError | None:
         """The module's Python source (None when it has none to read), or why it cannot be read."""
-        if location.kind not in (SOURCE, FROZEN) or location.origin is None:
-            return None
-        try:
-            if location.archive is not None:
-                import zipfile
-
-                inner = os.path.relpath(location.origin, location.archive).replace(os.sep, "/")
-                with zipfile.ZipFile(location.archive) as archive:
-                    if archive.getinfo(inner).file_size > MAX_SOURCE_BYTES:
-                        return OSError(f"larger than {MAX_SOURCE_BYTES} bytes")
-                    return archive.read(inner)
-            return read_file(location.origin, MAX_SOURCE_BYTES)
-        except (OSError, KeyError, ValueError) as exc:
-            return exc if isinstance(exc, OSError) else OSError(str(exc))
+        return read_source(location)
 
     def submodules(self, search: Iterable[str]) -> list[str]:
         """The names of the modules and packages in these search locations, sorted."""
         found: set[str] = set()
         suffixes = tuple(suffix for suffix, _ in _SUFFIXES)
         for entry in search:
-            archive = self._archive(entry)
+            archive = self.files.archive(entry)
             if archive is not None:
                 inner = os.path.relpath(entry, archive).replace(os.sep, "/")
                 prefix = "" if inner == "." else inner + "/"
-                names = {m[len(prefix) :].split("/")[0] for m in self._zips[archive] or () if m.startswith(prefix)}
+                names = {m[len(prefix) :].split("/")[0] for m in self.files.members(archive) if m.startswith(prefix)}
             else:
                 try:
                     names = set(os.listdir(entry))
@@ -399,38 +209,17 @@ class Finder:
                 stem = next((name[: -len(s)] for s in suffixes if name.endswith(s)), None)
                 if stem is not None and stem.isidentifier() and stem != "__init__":
                     found.add(stem)
-                elif name.isidentifier() and self._kind(os.path.join(entry, name), archive) == _DIR:
+                elif name.isidentifier() and self.files.kind(os.path.join(entry, name), archive) == DIR:
                     found.add(name)
         return sorted(found)
 
 
-_MISSING, _FILE, _DIR = 0, 1, 2
 # The standard FileFinder's order: extension modules, then source, then sourceless bytecode.
 _SUFFIXES = (
     *((suffix, EXTENSION) for suffix in EXTENSION_SUFFIXES),
     *((suffix, SOURCE) for suffix in SOURCE_SUFFIXES),
     *((suffix, BYTECODE) for suffix in BYTECODE_SUFFIXES),
 )
-
-
-def read_file(path: str, limit: int) -> bytes | OSError:
-    """A file's bytes, or an OSError saying it holds more than `limit` (sized first: no large buffer)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-    try:
-        size = os.fstat(fd).st_size
-        if size > limit:
-            return OSError(f"larger than {limit} bytes")
-        chunks = []
-        while True:
-            chunk = os.read(fd, max(size + 1, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            if sum(map(len, chunks)) > limit:
-                return OSError(f"larger than {limit} bytes")
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def _sys_path() -> list[str]:
@@ -444,22 +233,6 @@ def _sys_path() -> list[str]:
         except (OSError, ValueError):  # the working directory is gone, or a NUL in the entry
             continue
     return entries
-
-
-def _path_hooks() -> list[str]:
-    """Third-party hooks on sys.path_hooks: each could turn some path entry into modules the walk misses."""
-    hooks = []
-    for hook in list(sys.path_hooks):
-        if hook is zipimport.zipimporter:
-            continue
-        if type(hook) is types.FunctionType:  # the standard FileFinder's hook is a closure of FileFinder.path_hook
-            name = f"{hook.__module__}.{hook.__qualname__}"
-            if name in _STANDARD_PATH_HOOKS:
-                continue
-        else:
-            name = _qualname(hook if issubclass(type(hook), type) else type(hook))  # type: ignore[arg-type]
-        hooks.append(name)
-    return hooks
 
 
 def _frozen(fullname: str) -> Location | None:
@@ -484,69 +257,6 @@ def _extends_path(init: str) -> bool:
     except OSError:
         return False
     return isinstance(text, bytes) and (b"extend_path" in text or b"declare_namespace" in text)
-
-
-def _exact_case(path: str) -> bool:
-    """On case-insensitive file systems the finder matches names exactly, as here; elsewhere stat already did."""
-    if sys.platform not in ("win32", "cygwin", "darwin") or "PYTHONCASEOK" in os.environ:
-        return True
-    try:
-        return os.path.basename(path) in os.listdir(os.path.dirname(path) or ".")
-    except OSError:
-        return False
-
-
-def _zip_members(path: str) -> frozenset[str] | None:
-    """The members of a zip archive (with every directory they imply), or None if it is not one."""
-    import zipfile
-
-    try:
-        if not zipfile.is_zipfile(path):
-            return None
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-    except (OSError, zipfile.BadZipFile, ValueError):
-        return None
-    members = set(names)
-    for name in names:
-        parts = name.split("/")
-        members.update("/".join(parts[:i]) + "/" for i in range(1, len(parts)))
-    return frozenset(members)
-
-
-def _qualname(cls: type) -> str:
-    """'module.QualName' of a class, read from the type itself (no metaclass code runs)."""
-    module = _type_module(cls)
-    qualname = _TYPE_QUALNAME.__get__(cls)
-    return f"{module}.{qualname}" if module and module != "builtins" else qualname
-
-
-def _type_module(cls: type) -> str | None:
-    module = _TYPE_MODULE.__get__(cls)
-    return module if type(module) is str else None
-
-
-def _is_editable(hook: str) -> bool:
-    module, _, name = hook.rpartition(".")
-    return name == _EDITABLE_FINDER and module.startswith("__editable__")
-
-
-def fingerprint(located: Located, source: bytes | OSError | None) -> Fingerprint:
-    """What a check of the module depends on: where it was found (or where the search stopped and which
-    hooks might have provided it) and, for source, its exact bytes; for other files, their size and time."""
-    location = located.location
-    if location is None:
-        return ("not found", located.failed_at, located.hooks)
-    where = (location.kind, location.origin, location.search, location.via)
-    if isinstance(source, bytes):
-        return (*where, digest(source))
-    if isinstance(source, OSError):
-        return (*where, f"unreadable: {source}")
-    try:
-        stamp = os.stat(location.archive or location.origin) if location.origin else None
-    except OSError:
-        stamp = None
-    return (*where, stamp and (stamp.st_size, stamp.st_mtime_ns))
 
 
 def locate(name: str) -> Located:
