@@ -331,7 +331,7 @@ class LinkedCatalog:
 
 @dataclass(frozen=True)
 class ModuleFingerprint:
-    """What a static check of one module depended on (see check/finder.py): reused only while it holds."""
+    """What a static check of one module depended on (see check/fingerprints.py): reused only while it holds."""
 
     module: str
     found: tuple[Any, ...]
