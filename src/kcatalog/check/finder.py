@@ -77,8 +77,8 @@ class Finder:
     One Finder serves one check of a catalog: what it saw stays as it was for the rest of that check."""
 
     def __init__(self) -> None:
-        self.files = FileSystem()
-        self.hooks = ImportHooks()
+        self._files = FileSystem()
+        self._hooks = ImportHooks()
         self._located: dict[str, Located] = {}
 
     # -- modules ----------------------------------------------------------------------------------------
@@ -118,12 +118,12 @@ class Finder:
         alias = self._alias(name)
         if alias is not None:
             return Located(alias)
-        return Located(None, failed_at, search, tuple(self.hooks.unknown(name)))
+        return Located(None, failed_at, search, tuple(self._hooks.unknown(name)))
 
     def find(self, fullname: str, search: tuple[str, ...] | None) -> Location | None:
         """One step of the walk: `fullname` in `search` (None: a top-level module, on sys.path)."""
         if search is None:
-            shim = self.hooks.claimed_ahead(fullname)
+            shim = self._hooks.claimed_ahead(fullname)
             if shim is not None:
                 return Location(fullname, HOOKED, via=shim)
             if _imp.is_builtin(fullname):
@@ -146,19 +146,19 @@ class Finder:
 
     def _find_in(self, fullname: str, tail: str, entry: str, portions: list[str]) -> Location | None:
         """What the standard FileFinder would find for `tail` in one path entry."""
-        archive = self.files.archive(entry)
-        if archive is None and self.files.kind(entry, None) != DIR:
+        archive = self._files.archive(entry)
+        if archive is None and self._files.kind(entry, None) != DIR:
             return None
         base = os.path.join(entry, tail)
-        if self.files.kind(base, archive) == DIR:
+        if self._files.kind(base, archive) == DIR:
             for suffix, kind in _SUFFIXES:
                 init = os.path.join(base, "__init__" + suffix)
-                if self.files.kind(init, archive) == FILE:
+                if self._files.kind(init, archive) == FILE:
                     return self._package(fullname, kind, init, base, archive)
             portions.append(base)
         for suffix, kind in _SUFFIXES:
             path = base + suffix
-            if self.files.kind(path, archive) == FILE:
+            if self._files.kind(path, archive) == FILE:
                 return Location(fullname, kind, path, archive=archive)
         return None
 
@@ -170,7 +170,7 @@ class Finder:
             entries = _sys_path() if not parent else (self.locate(parent).location or Location("", "")).search or ()
             tail = fullname.rpartition(".")[2]
             extra = [os.path.join(entry, tail) for entry in entries]
-            search = tuple(dict.fromkeys([base, *(path for path in extra if self.files.kind(path, None) == DIR)]))
+            search = tuple(dict.fromkeys([base, *(path for path in extra if self._files.kind(path, None) == DIR)]))
         return Location(fullname, kind, init, search, archive=archive)
 
     def _alias(self, name: str) -> Location | None:
@@ -179,7 +179,7 @@ class Finder:
 
     def _editable(self, fullname: str) -> Location | None:
         """A top-level package of a setuptools editable install: MAPPING names its directory."""
-        for path in self.hooks.editable_paths(fullname):
+        for path in self._hooks.editable_paths(fullname):
             portions: list[str] = []
             found = self._find_in(fullname, os.path.basename(path), os.path.dirname(path), portions)
             if found is not None:
@@ -195,11 +195,11 @@ class Finder:
         found: set[str] = set()
         suffixes = tuple(suffix for suffix, _ in _SUFFIXES)
         for entry in search:
-            archive = self.files.archive(entry)
+            archive = self._files.archive(entry)
             if archive is not None:
                 inner = os.path.relpath(entry, archive).replace(os.sep, "/")
                 prefix = "" if inner == "." else inner + "/"
-                names = {m[len(prefix) :].split("/")[0] for m in self.files.members(archive) if m.startswith(prefix)}
+                names = {m[len(prefix) :].split("/")[0] for m in self._files.members(archive) if m.startswith(prefix)}
             else:
                 try:
                     names = set(os.listdir(entry))
@@ -209,7 +209,7 @@ class Finder:
                 stem = next((name[: -len(s)] for s in suffixes if name.endswith(s)), None)
                 if stem is not None and stem.isidentifier() and stem != "__init__":
                     found.add(stem)
-                elif name.isidentifier() and self.files.kind(os.path.join(entry, name), archive) == DIR:
+                elif name.isidentifier() and self._files.kind(os.path.join(entry, name), archive) == DIR:
                     found.add(name)
         return sorted(found)
 
