@@ -15,7 +15,7 @@ import pytest
 from conftest import Site
 
 import kcatalog
-from kcatalog.check import targets as targets_module
+from kcatalog.check import target_modules
 from kcatalog.check.targets import TargetChecker
 
 Write = Callable[..., None]
@@ -245,13 +245,13 @@ def test_line_breaks_in_a_target_never_reach_a_message_raw(text: str, site: Site
 
 def test_each_module_is_indexed_once_and_no_syntax_tree_is_kept(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
     indexed: list[str] = []
-    real = targets_module.index_module
+    real = target_modules.index_module
 
     def counting(tree: ast.Module, name: str, *args: Any) -> Any:
         indexed.append(name)
         return real(tree, name, *args)
 
-    monkeypatch.setattr(targets_module, "index_module", counting)
+    monkeypatch.setattr(target_modules, "index_module", counting)
     checker = TargetChecker()
     catalog, _ = kcatalog.check_catalog([site.catalog], check_targets=False)
     del catalog

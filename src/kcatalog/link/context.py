@@ -1,0 +1,82 @@
+"""What the link stages share: the merged settings and the names ops are checked against (known backends,
+device kinds, each layer's allow-list), where diagnostics go, and the targets declared so far."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import yaml
+
+from .. import codes
+from ..errors import Diagnostic, Location, did_you_mean
+from ..model import CatalogLayer, CatalogSettings, KernelSpec
+from ..platform import DEVICES
+from ..read.yaml_nodes import children, node_location
+from ..validate.validator import ValidatedFile
+from .layers import layer_name
+
+
+@dataclass
+class LinkContext:
+    """Collects diagnostics while assembling ops from validated files; link/settings.py fills in the settings."""
+
+    diagnostics: list[Diagnostic]
+    layers: Sequence[CatalogLayer] = ()
+    settings: CatalogSettings | None = None  # every layer's settings merged (link/layers.py)
+    known: tuple[str, ...] = ()
+    devices: tuple[str, ...] = DEVICES  # the built-in device kinds, and those the settings declare
+    # each layer's, for its own files' specs
+    layer_allow_lists: Mapping[int, tuple[str, ...] | None] = field(default_factory=dict)
+    declared: list[KernelSpec] = field(default_factory=list)
+
+    def allow_lists(self, file: ValidatedFile) -> tuple[tuple[str, ...], ...]:
+        """The allow-lists a target declared in `file` must satisfy: its own layer's, if it has one."""
+        prefixes = self.layer_allow_lists.get(file.layer)
+        return () if prefixes is None else (prefixes,)
+
+    def layer(self, file: ValidatedFile) -> str:
+        return layer_name(self.layers, file.layer)
+
+    def error(self, code: str, message: str, location: Location | None) -> None:
+        self.diagnostics.append(Diagnostic(code, message, location))
+
+    def error_at(self, file: ValidatedFile, node: yaml.Node | None, code: str, message: str) -> None:
+        self.error(code, message, node_location(file.path, node))
+
+    def check_names(
+        self,
+        names: Sequence[str],
+        file: ValidatedFile,
+        path: Sequence[str],
+        what: str,
+        allowed: Sequence[str] | None = None,
+    ) -> None:
+        """Every name must be a known backend (or one of `allowed`); the error points at the list item."""
+        allowed = self.known if allowed is None else allowed
+        node = file.parsed.root
+        for part in path:
+            node = children(node).get(part, (None, None))[1]
+        for index, name in enumerate(names):
+            if name in allowed:
+                continue
+            item = node.value[index] if node is not None and index < len(node.value) else node
+            if allowed is not self.known and name in self.known:
+                message = f"backend '{name}' in {what} is not a backend of the op; its backends: {', '.join(allowed)}"
+            else:
+                message = (
+                    f"unknown backend '{name}' in {what}{did_you_mean(name, allowed)}; known: {', '.join(allowed)}"
+                )
+            self.error(codes.UNKNOWN_BACKEND, message, node_location(file.path, item))
+
+    def check_device(self, device: str, file: ValidatedFile, node: yaml.Node | None) -> None:
+        """A device kind must be built in or declared in the settings' `devices`; the error points at `node`."""
+        if device in self.devices:
+            return
+        self.error_at(
+            file,
+            node,
+            codes.UNKNOWN_DEVICE,
+            f"unknown device '{device}'{did_you_mean(device, self.devices)}; known: {', '.join(self.devices)} "
+            "(declare more under 'devices' in the catalog settings)",
+        )

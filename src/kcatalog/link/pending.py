@@ -1,0 +1,51 @@
+"""The op being linked (PendingOp): the mutable form the op stages fill in, frozen into the model's OpInfo."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ..errors import Diagnostic, Location
+from ..model import KernelSpec, OpInfo
+from ..validate.schema import Op
+from ..validate.validator import ValidatedFile
+
+
+@dataclass
+class PendingOp:
+    """An op while its files are linked: its backends grow with extensions, then it is frozen into OpInfo."""
+
+    file: ValidatedFile
+    name: str
+    op_id: str
+    op: Op
+    location: Location
+    specs: dict[str, KernelSpec] = field(default_factory=dict)
+    torch_schema: str | None = None
+    torch_problems: list[Diagnostic] = field(default_factory=list)
+    # The op's orders with names of the settings' priority lists resolved (see link/priorities.py).
+    priority: tuple[str, ...] | None = None
+    platform_priority: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def freeze(self, group: str, layer: str) -> OpInfo:
+        op = self.op
+        return OpInfo(
+            id=self.op_id,
+            group=group,
+            description=op.description,
+            signature=op.signature,
+            reference=op.reference,
+            dtypes=op.dtypes,
+            mutates=op.mutates,
+            tolerance=MappingProxyType({dtype: value for dtype, value in op.tolerance.items()}),
+            priority=self.priority,
+            platform_priority=MappingProxyType(self.platform_priority),
+            dispatch_arg=op.dispatch_arg,
+            samples_json=None if op.samples is None else op.samples.model_dump_json(),
+            location=self.location,
+            backends=MappingProxyType(dict(self.specs)),
+            fake=op.fake,
+            torch_schema=self.torch_schema,
+            torch_problems=tuple(self.torch_problems),
+            layer=layer,
+        )

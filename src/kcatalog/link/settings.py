@@ -1,0 +1,63 @@
+"""The catalog settings files linked: one per layer, merged (link/layers.py) into the settings the ops are
+checked against, with the device kinds and required platforms they name checked."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .. import codes
+from ..platform import DEVICES, Platform
+from ..read.yaml_nodes import children, find_node, node_location
+from ..validate.schema import Settings
+from ..validate.validator import ValidatedFile
+from .context import LinkContext
+from .layers import known_backends, merge_settings
+
+
+def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings_found: bool) -> None:
+    """Fill in `context`'s settings from the settings files among `files`; `settings_found`: a settings file was
+    read, even if it failed the schema."""
+    found = [f for f in files if isinstance(f.model, Settings)]
+    if not found and settings_found:
+        return  # the settings file's own diagnostics say what is wrong with it
+    if not found:
+        context.error(
+            codes.SETTINGS_FILE,
+            "no catalog settings file (kcatalog.yaml) among the paths; it declares the known "
+            "backends, their priority and the policy",
+            None,
+        )
+        return
+    chosen: dict[int, ValidatedFile] = {}  # one settings file per layer
+    for extra in found:
+        first = chosen.setdefault(extra.layer, extra)
+        if first is not extra:
+            context.error(
+                codes.SETTINGS_FILE,
+                f"second catalog settings file; the first is {first.path}",
+                node_location(extra.path, extra.parsed.root),
+            )
+    layer_files = [chosen[number] for number in sorted(chosen)]
+    context.known = tuple(known_backends(layer_files, context.layers, context.diagnostics))
+    merged = merge_settings(layer_files, context.layers, context.known, context.check_names, context.diagnostics)
+    context.settings, context.layer_allow_lists = merged.settings, merged.allow_lists
+    if not context.known:
+        context.error(
+            codes.SETTINGS_FILE,
+            "no settings file among the layers declares a backend; at least one must declare the known "
+            "backends, their priority and the policy",
+            None,
+        )
+    context.devices = (*DEVICES, *(d for d in context.settings.devices if d not in DEVICES))
+    for file in layer_files:
+        assert isinstance(file.model, Settings)
+        for device in file.model.platform_priority:
+            context.check_device(device, file, find_node(file.parsed.root, ["platform_priority", device], key=True))
+        policy_node = children(file.parsed.root).get("policy", (None, None))[1]
+        platforms_node = children(policy_node).get("required_platforms", (None, None))[1]
+        for index, text in enumerate(file.model.policy.required_platforms):
+            try:
+                Platform.parse(text, context.devices)
+            except ValueError as exc:
+                item = platforms_node.value[index] if platforms_node is not None else None
+                context.error(codes.INVALID_VALUE, str(exc), node_location(file.path, item))
