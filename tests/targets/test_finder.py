@@ -372,3 +372,14 @@ def test_a_module_loaded_from_a_file_the_walk_does_not_reach_is_read_from_that_f
     assert checker.check("kcfx_plugin:kernel") is None
     assert (checker.check("kcfx_plugin:other") or pytest.fail()).code == "KC302"
     assert where("kcfx_plugin")[:2] == (SOURCE, str(path))
+
+
+def test_a_packages_modules_leave_out_its_bytecode_directory(tmp_path: Path) -> None:
+    """Listed in a KC301 'its modules: ...', __pycache__ (written beside any imported source) is no module."""
+    package = tmp_path / "pkg"
+    (package / "__pycache__").mkdir(parents=True)
+    (package / "sub").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "mod.py").write_text("")
+    (package / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"")
+    assert Finder().submodules([str(package)]) == ["mod", "sub"]

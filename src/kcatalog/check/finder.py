@@ -209,7 +209,11 @@ class Finder:
                 stem = next((name[: -len(s)] for s in suffixes if name.endswith(s)), None)
                 if stem is not None and stem.isidentifier() and stem != "__init__":
                     found.add(stem)
-                elif name.isidentifier() and self._files.kind(os.path.join(entry, name), archive) == DIR:
+                elif (
+                    name.isidentifier()
+                    and name != "__pycache__"  # bytecode, never a package
+                    and self._files.kind(os.path.join(entry, name), archive) == DIR
+                ):
                     found.add(name)
         return sorted(found)
 
