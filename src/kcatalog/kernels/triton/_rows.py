@@ -33,6 +33,16 @@ def as_rows(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(-1, t.shape[-1]) if view is None else view
 
 
+def as_vector(w: torch.Tensor, n: int, name: str) -> torch.Tensor:
+    """Check a per-column parameter (weight/bias) has `n` elements; make it unit-stride."""
+    if w.dim() == 1 and w.shape[0] == n and w.stride(0) == 1:  # the usual case: no new tensor
+        return w
+    if w.numel() != n:
+        raise ValueError(f"{name} has {w.numel()} elements, expected {n} (the last dim of x)")
+    w = w.reshape(n)
+    return w if w.stride(0) == 1 else w.contiguous()
+
+
 def rows_view(t: torch.Tensor) -> torch.Tensor | None:
     """as_rows(t) where it is a view of t's own memory (an in-place kernel writes through it), else None."""
     if t.stride(-1) != 1:

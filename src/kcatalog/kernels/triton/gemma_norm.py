@@ -22,6 +22,7 @@ from ._rows import (
     RowTiling,
     Tunables,
     as_rows,
+    as_vector,
     cdiv,
     chunk_cols,
     early_vec,
@@ -94,9 +95,7 @@ def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> 
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    if weight.numel() != n:
-        raise ValueError(f"weight has {weight.numel()} elements, expected {n} (the last dim of x)")
-    w = weight if weight.dim() == 1 and weight.stride(0) == 1 else weight.reshape(n).contiguous()
+    w = as_vector(weight, n, "weight")
     x2 = as_rows(x)
     m = x2.shape[0]
     t = TUNING.get()

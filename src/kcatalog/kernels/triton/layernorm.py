@@ -32,6 +32,7 @@ from ._rows import (
     RowTiling,
     Tunables,
     as_rows,
+    as_vector,
     cdiv,
     chunk_cols,
     compiled_resources,
@@ -97,16 +98,6 @@ class NormTuning(RowTiling):
 
 #: The tunables in effect; ``with TUNING.override(programs_per_sm=0): ...`` changes them within a block.
 TUNING = Tunables(__name__, NormTuning())
-
-
-def _vector(w: torch.Tensor, n: int, name: str) -> torch.Tensor:
-    """Check a per-column parameter (weight/bias) has `n` elements; make it unit-stride."""
-    if w.dim() == 1 and w.shape[0] == n and w.stride(0) == 1:  # the usual case: no new tensor
-        return w
-    if w.numel() != n:
-        raise ValueError(f"{name} has {w.numel()} elements, expected {n} (the last dim of x)")
-    w = w.reshape(n)
-    return w if w.stride(0) == 1 else w.contiguous()
 
 
 #: Resident programs per SM of each persistent kernel variant, learnt from its first launch (registers,
@@ -280,8 +271,8 @@ def _norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps:
     if out.numel() == 0:
         return out
     x2 = as_rows(x)
-    w = _vector(weight, n, "weight")
-    b = None if bias is None else _vector(bias, n, "bias")
+    w = as_vector(weight, n, "weight")
+    b = None if bias is None else as_vector(bias, n, "bias")
     m = x2.shape[0]
     t = TUNING.get()
     block_m, block_n, num_warps, single = t.config(n, m, t.device_sms(x.device))
@@ -340,7 +331,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     x_view, r_view = rows_view(x), rows_view(residual)
     x2 = as_rows(x) if x_view is None else x_view
     r2 = as_rows(residual) if r_view is None else r_view
-    w = _vector(weight, n, "weight")
+    w = as_vector(weight, n, "weight")
     m = x2.shape[0]
     t = TUNING.get()
     block_m, block_n, num_warps, single = t.config(n, m, t.device_sms(x.device))
