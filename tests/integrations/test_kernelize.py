@@ -1,13 +1,17 @@
 """kcatalog.kernelize on tiny random-weight transformers models built from configs (no downloads), 2 layers
-each: Llama, Qwen3 (with its per-head q_norm/k_norm) and Gemma ((1 + weight) RMSNorm, GELU-tanh MLP).
+each: Llama, Mistral, Qwen3 (with its per-head q_norm/k_norm) and Gemma ((1 + weight) RMSNorm, GELU-tanh MLP).
 
 After kernelize, logits match the original within the ops' declared tolerances, greedy generation gives the
-same tokens, the report lists every replaced module, unkernelize restores bit-identical outputs, and
+same tokens (dynamic and static cache), the report lists every replaced module (the attention layers too, their
+RoPE through attention.rotary_embedding), unkernelize restores bit-identical outputs, and
 torch.compile(fullgraph=True) traces the kernelized model whole, with the catalog's torch ops in the graph."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
+from collections import Counter
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -17,6 +21,7 @@ import torch
 
 import kcatalog
 from kcatalog.integrations.kernelize import OpChoice, default_catalog
+from kcatalog.integrations.transformers import ATTENTION_FORWARD, ROPE, ROTARY, rotary_pos_emb
 
 VOCAB = 96
 SIZES = dict(
@@ -29,12 +34,19 @@ SIZES = dict(
     head_dim=16,
     max_position_embeddings=64,
 )
-MODELS = {"llama": ("LlamaForCausalLM", "LlamaConfig"), "qwen3": ("Qwen3ForCausalLM", "Qwen3Config"),
-          "gemma": ("GemmaForCausalLM", "GemmaConfig")}  # fmt: skip
-# Which class each mapped module is, by the end of its name; every one of them must be replaced.
+MODELS = {"llama": ("LlamaForCausalLM", "LlamaConfig"), "mistral": ("MistralForCausalLM", "MistralConfig"),
+          "qwen3": ("Qwen3ForCausalLM", "Qwen3Config"), "gemma": ("GemmaForCausalLM", "GemmaConfig")}  # fmt: skip
+# Which mapping each mapped module takes, by the end of its name; every one of them must be replaced.
+LLAMA_LIKE = {
+    "layernorm": "llama_rms_norm",
+    "norm": "llama_rms_norm",
+    "mlp": "silu_gated_mlp",
+    "attn": "llama_attention",
+}
 MAPPED = {
-    "llama": {"layernorm": "llama_rms_norm", "norm": "llama_rms_norm", "mlp": "silu_gated_mlp"},
-    "qwen3": {"layernorm": "llama_rms_norm", "norm": "llama_rms_norm", "mlp": "silu_gated_mlp"},
+    "llama": LLAMA_LIKE,
+    "mistral": LLAMA_LIKE,
+    "qwen3": LLAMA_LIKE,
     "gemma": {"layernorm": "gemma_rms_norm", "norm": "gemma_rms_norm", "mlp": "gelu_tanh_gated_mlp"},
 }
 
@@ -80,6 +92,33 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref.double()).norm() / ref.double().norm())
 
 
+def generate(model: Any, ids: torch.Tensor, **options: Any) -> torch.Tensor:
+    with torch.no_grad():
+        return model.generate(  # type: ignore[no-any-return]
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False, **options
+        )
+
+
+def count_rope(model: Any) -> Counter[str]:
+    """Counts, from now on, the kernelized attention layers' RoPE calls that took the op ('op') and those that
+    went to transformers' own apply_rotary_pos_emb ('original'): wraps both in each copied forward's globals."""
+    calls: Counter[str] = Counter()
+
+    def counted(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[kind] += 1
+            return fn(*args, **kwargs)
+
+        return call
+
+    for module in model.modules():
+        if ATTENTION_FORWARD in vars(module):
+            scope = inspect.unwrap(vars(module)[ATTENTION_FORWARD]).__globals__
+            rotary, original = scope[ROPE].args
+            scope[ROPE] = functools.partial(rotary_pos_emb, counted("op", rotary), counted("original", original))
+    return calls
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bit(
     name: str, build: Callable[..., Any]
@@ -87,8 +126,7 @@ def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bi
     model = build(name)
     ids = tokens()
     ref = logits(model, ids)
-    with torch.no_grad():
-        greedy = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
+    greedy, greedy_static = generate(model, ids), generate(model, ids, cache_implementation="static")
     params = dict(model.named_parameters())
     class_forwards = {type(module): type(module).forward for module in model.modules()}
     values = {key: value.detach().clone() for key, value in model.state_dict().items()}
@@ -99,16 +137,21 @@ def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bi
     report = kcatalog.kernelize(model)
 
     # the report lists every module of a mapped class, replaced, by its mapping and op backends
+    mapped_classes = ("RMSNorm", "MLP") if name == "gemma" else ("RMSNorm", "MLP", "Attention")
     expected = {
         module_name: MAPPED[name][module_name.rsplit(".", 1)[-1].rsplit("_", 1)[-1]]
         for module_name, module in model.named_modules()
-        if type(module).__name__.endswith(("RMSNorm", "MLP"))
+        if type(module).__name__.endswith(mapped_classes)
     }
     assert {item.module: item.mapping for item in report.replaced} == expected
     assert report.left == ()
     assert all(item.ops and all(choice.backend in ("aten", "torch") for choice in item.ops) for item in report.replaced)
     if name == "qwen3":  # the per-head norms are RMSNorms too
         assert {"model.layers.0.self_attn.q_norm", "model.layers.1.self_attn.k_norm"} <= set(expected)
+    if name != "gemma":
+        assert {"model.layers.0.self_attn", "model.layers.1.self_attn"} <= set(expected)
+        attention = next(item for item in report.replaced if item.mapping == "llama_attention")
+        assert [choice.op for choice in attention.ops] == [ROTARY]
     for module_name in expected:
         assert "forward" in vars(model.get_submodule(module_name))  # on the instance, never the class
     assert all(cls.forward is forward for cls, forward in class_forwards.items())  # no class was patched
@@ -121,12 +164,14 @@ def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bi
     storages = {p.untyped_storage().data_ptr(): p for p in model.parameters()}
     assert sum(p.untyped_storage().nbytes() for p in storages.values()) <= weight_bytes
 
+    rope = count_rope(model)
     out = logits(model, ids)
+    assert rope == ({} if name == "gemma" else {"op": 2})  # each layer's RoPE ran through the op
     assert relative_error(out, ref) <= tolerance(report)
-    with torch.no_grad():
-        again = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
+    again, again_static = generate(model, ids), generate(model, ids, cache_implementation="static")
     assert again.shape == greedy.shape == (2, 11 + 16)
-    assert torch.equal(again, greedy)
+    assert torch.equal(again, greedy) and torch.equal(again_static, greedy_static)
+    assert rope["original"] == 0  # prefill and every decode step, both caches
 
     assert kcatalog.unkernelize(model) == len(expected)
     assert not any("forward" in vars(module) for module in model.modules())
@@ -166,8 +211,10 @@ def test_kernelized_model_compiles_whole_with_the_catalogs_torch_ops(name: str, 
     # the namespace is kcatalog, or kcatalog_<n> where another Catalog of this process took those names first
     norm_op = re.compile(rf"^kcatalog(_\d+)?\.layernorm_{'gemma_' if name == 'gemma' else ''}rms_norm\.")
     act_op = re.compile(rf"^kcatalog(_\d+)?\.activation_{'gelu' if name == 'gemma' else 'silu'}_and_mul\.")
+    rope_op = re.compile(r"^kcatalog(_\d+)?\.attention_rotary_embedding\.")
     assert sum(bool(norm_op.match(target)) for target in calls) == 5  # 2 per layer and the final norm
     assert sum(bool(act_op.match(target)) for target in calls) == 2
+    assert sum(bool(rope_op.match(target)) for target in calls) == (0 if name == "gemma" else 2)
     assert torch.equal(out, eager)
     assert relative_error(out, ref) <= 1e-5
     kcatalog.unkernelize(model)
@@ -205,6 +252,141 @@ def test_other_instances_of_the_class_are_untouched_and_a_second_kernelize_start
     assert torch.equal(logits(second, ids), before)
     assert len(kcatalog.kernelize(first).replaced) == count  # undoes the first, then applies again
     assert kcatalog.unkernelize(first) == count
+
+
+def test_the_rope_of_other_models_stays_transformers_own(
+    build: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernelized attention runs a copy of the class's forward: the class, its forward and the modeling
+    module's apply_rotary_pos_emb are the same objects, and a model not kernelized still calls that function."""
+    from transformers.models.llama import modeling_llama
+
+    first, second = build("llama"), build("llama", seed=3)
+    forward, original = modeling_llama.LlamaAttention.forward, modeling_llama.apply_rotary_pos_emb
+    kcatalog.kernelize(first)
+    assert modeling_llama.LlamaAttention.forward is forward and modeling_llama.apply_rotary_pos_emb is original
+    calls: list[int] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(modeling_llama, "apply_rotary_pos_emb", counting)
+    rope = count_rope(first)
+    logits(second, tokens())
+    assert len(calls) == 2  # the plain model: transformers' function, once per layer
+    logits(first, tokens())
+    assert len(calls) == 2 and rope == {"op": 2}  # the kernelized one: the op, its copy's globals its own
+    kcatalog.unkernelize(first)
+    logits(first, tokens())
+    assert len(calls) == 4  # unkernelized: the class's forward, the module's globals again
+
+
+def test_rope_calls_the_op_cannot_take_go_to_transformers_own_function(transformers: ModuleType) -> None:
+    """rotary_pos_emb takes transformers' layout (q, k as transposed views of [B, S, H, D], cos and sin
+    [B or 1, S, D] in q's dtype, no autograd) to the op, in place; every other call to the original function,
+    with the same results."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    batch, seq, heads, kv_heads, dim = 2, 5, 4, 2, 16
+    rotary_embedding = LlamaRotaryEmbedding(transformers.LlamaConfig(**SIZES))
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(batch, seq, heads * dim, generator=g)
+    position_ids = torch.arange(seq).expand(batch, seq) + torch.tensor([[0], [7]])
+    calls: list[str] = []
+    op = default_catalog().op(ROTARY)
+
+    def rotary(*args: Any) -> None:
+        calls.append("op")
+        op(*args)
+
+    def original(*args: Any, **kwargs: Any) -> Any:
+        calls.append("original")
+        return apply_rotary_pos_emb(*args, **kwargs)
+
+    def qk(layout: str = "transposed") -> tuple[torch.Tensor, torch.Tensor]:
+        q = torch.randn(batch, seq, heads, dim, generator=g)
+        k = torch.randn(batch, seq, kv_heads, dim, generator=g)
+        if layout == "bshd":  # for unsqueeze_dim=2
+            return q, k
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        return (q, k) if layout == "transposed" else (q.contiguous(), k.contiguous())
+
+    def check(expect: str, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, *rest: Any, **kw: Any) -> None:
+        calls.clear()
+        ref_q, ref_k = apply_rotary_pos_emb(q.clone(), k.clone(), cos, sin_of[id(cos)], *rest, **kw)
+        out_q, out_k = rotary_pos_emb(rotary, original, q, k, cos, sin_of[id(cos)], *rest, **kw)
+        assert calls == [expect]
+        if expect == "op":
+            assert out_q is q and out_k is k  # rotated in place
+        assert relative_error(out_q.detach(), ref_q.detach()) <= 1e-6
+        assert relative_error(out_k.detach(), ref_k.detach()) <= 1e-6
+
+    cos, sin = rotary_embedding(x, position_ids)
+    cos1, sin1 = rotary_embedding(x, position_ids[:1])  # one row of positions for the whole batch
+    cos64, sin64 = cos.double(), sin.double()
+    half_cos, half_sin = cos[..., : dim // 2], sin[..., : dim // 2]  # partial rotary
+    sin_of = {id(cos): sin, id(cos1): sin1, id(cos64): sin64}
+
+    check("op", *qk(), cos)
+    check("op", *qk(), cos1)
+    check("op", *qk(), cos, 1)
+    check("original", *qk("contiguous"), cos)  # [B, H, S, D] stored as such: no [T, H * D] view of it
+    check("original", *qk("bshd"), cos, unsqueeze_dim=2)
+    check("original", *qk(), cos64)  # transformers would promote q to float64
+    calls.clear()
+    with pytest.raises(RuntimeError):  # the original's own error: a half-width cos does not broadcast
+        rotary_pos_emb(rotary, original, *qk(), half_cos, half_sin)
+    assert calls == ["original"]
+    with torch.enable_grad():
+        q, k = (t.requires_grad_() for t in qk())
+        check("original", q, k, cos)
+
+
+def test_a_kernelized_attention_layer_with_autograd_calls_transformers_rope(build: Callable[..., Any]) -> None:
+    model = build("llama")
+    attention = model.model.layers[0].self_attn
+    hidden = torch.randn(2, 7, SIZES["hidden_size"], generator=torch.Generator().manual_seed(5))
+    embeddings = model.model.rotary_emb(hidden, torch.arange(7).expand(2, 7))
+    with torch.enable_grad():
+        ref, _ = attention(hidden, position_embeddings=embeddings, attention_mask=None)
+        kcatalog.kernelize(model)
+        rope = count_rope(model)
+        out, _ = attention(hidden, position_embeddings=embeddings, attention_mask=None)
+    assert rope == {"original": 1} and out.requires_grad
+    assert torch.equal(out, ref)
+    with torch.no_grad():
+        out, _ = attention(hidden, position_embeddings=embeddings, attention_mask=None)
+    assert rope == {"original": 1, "op": 1} and relative_error(out, ref.detach()) <= 1e-5
+    kcatalog.unkernelize(model)
+
+
+def test_an_attention_forward_without_the_rope_function_is_left_and_says_why(
+    build: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers.models.llama import modeling_llama
+
+    forward = modeling_llama.LlamaAttention.forward
+
+    def own_forward(self: Any, *args: Any, **kwargs: Any) -> Any:  # RoPE somewhere else: nothing to swap here
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_llama.LlamaAttention, "forward", own_forward)
+    model = build("llama")
+    ref = logits(model, tokens())
+    report = kcatalog.kernelize(model)
+    left = {item.module: item.reason for item in report.left}
+    assert set(left) == {"model.layers.0.self_attn", "model.layers.1.self_attn"}
+    assert left["model.layers.0.self_attn"] == (
+        "llama_attention: test_an_attention_forward_without_the_rope_function_is_left_and_says_why.<locals>."
+        "own_forward does not call the module-level apply_rotary_pos_emb (its code names no such global)"
+    )
+    assert not any(
+        ATTENTION_FORWARD in vars(m) or "forward" in vars(m) for m in model.model.layers[0].self_attn.modules()
+    )
+    assert len(report.replaced) == 7  # the norms and MLPs still
+    assert relative_error(logits(model, tokens()), ref) <= 1e-5
+    kcatalog.unkernelize(model)
 
 
 def test_only_inference_is_supported(build: Callable[..., Any]) -> None:

@@ -44,7 +44,8 @@ def test_loading_and_validating_the_mappings_imports_neither_torch_nor_transform
     assert report["heavy"] == []
     assert report["code"] == 0
     assert report["cold"] == report["warm"] == [
-        "llama_rms_norm", "gemma_rms_norm", "silu_gated_mlp", "gelu_tanh_gated_mlp", "gelu_tanh_gated_mlp_gemma2"
+        "llama_rms_norm", "gemma_rms_norm", "silu_gated_mlp", "llama_attention", "gelu_tanh_gated_mlp",
+        "gelu_tanh_gated_mlp_gemma2"
     ]  # fmt: skip
     assert report["status"] == "hit"
 
@@ -69,7 +70,11 @@ def test_the_shipped_mappings_as_the_catalog_holds_them() -> None:
         "layernorm.gemma_rms_norm",
         "activation.silu_and_mul",
         "activation.gelu_and_mul",
+        "attention.rotary_embedding",
     }
+    attention = mappings["llama_attention"]
+    assert attention.prepare is not None and attention.prepare.target.endswith(":bind_rotary")
+    assert attention.classes[-1].target == "transformers.models.qwen3.modeling_qwen3:Qwen3Attention"
     assert catalog.warnings == ()
 
 

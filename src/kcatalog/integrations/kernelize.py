@@ -159,13 +159,13 @@ class _Run:
             choices, reason = self.applies(mapping, module)
             if reason is None:
                 forward = mapping.forward.load()  # before prepare changes anything
+                ops = {op: self.catalog.op(op) for op in mapping.ops}
                 try:
-                    undo = mapping.prepare.load()(module) if mapping.prepare is not None else None
+                    undo = mapping.prepare.load()(module, ops) if mapping.prepare is not None else None
                 except ValueError as exc:  # the layer cannot take this forward: the reason says why
                     reasons.append(f"{mapping.name}: {exc}")
                     continue
                 self.applied.append(_Applied(module, undo))
-                ops = {op: self.catalog.op(op) for op in mapping.ops}
                 module.forward = functools.partial(forward, module, ops)
                 self.replaced.append(Replaced(name, label, mapping.name, choices))
                 return

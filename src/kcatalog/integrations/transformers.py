@@ -1,18 +1,22 @@
 """Forwards for Hugging Face transformers layers, built on catalog ops; the shipped layers file maps them.
 
 Each forward is called as ``forward(module, ops, *args)`` with `ops` mapping the op ids its mapping declares
-to op handles (the registered torch ops while torch.compile traces them). Nothing here imports transformers:
-the forwards read only the attributes the mapped classes define (``weight``, ``variance_epsilon`` or ``eps``,
-``gate_proj``/``up_proj``/``down_proj``).
+to op handles (the registered torch ops while torch.compile traces them); a mapping's prepare is called as
+``prepare(module, ops)``. Nothing here imports transformers: the forwards read only the attributes the mapped
+classes define (``weight``, ``variance_epsilon`` or ``eps``, ``gate_proj``/``up_proj``/``down_proj``), and the
+attention layers run their class's own forward, copied with its RoPE function swapped (``rebind``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from .rebind import global_of, with_global
 
 Ops = Mapping[str, Callable[..., Any]]
 
@@ -49,7 +53,7 @@ def gelu_tanh_mlp_forward(module: Any, ops: Ops, x: torch.Tensor) -> torch.Tenso
     return module.down_proj(ops["activation.gelu_and_mul"](F.linear(x, getattr(module, GATE_UP)), "tanh"))  # type: ignore[no-any-return]
 
 
-def fuse_gate_up(module: Any) -> Callable[[], None]:
+def fuse_gate_up(module: Any, ops: Ops) -> Callable[[], None]:
     """Lay gate_proj's and up_proj's weights out one after the other in one buffer, so that one GEMM computes
     both: the buffer is registered on the module, non-persistent (`kcatalog_gate_up`: not in state_dict), and
     the two Parameters become views of its halves. They stay the same objects with the same values (state_dict
@@ -83,3 +87,93 @@ def fuse_gate_up(module: Any) -> Callable[[], None]:
             up.data = up.data.clone()
 
     return undo
+
+
+ROTARY = "attention.rotary_embedding"
+ROPE = "apply_rotary_pos_emb"  # the module-level function transformers' Llama-family attention forwards call
+ATTENTION_FORWARD = "kcatalog_attention_forward"  # the instance attribute bind_rotary sets: the copied forward
+_ROTARY_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # attention.rotary_embedding's
+
+
+def attention_forward(module: Any, ops: Ops, *args: Any, **kwargs: Any) -> Any:
+    """Llama-family attention (Llama, Mistral, Qwen2, Qwen3): the class's own forward, whatever the installed
+    transformers' version of it, with RoPE through attention.rotary_embedding (the copy bind_rotary made)."""
+    return getattr(module, ATTENTION_FORWARD)(module, *args, **kwargs)
+
+
+def bind_rotary(module: Any, ops: Ops) -> Callable[[], None]:
+    """Store on the instance a copy of its class's forward whose global `apply_rotary_pos_emb` is
+    rotary_pos_emb bound to the op handle (and to the original, for the calls it does not take). The class,
+    its forward and the modeling module's globals stay as they are: other models keep transformers' RoPE.
+
+    Returns the undo (the copy removed); raises ValueError, naming the reason, where the forward does not
+    call a module-level `apply_rotary_pos_emb` or cannot be copied.
+    """
+    forward = type(module).forward
+    rope = functools.partial(rotary_pos_emb, ops[ROTARY], global_of(forward, ROPE))
+    module.__dict__[ATTENTION_FORWARD] = with_global(forward, ROPE, rope)
+
+    def undo() -> None:
+        module.__dict__.pop(ATTENTION_FORWARD, None)
+
+    return undo
+
+
+def rotary_pos_emb(
+    rotary: Callable[..., None],
+    original: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    *rest: Any,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`` through attention.rotary_embedding,
+    in place on q and k, for the calls the op computes the same way; every other call goes to `original`.
+
+    q [B, Hq, S, D] and k [B, Hk, S, D] arrive as ``.transpose(1, 2)`` views of the contiguous [B, S, H, D]
+    projections (Qwen3: of its q_norm/k_norm outputs), so [B * S, H * D] views of them are the op's query and
+    key and it rotates them where they lie; cos and sin are [B or 1, S, D], in q's dtype. Taken only without
+    autograd (the op has none), with unsqueeze_dim 1, full rotary (D wide cos) and that layout.
+    """
+    if not _rotary_fits(q, k, cos, sin, rest, kwargs):
+        return original(q, k, cos, sin, *rest, **kwargs)
+    batch, heads, seq, dim = q.shape
+    half = dim // 2
+    # Llama-family rotary embeddings build cos and sin as cat(freqs, freqs) (times one attention scaling): both
+    # halves hold the same angles, which is the NeoX rotation of the op, with cos and sin halves as its cache row.
+    cos_sin = torch.cat((cos[..., :half], sin[..., :half]), dim=-1).expand(batch, seq, dim).reshape(batch * seq, dim)
+    positions = torch.arange(batch * seq, device=q.device)  # token t reads cache row t
+    query = q.transpose(1, 2).view(batch * seq, heads * dim)
+    key = k.transpose(1, 2).view(batch * seq, k.shape[1] * dim)
+    rotary(positions, query, key, dim, cos_sin, True)
+    return q, k
+
+
+def _rotary_fits(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    rest: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> bool:
+    """Whether attention.rotary_embedding computes this apply_rotary_pos_emb call: metadata only (shapes,
+    strides, dtypes, grad mode), so torch.compile guards on it and never breaks the graph."""
+    if len(rest) + len(kwargs) > 1 or set(kwargs) - {"unsqueeze_dim"}:
+        return False
+    if (rest[0] if rest else kwargs.get("unsqueeze_dim", 1)) != 1:
+        return False
+    if q.dim() != 4 or k.dim() != 4 or cos.dim() != 3 or sin.shape != cos.shape:
+        return False
+    batch, _, seq, dim = q.shape
+    if k.shape[0] != batch or k.shape[2:] != q.shape[2:] or cos.shape[1:] != (seq, dim) or dim % 2:
+        return False
+    if cos.shape[0] not in (1, batch) or q.dtype not in _ROTARY_DTYPES:
+        return False
+    if not (k.dtype == cos.dtype == sin.dtype == q.dtype and cos.device == sin.device == k.device == q.device):
+        return False  # transformers would promote q's dtype to cos's; the op keeps q's
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, cos, sin)):
+        return False
+    return q.transpose(1, 2).is_contiguous() and k.transpose(1, 2).is_contiguous()

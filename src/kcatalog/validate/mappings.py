@@ -41,8 +41,9 @@ class LayerMapping(_Strict):
     )
     prepare: Target | None = Field(
         None,
-        description="called once per instance, as prepare(module), before its forward is replaced (e.g. to lay out "
-        "two weights as views of one buffer); returns an undo callable for unkernelize, or None; raises "
+        description="called once per instance, as prepare(module, ops), before its forward is replaced (e.g. to "
+        "lay out two weights as views of one buffer, or to store a copy of the class's forward calling the ops); "
+        "returns an undo callable for unkernelize, or None; raises "
         "ValueError, with the reason, where the layer cannot take the forward",
         examples=["kcatalog.integrations.transformers:fuse_gate_up"],
     )
