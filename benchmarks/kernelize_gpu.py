@@ -12,10 +12,11 @@ prefill with torch.compile(mode="default"), decode with mode="reduce-overhead" (
 it traces whole (else fullgraph=False, recorded). Medians of triton.testing.do_bench (ms); compile times.
 
 Checked first: each variant's prefill logits against plain transformers (relative error, bf16), and the kcatalog
-report (every RMSNorm and MLP replaced). Profiled (eager, one prefill and one decode step at batch 16): GPU time of
-the kernels launched inside the replaced layers (the RMSNorms whole, the MLPs less their GEMMs), and its share of
-the timed step. Liger also patches RoPE (a module-level function, for every model in the process); kcatalog's
-mappings replace layers only, so RoPE stays transformers' own there.
+report (every RMSNorm, MLP and attention layer replaced). Profiled (eager, one prefill and one decode step at batch
+16): GPU time of the kernels launched inside the replaced parts (the RMSNorms whole, the MLPs less their GEMMs, and
+each apply_rotary_pos_emb call: transformers' own, Liger's, or kcatalog's attention.rotary_embedding with the cos/sin
+rows it builds), and its share of the timed step. Liger patches RoPE as the modeling module's global (for every
+model in the process); kcatalog's attention layers run a copy of their class's forward whose global is its own.
 
 Liger patches transformers' classes for the whole process, so plain and kcatalog are measured first, then the Liger
 model is built (after patching) with the same weights.
@@ -27,6 +28,7 @@ Writes DIR/kernelize_gpu.json (as it goes) and DIR/kernelize_gpu.txt (the table)
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import platform
@@ -198,13 +200,47 @@ def hook_ranges(model: Any) -> list[Any]:
     return handles
 
 
+class GlobalPatch:
+    """One global of a function's globals dict replaced until remove(), like a hook handle."""
+
+    def __init__(self, scope: dict[str, Any], name: str, value: Any) -> None:
+        self.scope, self.name, self.saved = scope, name, scope[name]
+        scope[name] = value
+
+    def remove(self) -> None:
+        self.scope[self.name] = self.saved
+
+
+def range_rope(model: Any) -> list[GlobalPatch]:
+    """A record_function range around each apply_rotary_pos_emb call of the model's attention layers, wherever
+    their forward looks it up: the modeling module's globals (transformers' function, or Liger's in its place) or
+    the globals of kcatalog's copied forward (attention.rotary_embedding); returns the patches to remove."""
+    scopes: dict[int, dict[str, Any]] = {}
+    for module in model.modules():
+        if type(module).__name__.endswith("Attention"):
+            forward = vars(module).get("kcatalog_attention_forward", type(module).forward)
+            scope = inspect.unwrap(forward).__globals__
+            if "apply_rotary_pos_emb" in scope:
+                scopes[id(scope)] = scope
+    patches = []
+    for scope in scopes.values():
+
+        def ranged(*args: Any, rope: Any = scope["apply_rotary_pos_emb"], **kwargs: Any) -> Any:
+            with torch.profiler.record_function("kc_rope"):
+                return rope(*args, **kwargs)
+
+        patches.append(GlobalPatch(scope, "apply_rotary_pos_emb", ranged))
+    return patches
+
+
 def profile_step(model: Any, step: Callable[[], Any]) -> dict[str, Any]:
-    """GPU time of the kernels launched inside the replaced layers during one step (norms whole, MLPs less GEMMs)."""
+    """GPU time of the kernels launched inside the replaced parts during one step (norms whole, MLPs less GEMMs,
+    RoPE whole)."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = torch.cuda.is_available()
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    handles = hook_ranges(model)
+    handles: list[Any] = [*hook_ranges(model), *range_rope(model)]
     try:
         step()
         sync()
@@ -220,12 +256,12 @@ def profile_step(model: Any, step: Callable[[], Any]) -> dict[str, Any]:
         prof.export_chrome_trace(path)
         events = json.loads(Path(path).read_text())["traceEvents"]
     ranges = [(e["ts"], e["ts"] + e["dur"], e["name"]) for e in events
-              if e.get("cat") == "user_annotation" and e.get("name") in ("kc_norm", "kc_mlp")]  # fmt: skip
+              if e.get("cat") == "user_annotation" and e.get("name") in ("kc_norm", "kc_mlp", "kc_rope")]  # fmt: skip
     # Triton kernels launch through the driver API (cuda_driver), ATen's through the runtime (cuda_runtime).
     launches = {e["args"]["correlation"]: e["ts"] for e in events
                 if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}  # fmt: skip
     total = 0.0
-    by: dict[str, float] = {"norm": 0.0, "mlp_non_gemm": 0.0}
+    by: dict[str, float] = {"norm": 0.0, "mlp_non_gemm": 0.0, "rope": 0.0}
     names: dict[str, float] = {}
     # On the CPU (the smoke test) the aten ops stand in for kernels: each is its own launch.
     kernel_cat = "kernel" if cuda else "cpu_op"
@@ -239,10 +275,13 @@ def profile_step(model: Any, step: Callable[[], Any]) -> dict[str, Any]:
         if "kc_norm" in inside:
             by["norm"] += dur
             names[e["name"][:60]] = names.get(e["name"][:60], 0.0) + dur
+        elif "kc_rope" in inside:
+            by["rope"] += dur
+            names[e["name"][:60]] = names.get(e["name"][:60], 0.0) + dur
         elif "kc_mlp" in inside and not GEMM.search(e["name"]):
             by["mlp_non_gemm"] += dur
             names[e["name"][:60]] = names.get(e["name"][:60], 0.0) + dur
-    return {"kernel_us_total": total, "replaced_us": by["norm"] + by["mlp_non_gemm"], "by_part_us": by,
+    return {"kernel_us_total": total, "replaced_us": sum(by.values()), "by_part_us": by,
             "replaced_kernels_us": dict(sorted(names.items(), key=lambda kv: -kv[1])[:8])}  # fmt: skip
 
 
@@ -429,7 +468,8 @@ def table(data: dict[str, Any]) -> str:
                          f"{ratio(p, k)} {ratio(g, k)}")  # fmt: skip
     for key, by_phase in data.get("profile", {}).items():
         for phase, prof in by_phase.items():
-            lines.append(f"profile {key:9s} {phase:12s}: replaced ops {prof['replaced_us']:8.1f} us of "
+            lines.append(f"profile {key:9s} {phase:12s}: replaced ops {prof['replaced_us']:8.1f} us "
+                         f"(rope {prof['by_part_us'].get('rope', 0.0):.1f}) of "
                          f"{prof['kernel_us_total']:8.1f} us kernel time, "
                          f"{prof['share_of_step']:.1%} of the step")  # fmt: skip
     for key, value in data.get("checks", {}).items():
