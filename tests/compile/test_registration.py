@@ -216,7 +216,7 @@ def test_explain_says_what_each_device_type_binds(shipped: kcatalog.Catalog) -> 
     on_gpu = describe(shipped, "layernorm.fused_add_rms_norm", platform=kcatalog.Platform.parse("cuda:9.0"))
     assert [str(binding) for binding in on_gpu.bindings] == [
         "CPU (cpu): torch opaque (float32, float16, bfloat16)",
-        "CUDA (cuda:9.0): triton in graph (float32, float16, bfloat16)",
+        "CUDA (cuda:9.0): triton opaque, traceable (float32, float16, bfloat16)",
     ]
     assert on_gpu.fake == "none needed: the op returns nothing"
 

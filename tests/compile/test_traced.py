@@ -1,6 +1,7 @@
-"""Traceable backends: under torch.compile a torch op traces into a backend declared `traceable: true`, so the
-graph holds what it runs (torch ops, and Triton kernels through torch.library.wrap_triton, as triton_op's do)
-instead of one opaque op; every other backend, and every op registered with traced=False, stays one node.
+"""Traceable backends: under torch.compile a torch op registered with traced=True traces into a backend declared
+`traceable: true`, so the graph holds what it runs (torch ops, and Triton kernels through torch.library.wrap_triton,
+as triton_op's do) instead of one opaque op; every other backend, and every op registered by default
+(traced=False), stays one node.
 
 On the CPU a traceable torch backend shows the path (the graph after AOTAutograd, and the compiled result). Torch
 traces no Triton kernel that the interpreter runs (TRITON_INTERPRET=1, tests/conftest.py): such a backend stays
@@ -75,7 +76,7 @@ def _opaque(targets: list[str], namespace: str, name: str) -> bool:
 
 def test_a_traceable_backend_is_traced_into_the_graph(workspace: Workspace, namespace: str) -> None:
     catalog = _catalog(workspace)
-    ops = catalog.register_torch_ops(namespace)
+    ops = catalog.register_torch_ops(namespace, traced=True)
     x, w = torch.randn(5, 64), torch.rand(64) + 0.5
     compiled, graphs = _compiled(lambda x, w: ops["g.norm"](x, w) * 2)
     out = compiled(x, w)
@@ -86,7 +87,7 @@ def test_a_traceable_backend_is_traced_into_the_graph(workspace: Workspace, name
 
 def test_an_in_place_op_traced_mutates_its_arguments_as_in_eager(workspace: Workspace, namespace: str) -> None:
     catalog = _catalog(workspace)
-    ops = catalog.register_torch_ops(namespace)
+    ops = catalog.register_torch_ops(namespace, traced=True)
     x, r, w = torch.randn(3, 64), torch.randn(3, 64), torch.rand(64) + 0.5
     want_x, want_r = x.clone(), r.clone()
     catalog.kernel("g.fused", "ref")(want_x, want_r, w)
@@ -125,19 +126,22 @@ def test_otherwise_the_op_stays_one_node(
 
 def test_registering_again_with_the_other_traced_is_refused(workspace: Workspace, namespace: str) -> None:
     catalog = _catalog(workspace)
-    catalog.register_torch_ops(namespace, "g.norm")
+    catalog.register_torch_ops(namespace, "g.norm", traced=True)
     with pytest.raises(kcatalog.CatalogError, match=r"g\.norm are already registered .* traced=True"):
         catalog.register_torch_ops(namespace, "g.norm", traced=False)
 
 
 def test_explain_says_which_backends_torch_compile_traces(workspace: Workspace, namespace: str) -> None:
-    assert str(describe(_catalog(workspace), "g.norm", namespace).bindings[0]) == "CPU (cpu): trace in graph (float32)"
+    unregistered = describe(_catalog(workspace), "g.norm", namespace).bindings[0]
+    assert str(unregistered) == "CPU (cpu): trace opaque, traceable (float32)"  # what the default registers
     assert (
         str(describe(_catalog(workspace, "ref"), "g.norm", namespace).bindings[0]) == "CPU (cpu): ref opaque (float32)"
     )
     catalog = _catalog(workspace)
-    catalog.register_torch_ops(namespace, "g.norm", traced=False)
-    assert str(describe(catalog, "g.norm", namespace).bindings[0]) == "CPU (cpu): trace opaque (float32)"
+    catalog.register_torch_ops(namespace, "g.norm")
+    assert str(describe(catalog, "g.norm", namespace).bindings[0]) == "CPU (cpu): trace opaque, traceable (float32)"
+    catalog.register_torch_ops(namespace + "_t", "g.norm", traced=True)
+    assert str(describe(catalog, "g.norm", namespace + "_t").bindings[0]) == "CPU (cpu): trace in graph (float32)"
 
 
 # Outside the interpreter (TRITON_INTERPRET=0) wrap_triton records a kernel without running it, so the CPU can
@@ -187,9 +191,11 @@ def test_on_a_gpu_the_shipped_triton_kernels_are_in_the_graph(shipped: kcatalog.
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     x, w = torch.randn(7, 4096, device="cuda", dtype=torch.bfloat16), torch.rand(4096, device="cuda") + 0.5
-    compiled, graphs = _compiled(lambda x, w: torch.ops.kcatalog.layernorm_rms_norm(x, w.to(x.dtype)))
+    op = shipped.register_torch_ops("kcatalog_traced", "layernorm.rms_norm", traced=True)["layernorm.rms_norm"]
+    compiled, graphs = _compiled(lambda x, w: op(x, w.to(x.dtype)))
     out = compiled(x, w)
     targets = _targets(graphs)
-    assert any("triton_kernel_wrapper" in t for t in targets) and not _opaque(targets, "kcatalog", "layernorm_rms_norm")
+    assert any("triton_kernel_wrapper" in t for t in targets)
+    assert not _opaque(targets, "kcatalog_traced", "layernorm_rms_norm"), targets
     want = shipped.kernel("layernorm.rms_norm", "torch")(x, w.to(x.dtype))
     torch.testing.assert_close(out, want, rtol=1e-2, atol=1e-2)

@@ -1,7 +1,8 @@
 """Triton launches that torch.compile can see.
 
-A backend declared `traceable: true` is traced into the compiled graph by its torch op (select/torch_ops.py)
-instead of being called as an opaque op: Inductor then schedules, CUDA-graphs and reinplaces around its kernels.
+A backend declared `traceable: true` is traced into the compiled graph by its torch op when the op is registered
+with `traced=True` (select/torch_ops.py), instead of being called as an opaque op: Inductor then schedules,
+CUDA-graphs and reinplaces around its kernels.
 While that trace runs, a Triton launch must go through ``torch.library.wrap_triton``, which records the kernel
 in the graph; in every other call it is the plain launch, at no cost beyond one thread-local read.
 Kernel code launches with ``launch(kernel, grid)(*args, **meta)`` in place of ``kernel[grid](*args, **meta)``.

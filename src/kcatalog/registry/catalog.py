@@ -307,7 +307,7 @@ class Catalog:
     # -- torch ops ------------------------------------------------------------------------------------
 
     def register_torch_ops(
-        self, namespace: str = "kcatalog", ops: Iterable[str] | str | None = None, *, traced: bool = True
+        self, namespace: str = "kcatalog", ops: Iterable[str] | str | None = None, *, traced: bool = False
     ) -> Mapping[str, Any]:
         """Define each op (default: every op) as a torch op, `torch.ops.<namespace>.<group>_<name>`, for
         torch.compile and CUDA graphs; returns op id -> that op (an OpOverloadPacket).
@@ -321,9 +321,10 @@ class Catalog:
         (its KC212-KC214 diagnostics, located) and for a name already defined in the namespace by other code or
         another Catalog. Op handles call the registered op while torch.compile traces them.
 
-        Where the backend chosen for a call is declared `traceable: true`, torch.compile traces into it (as
-        torch.library.triton_op does): Inductor sees its Triton kernels and keeps them in the graph, CUDA graphs
-        included. Other backends, and every one with `traced=False`, stay one opaque node.
+        Each op is one opaque node of the compiled graph. With `traced=True`, where the backend chosen for a call
+        is declared `traceable: true`, torch.compile traces into it instead (as torch.library.triton_op does):
+        Inductor sees its Triton kernels and keeps them in the graph, CUDA graphs included. Opaque is the default
+        because it measured faster on an H200 at every shape (benchmarks/results/model_h200_traced.md).
         """
         return self._torch().register(namespace, ops, traced)
 

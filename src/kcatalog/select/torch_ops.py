@@ -97,7 +97,7 @@ class TorchOps:
         """The op as registered under the namespace, or None."""
         return self.ops.get((namespace, op))
 
-    def register(self, namespace: str, ops: Iterable[str] | str | None, traced: bool = True) -> Mapping[str, Any]:
+    def register(self, namespace: str, ops: Iterable[str] | str | None, traced: bool = False) -> Mapping[str, Any]:
         """See Catalog.register_torch_ops."""
         catalog = self._catalog
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
@@ -327,6 +327,7 @@ class DeviceBinding:
     platform: Platform | None  # None: no such device on this platform
     chosen: tuple[tuple[str, str | None], ...]  # (dtype, backend; None where nothing is eligible)
     traced: frozenset[str] = frozenset()  # the chosen backends torch.compile traces into (the rest are opaque)
+    traceable: frozenset[str] = frozenset()  # the chosen backends it would trace into with register(traced=True)
 
     def __str__(self) -> str:
         if self.platform is None:
@@ -340,7 +341,9 @@ class DeviceBinding:
     def _shown(self, backend: str | None) -> str:
         if backend is None:
             return "nothing eligible"
-        return f"{backend} {'in graph' if backend in self.traced else 'opaque'}"
+        if backend in self.traced:
+            return f"{backend} in graph"
+        return f"{backend} opaque, traceable" if backend in self.traceable else f"{backend} opaque"
 
 
 @dataclass(frozen=True)
@@ -386,7 +389,7 @@ def describe(catalog: Catalog, op: str, namespace: str = "kcatalog", platform: P
     registered = catalog.torch_op(op, namespace) is not None
     torch_op = catalog._torch().registered(op, namespace) if registered else None
     traceable = frozenset(name for name, spec in info.backends.items() if spec.traceable)
-    traced = traceable if torch_op is None or torch_op.traced else frozenset()
+    traced = traceable if torch_op is not None and torch_op.traced else frozenset()
     bindings = []
     for key, device in DEVICE_TYPES.items():
         if device == "cpu":
@@ -398,7 +401,8 @@ def describe(catalog: Catalog, op: str, namespace: str = "kcatalog", platform: P
             chosen = tuple(
                 (dtype or "any dtype", _chosen(catalog, op, bound, dtype)) for dtype in info.dtypes or (None,)
             )
-        bindings.append(DeviceBinding(key, bound, chosen, traced & {backend for _, backend in chosen if backend}))
+        backends = {backend for _, backend in chosen if backend}
+        bindings.append(DeviceBinding(key, bound, chosen, traced & backends, traceable & backends))
     qualname = f"{namespace}::{torch_op_name(op)}"
     return TorchOpReport(
         op, qualname, info.torch_schema, _fake_text(info), tuple(bindings), info.torch_problems, registered
