@@ -4,9 +4,10 @@ The catalog model runs two ways: "kcatalog" through op handles, whose torch ops 
 Triton kernels (the backends are `traceable: true`: Inductor sees each kernel, as with torch.library.triton_op),
 and "kcatalog opaque" through the same ops registered with traced=False (one opaque custom op each).
 
-The model: embedding -> rms_norm -> [linear (qkv) -> rotary_embedding of q and k -> causal attention over the
-step's own tokens (SDPA, no KV cache, the same in both models) -> linear (o) -> fused_add_rms_norm -> linear
-(gate_up) -> silu_and_mul -> linear (down) -> fused_add_rms_norm] x layers; bf16, hidden 4096, 32 heads (8 KV heads,
+The model: embedding -> rms_norm -> [linear (qkv) -> rotary_embedding of q and k (in place on their views of the
+qkv output, as vLLM calls it) -> causal attention over the step's own tokens (SDPA, no KV cache, the same in both
+models) -> linear (o) -> fused_add_rms_norm -> linear (gate_up) -> silu_and_mul -> linear (down) ->
+fused_add_rms_norm] x layers; bf16, hidden 4096, 32 heads (8 KV heads,
 GQA), head dim 128, intermediate 14336, 8 layers. Both models share one set of random weights.
 
 One run checks, then times, all in one process:
@@ -115,7 +116,6 @@ class Decoder(torch.nn.Module):
         x = self.rms_norm(residual, w.input_norm, 1e-6)
         for layer in w.layers:
             q, k, v = F.linear(x, layer.qkv).split(widths, -1)
-            q, k = q.contiguous(), k.contiguous()
             self.rotary_embedding(positions, q, k, cfg.head_dim, w.cos_sin, True)
             heads = [t.reshape(count, -1, cfg.head_dim).transpose(0, 1) for t in (q, k, v)]
             attention = F.scaled_dot_product_attention(*heads, is_causal=True, enable_gqa=True)
