@@ -636,7 +636,13 @@ GAPS: tuple[Gap, ...] = (
     ),
     # layer_norm at 16 and 64 tokens (0.94x, 0.96x): one row of 4096 per program, 8 warps, as Liger's
     *(
-        Gap("layernorm.layer_norm", "llama-decode", {"H": LLAMA_HIDDEN, "T": t}, _LN, (("uncentered", {"ln_centered_programs": 0}),))
+        Gap(
+            "layernorm.layer_norm",
+            "llama-decode",
+            {"H": LLAMA_HIDDEN, "T": t},
+            _LN,
+            (("uncentered", {"ln_centered_programs": 0}),),
+        )
         for t in (1, 16, 64)
     ),
     # Qwen3's q_norm at 1 token, 32 rows of 128 (0.96x): ours 32 programs of 1 warp, Liger's 32 of 4 warps
