@@ -28,7 +28,8 @@ move). In order (benchmarks/BENCH_METHOD.md):
 5. the Llama-3-8B model's shapes (``--phases llama``, run right after the checks): prefill by do_bench and
    again under CUDA-graph replay of rotating input sets larger than the L2 (kernel time without the host),
    decode as above; with ``--sweep full`` or ``--sweep ab``, tuning variants of the Triton backend
-   (``TUNING.override``) are timed beside the shipped configuration.
+   (``TUNING.override``) are timed beside the shipped configuration; ``--sweep gaps`` runs only the cases
+   still below Liger-Kernel (``GAPS``), each with its own candidate variants, by CUDA-graph replay.
 
 Every timed phase also times Liger-Kernel's forward kernel for the op where it has one (``liger_contenders``:
 its ops-level functions on the same inputs, checked against the same reference; a difference is reported and
@@ -579,23 +580,119 @@ def _tuned(kernel: Callable[..., Any], module: Any, overrides: dict[str, Any]) -
     return call
 
 
+def _variant(op: OpEntry, module_name: str, name: str, overrides: dict[str, Any]) -> Contender:
+    """`op`'s Triton backend under `module_name`'s TUNING with `overrides`, named "triton:<name>"."""
+    import importlib
+
+    return Contender(
+        f"triton:{name}", lambda: _tuned(op.kernel("triton"), importlib.import_module(module_name), overrides)
+    )
+
+
 def sweep_contenders(op: OpEntry, phase: str, sweeps: dict[str, Any]) -> list[Contender]:
     """The variants in `sweeps` (SWEEPS or SWEEPS_AB) of `op`'s Triton backend that apply to `phase` (a llama
     phase), then the shipped configuration again."""
-    import importlib
-
     if op.op_id not in sweeps or "triton" not in op.specs:
         return []
     module_name, variants = sweeps[op.op_id]
     kind = "decode" if phase.endswith("decode") else "prefill"
+    chosen = [_variant(op, module_name, name, ov) for name, when, ov in variants if when in ("", kind)]
+    return [*chosen, _variant(op, module_name, "again", {})] if chosen else []
 
-    def contender(name: str, overrides: dict[str, Any]) -> Contender:
-        return Contender(
-            f"triton:{name}", lambda: _tuned(op.kernel("triton"), importlib.import_module(module_name), overrides)
+
+@dataclass(frozen=True)
+class Gap:
+    """--sweep gaps: one Llama-shape case where the shipped Triton kernel was below Liger-Kernel, with the
+    candidate tunables (name, overrides of `module`'s TUNING) to time beside it under CUDA-graph replay."""
+
+    op: str
+    phase: str  # "llama-decode" or "llama-prefill-graph" (graph replay only)
+    params: Params  # one of BENCHES[op]'s llama shapes for the phase
+    module: str
+    variants: tuple[tuple[str, dict[str, Any]], ...]
+
+
+_LN, _ROPE = "kcatalog.kernels.triton.layernorm", "kcatalog.kernels.triton.attention"
+_W1 = (_BIG, _BIG, _BIG, _BIG)  # one warp, whatever the width
+#: The shapes below 1.0x Liger in benchmarks/results/kernels_h200_liger.md (H200, 2026-12-01), and the 0.99x
+#: ones within the spread. With --sweep gaps only these cases run; "again" (the shipped one) closes each.
+#: Adopted from the first gaps run (kernels_h200_gaps.md): layer_norm's centred epilogue at decode sizes; the
+#: weights-before-x order (0.99-1.00 everywhere) was taken out.
+GAPS: tuple[Gap, ...] = (
+    # rotary at 4,096 tokens (0.96x): already one program per token with all its q and k heads (32 q x 64 x 2
+    # elements, 8 warps = 16 values per thread); Liger's is one program per token of 4 warps (= vpt32)
+    Gap(
+        "attention.rotary_embedding",
+        "llama-prefill-graph",
+        {"T": LLAMA_PREFILL, "Hq": LLAMA_Q_HEADS, "Hk": LLAMA_KV_HEADS, "hs": LLAMA_HEAD_DIM, "layout": "2d"},
+        _ROPE,
+        (
+            ("vpt8_w16", {"values_per_thread": 8}),
+            ("vpt32_w4", {"values_per_thread": 32}),
+            ("vpt64_w2", {"values_per_thread": 64}),
+            ("split2_w4", {"max_tile": 2048}),  # 2 programs per token: 16 q heads each, k heads in the first
+            ("split2_w8", {"max_tile": 2048, "values_per_thread": 8}),
+        ),
+    ),
+    # layer_norm at 16 and 64 tokens (0.94x, 0.96x): one row of 4096 per program, 8 warps, as Liger's
+    *(
+        Gap(
+            "layernorm.layer_norm",
+            "llama-decode",
+            {"H": LLAMA_HIDDEN, "T": t},
+            _LN,
+            (("uncentered", {"ln_centered_programs": 0}),),
         )
+        for t in (1, 16, 64)
+    ),
+    # Qwen3's q_norm at 1 token, 32 rows of 128 (0.96x): ours 32 programs of 1 warp, Liger's 32 of 4 warps
+    Gap(
+        "layernorm.rms_norm",
+        "llama-decode",
+        {"H": LLAMA_HEAD_DIM, "T": LLAMA_Q_HEADS},
+        _LN,
+        (
+            ("w2", {"warp_steps": _WARPS[2]}),
+            ("w4", {"warp_steps": _WARPS[4]}),
+            ("rows2_w1", {"programs_per_sm": 0, "row_tile": 2 * LLAMA_HEAD_DIM}),
+            ("rows4_w2", {"programs_per_sm": 0, "row_tile": 4 * LLAMA_HEAD_DIM}),
+            ("rows4_w1", {"programs_per_sm": 0, "row_tile": 4 * LLAMA_HEAD_DIM, "warp_steps": _W1}),
+            ("rows8_w4", {"programs_per_sm": 0, "row_tile": 8 * LLAMA_HEAD_DIM}),
+            ("rows32_w8", {"programs_per_sm": 0, "row_tile": 32 * LLAMA_HEAD_DIM}),
+        ),
+    ),
+    # within the spread (0.99x)
+    Gap(
+        "layernorm.rms_norm",
+        "llama-decode",
+        {"H": LLAMA_HIDDEN, "T": 64},
+        _LN,
+        (("w4", {"warp_steps": _WARPS[4]}), ("w16", {"warp_steps": _WARPS[16]})),
+    ),
+    Gap(
+        "layernorm.fused_add_rms_norm",
+        "llama-prefill-graph",
+        {"T": LLAMA_PREFILL, "H": LLAMA_HIDDEN},
+        _LN,
+        (
+            ("early_w", {"late_weights_programs": _BIG}),
+            ("w4", {"warp_steps": _WARPS[4]}),
+            ("w16", {"warp_steps": _WARPS[16]}),
+        ),
+    ),
+)
 
-    chosen = [contender(name, ov) for name, when, ov in variants if when in ("", kind)]
-    return [*chosen, contender("again", {})] if chosen else []
+
+def gap_for(op_id: str, phase: str, params: Params) -> Gap | None:
+    """The GAPS entry of this case, if any."""
+    return next((g for g in GAPS if g.op == op_id and g.phase == phase and g.params == params), None)
+
+
+def gap_contenders(op: OpEntry, gap: Gap) -> list[Contender]:
+    """The gap's variants of `op`'s Triton backend, then the shipped configuration again."""
+    if "triton" not in op.specs:
+        return []
+    return [_variant(op, gap.module, name, ov) for name, ov in (*gap.variants, ("again", {}))]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1091,17 +1188,23 @@ def phase_timed(run: Run, op_ids: list[str], phase: str, dtypes: Iterable[torch.
     backend's tuning variants, at the phase's shapes."""
     shapes_field = phase.removesuffix("-graph").replace("-", "_")  # prefill, decode, llama_prefill, llama_decode
     wanted = set(run.args.backends.split(",")) if run.args.backends else None
+    gaps = run.args.sweep == "gaps" and phase.startswith("llama")
     for dtype in dtypes:
         for op_id in op_ids:
             op, bench = run.ops[op_id], BENCHES[op_id]
             if _dtype_name(dtype) not in op.dtypes:
                 continue
             for params in _selected(run, getattr(bench, shapes_field), phase):
+                gap = gap_for(op_id, phase, params) if gaps else None
+                if gaps and gap is None:
+                    continue  # --sweep gaps: in the llama phases, only the cases still below Liger
                 backends = _backends(run, op, dtype)
                 if phase == "decode" and not _compile_at_decode(params):
                     backends = [b for b in backends if b != "torch_compile"]
                 extra = [run.peers[op_id]] if op_id in run.peers and (wanted is None or "liger" in wanted) else []
-                if run.args.sweep and phase.startswith("llama"):
+                if gap is not None:
+                    extra += gap_contenders(op, gap)
+                elif run.args.sweep and phase.startswith("llama"):
                     extra += sweep_contenders(op, phase, SWEEPS_AB if run.args.sweep == "ab" else SWEEPS)
                 run_case(run, phase, Case(op, bench, params, dtype), backends, extra)
                 if run.device.type == "cuda" and not run.cuda_broken:
@@ -1188,8 +1291,9 @@ def _by_case(run: Run, phase: str) -> dict[tuple[str, str, str], dict[str, Recor
 
 
 def sweep_table(run: Run, phase: str) -> list[str]:
-    """--sweep: per case, the shipped Triton configuration, Liger, and every variant's time as a ratio to
-    the shipped one (below 1: faster), fastest first."""
+    """--sweep: per case, the shipped Triton configuration, Liger (and its time as a ratio to the shipped one:
+    the ratio a variant must reach to match it), and every variant's time as a ratio to the shipped one (below
+    1: faster), fastest first."""
     rows = _by_case(run, phase)
     lines: list[str] = []
     for (op, shape, _), by_backend in rows.items():
@@ -1202,7 +1306,7 @@ def sweep_table(run: Run, phase: str) -> list[str]:
             continue
         lig = by_backend.get("liger")
         head = f"{op.split('.')[-1]:19s} {shape:23s} triton {base.ms * 1e3:7.2f} us, liger " + (
-            f"{lig.ms * 1e3:7.2f}" if lig and lig.ms else "      -"
+            f"{lig.ms * 1e3:7.2f} ({lig.ms / base.ms:.3f})" if lig and lig.ms else "      -        "
         )
         lines.append(head + " | " + " ".join(f"{name} {ms / base.ms:.3f}" for name, ms in variants))
     return [f"-- {phase} sweep (variant time / shipped time) --", *lines] if lines else []
@@ -1385,9 +1489,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--sweep",
-        choices=("", "full", "ab"),
+        choices=("", "full", "ab", "gaps"),
         default="",
-        help="llama phases: also time the Triton backend's tuning variants (full: SWEEPS; ab: SWEEPS_AB)",
+        help="llama phases: also time the Triton backend's tuning variants (full: SWEEPS; ab: SWEEPS_AB; "
+        "gaps: only the GAPS cases, each with its variants, by CUDA-graph replay)",
     )
     parser.add_argument(
         "--prefill-graph-calls", type=int, default=4, help="input sets per CUDA graph in llama-prefill-graph"

@@ -230,6 +230,35 @@ def test_triton_3d_input_and_mixed_weight_dtype() -> None:
     check_close("layer_norm 3d", out, ref.layer_norm(x, w, b), tol("layer_norm", torch.bfloat16))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("rows,width", [(5, 1000), (2, 4096)])  # multi-row tile with masked columns; exact width
+def test_triton_layer_norm_centred_epilogue_at_decode_sizes(
+    rows: int, width: int, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Launches of fewer than `ln_centered_programs` programs take Liger-Kernel's layer_norm epilogue (the output
+    from the float32 x - mean), others convert the row again; rms_norm has no such variant. Both match the
+    reference, and each other bit for bit (the same arithmetic: a 16-bit row converts exactly)."""
+    g = gen("ln-centred", rows, width, dtype)
+    x = randn((rows, width), dtype, g, scale=2.0, shift=4.0)
+    w = randn((width,), dtype, g, shift=1.0)
+    b = randn((width,), dtype, g)
+    seen: list[dict[str, object]] = []
+    launch = triton_ln.tracing.launch
+
+    def spy(kernel: object, grid: object) -> object:
+        run = launch(kernel, grid)
+        return lambda *args, **kwargs: (seen.append(kwargs), run(*args, **kwargs))[1]
+
+    monkeypatch.setattr(triton_ln.tracing, "launch", spy)
+    centred, rms = triton_ln.layer_norm(x, w, b, 1e-5), triton_ln.rms_norm(x, w, 1e-6)
+    with triton_ln.TUNING.override(ln_centered_programs=0):
+        again = triton_ln.layer_norm(x, w, b, 1e-5)
+    assert [k["CENTERED"] for k in seen] == [True, False, False]
+    check_close("layer_norm centred", centred, ref.layer_norm(x, w, b, 1e-5), tol("layer_norm", dtype))
+    check_close("rms_norm", rms, ref.rms_norm(x, w, 1e-6), tol("rms_norm", dtype))
+    assert torch.equal(centred, again)
+
+
 def test_launch_config_shapes() -> None:
     """The launch heuristic: power-of-two tiles covering the row, bounded warps, decode spread over programs."""
     for sms in (1, 78, H200_SMS):

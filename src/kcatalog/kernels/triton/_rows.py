@@ -182,14 +182,15 @@ def row_sum_sq(xr):
 
 @triton.jit
 def mean_rstd(xr, col_ok, n_cols, eps, EVEN: tl.constexpr):
-    """Mean and ``rsqrt(var + eps)`` of each row of a [BLOCK_M, BLOCK_N] tile: exact two-pass variance in
-    registers, float32; padding columns (unless EVEN) are excluded."""
+    """Mean, ``rsqrt(var + eps)`` and the centred tile ``x - mean`` of each row of a [BLOCK_M, BLOCK_N] tile:
+    exact two-pass variance in registers, float32; padding columns (unless EVEN) are excluded (zero in the
+    centred tile). A caller that does not use the centred tile leaves it to dead-code elimination."""
     x = xr.to(tl.float32)
     mean = tl.sum(x, axis=1) / n_cols
     xc = x - mean[:, None]
     if not EVEN:
         xc = tl.where(col_ok[None, :], xc, 0.0)
-    return mean, tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+    return mean, tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps), xc
 
 
 # ------------------------------------------------------------------ host-side arithmetic, the device

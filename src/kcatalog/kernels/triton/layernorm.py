@@ -78,6 +78,11 @@ class NormTuning(RowTiling):
       (at most `ln_persistent_per_sm` per SM, fewer if they do not fit), each looping over rows with the next
       row's load in flight: at 8192x7168 bf16 66.6 us against 72.1 (0.84 of copy bandwidth instead of 0.78).
       At exact power-of-two widths it was slower (0.85 vs 0.90).
+    * `ln_centered_programs`: single-pass layer_norm launches of fewer programs compute the output from the
+      variance's float32 ``x - mean``, as Liger-Kernel does, rather than from the row converted again. At 16
+      and 64 rows of 4096 it took 0.975 and 0.949 of the time (two H200 runs, CUDA-graph replay, 2026-12-01).
+      Prefill keeps the conversion: it holds layer_norm at 8192 wide to 32 registers. (Liger's load order,
+      weights before x, was also tried: 0.99-1.00, within the spread; not kept.)
     """
 
     loop_block: int = 4096
@@ -94,6 +99,7 @@ class NormTuning(RowTiling):
     ln_persistent_per_sm: int = 8
     ln_persistent_warps: int = 4
     persistent_min_tiles_per_sm: int = 8
+    ln_centered_programs: int = 1024
 
 
 #: The tunables in effect; ``with TUNING.override(programs_per_sm=0): ...`` changes them within a block.
@@ -121,13 +127,19 @@ def _learn_residency(key: Hashable, compiled: object, num_warps: int, device: to
 
 @triton.jit
 def _norm_tile(xr, w, b, w_ptr, b_ptr, cols, col_ok, n_cols, eps, EVEN: tl.constexpr, LATE_W: tl.constexpr,
-               LAYER: tl.constexpr):  # fmt: skip
-    """rms_norm (or, LAYER, layer_norm) of a [BLOCK_M, BLOCK_N] tile, float32; `w`/`b` are early_vec's."""
+               LAYER: tl.constexpr, CENTERED: tl.constexpr = False):  # fmt: skip
+    """rms_norm (or, LAYER, layer_norm) of a [BLOCK_M, BLOCK_N] tile, float32; `w`/`b` are early_vec's.
+
+    CENTERED (layer_norm): the output is computed from the variance's ``x - mean`` (float32, live across the
+    reduction, as Liger-Kernel does) instead of from the 16-bit row converted again (f32_again).
+    """
     if LAYER:
-        mean, rstd = mean_rstd(xr, col_ok, n_cols, eps, EVEN)
+        mean, rstd, xc = mean_rstd(xr, col_ok, n_cols, eps, EVEN)
         w = late_vec(w, w_ptr + cols, col_ok, EVEN, LATE_W)
         b = late_vec(b, b_ptr + cols, col_ok, EVEN, LATE_W)
-        return (f32_again(xr) - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :]
+        if not CENTERED:
+            xc = f32_again(xr) - mean[:, None]
+        return xc * rstd[:, None] * w[None, :] + b[None, :]
     else:
         rstd = inv_rms(row_sum_sq(xr), n_cols, eps)
         w = late_vec(w, w_ptr + cols, col_ok, EVEN, LATE_W)
@@ -171,8 +183,10 @@ def _norm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr, LOOP_STAGES: tl.constexpr,
     LAYER: tl.constexpr, EVEN: tl.constexpr = False, LATE_W: tl.constexpr = False, LOAD_CACHE: tl.constexpr = "",
     STORE_CACHE: tl.constexpr = "", EVICT1: tl.constexpr = "", EVICT2: tl.constexpr = "",
+    CENTERED: tl.constexpr = False,
 ):  # fmt: skip
-    """rms_norm, or (LAYER) layer_norm; b_ptr is unread for rms_norm. EVEN: n_cols == BLOCK_N, no column masks."""
+    """rms_norm, or (LAYER) layer_norm; b_ptr is unread for rms_norm. EVEN: n_cols == BLOCK_N, no column masks.
+    CENTERED: see _norm_tile."""
     x_rows, row_ok = row_ptrs(x_ptr, tl.program_id(0), n_rows, stride_x, BLOCK_M)
     y_rows, _ = row_ptrs(y_ptr, tl.program_id(0), n_rows, stride_y, BLOCK_M)
     if SINGLE_PASS:
@@ -183,7 +197,7 @@ def _norm_kernel(
             b = early_vec(b_ptr + cols, col_ok, EVEN, LATE_W)
         else:
             b = 0.0
-        y = _norm_tile(xr, w, b, w_ptr, b_ptr, cols, col_ok, n_cols, eps, EVEN, LATE_W, LAYER)
+        y = _norm_tile(xr, w, b, w_ptr, b_ptr, cols, col_ok, n_cols, eps, EVEN, LATE_W, LAYER, CENTERED)
         store_rows(y_rows + cols[None, :], y.to(y_ptr.dtype.element_ty), row_ok, col_ok, BLOCK_M, EVEN, STORE_CACHE)
     else:
         mean, rstd = _chunked_stats(x_rows, n_cols, eps, BLOCK_M, BLOCK_N, LOOP_STAGES, EVICT1, LAYER)
@@ -301,7 +315,8 @@ def _norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps:
         x2, w, w if b is None else b, out, m, n, x2.stride(0), n, eps,
         BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single, LOOP_STAGES=stages, LAYER=b is not None,
         EVEN=block_n == n, LATE_W=n_tiles >= t.late_weights_programs, LOAD_CACHE=load_cache,
-        EVICT1=evict1, EVICT2=evict2, num_warps=num_warps,
+        EVICT1=evict1, EVICT2=evict2, CENTERED=b is not None and n_tiles < t.ln_centered_programs,
+        num_warps=num_warps,
     )  # fmt: skip
     return out
 
