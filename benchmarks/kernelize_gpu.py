@@ -18,8 +18,10 @@ each apply_rotary_pos_emb call: transformers' own, Liger's, or kcatalog's attent
 rows it builds), and its share of the timed step. Liger patches RoPE as the modeling module's global (for every
 model in the process); kcatalog's attention layers run a copy of their class's forward whose global is its own.
 
-Liger patches transformers' classes for the whole process, so plain and kcatalog are measured first, then the Liger
-model is built (after patching) with the same weights.
+Liger patches transformers' modeling_llama for the whole process (its RoPE function, its norm and MLP classes):
+the patch is applied while the Liger model is built and while it runs, and undone otherwise, so that plain and
+kcatalog run transformers' own code. Eager steps are partly bound by the host, whose speed drifts over a run: the
+three variants take turns, `--rounds` times (default 3), and each time is the median of its rounds.
 
 Run: python benchmarks/kernelize_gpu.py --out DIR     (--quick: a tiny model on any device, a smoke test)
 Writes DIR/kernelize_gpu.json (as it goes) and DIR/kernelize_gpu.txt (the table).
@@ -28,6 +30,7 @@ Writes DIR/kernelize_gpu.json (as it goes) and DIR/kernelize_gpu.txt (the table)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import os
@@ -37,7 +40,7 @@ import statistics
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -286,10 +289,12 @@ def profile_step(model: Any, step: Callable[[], Any]) -> dict[str, Any]:
 
 
 def measure(bench: Bench, label: str, model: Any, phases: Phases, args: argparse.Namespace, ms: Callable[..., float],
-            compiled: bool) -> None:  # fmt: skip
-    """Time every phase of one variant (eager or compiled), profiling the eager ones."""
+            compiled: bool, first: bool = True) -> None:  # fmt: skip
+    """Time every phase of one variant (eager or compiled), profiling the eager ones in their first round. Each
+    eager round adds one time per phase (`rounds_ms`); the variant's time is their median."""
     key = f"{label}{' compiled' if compiled else ''}"
     times = bench.data["times_ms"].setdefault(key, {})
+    rounds = bench.data.setdefault("rounds_ms", {}).setdefault(key, {})
     device = phases.device
     if compiled:
         if bench.left() < args.compile_reserve_s:
@@ -328,8 +333,9 @@ def measure(bench: Bench, label: str, model: Any, phases: Phases, args: argparse
                     if device == "cuda":
                         torch.cuda.synchronize()
                     bench.data["compile_s"].setdefault(key, {})[phase] = round(time.monotonic() - start, 1)
-                times[phase] = ms(step)
-                if not compiled and phase in ("prefill", "decode b=16"):
+                rounds.setdefault(phase, []).append(ms(step))
+                times[phase] = statistics.median(rounds[phase])
+                if not compiled and first and phase in ("prefill", "decode b=16"):
                     prof = profile_step(model, step)
                     prof["share_of_step"] = prof["replaced_us"] / (times[phase] * 1e3)
                     bench.data["profile"].setdefault(key, {})[phase] = prof
@@ -338,6 +344,58 @@ def measure(bench: Bench, label: str, model: Any, phases: Phases, args: argparse
                 traceback.print_exc()
             bench.save()
             print(f"{key:22s} {phase:12s} {times.get(phase, float('nan')):9.3f} ms", flush=True)
+
+
+class LigerPatch:
+    """What apply_liger_kernel_to_llama changed in transformers' modeling_llama (its RoPE function, its norm and
+    MLP classes: for every model of the process), undone after building the Liger model and applied again only
+    while the Liger model runs, so that plain transformers and kcatalog run transformers' own code."""
+
+    def __init__(self, module: Any, before: dict[str, Any]) -> None:
+        self.module = module
+        self.before = {name: before.get(name) for name, value in vars(module).items() if before.get(name) is not value}
+        self.after = {name: getattr(module, name) for name in self.before}
+        self.set(self.before)
+
+    def set(self, values: dict[str, Any]) -> None:
+        for name, value in values.items():
+            setattr(self.module, name, value)
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        self.set(self.after)
+        try:
+            yield
+        finally:
+            self.set(self.before)
+
+
+def build_liger(bench: Bench, config: Any, device: str, dtype: torch.dtype, state: dict[str, torch.Tensor],
+                phases: Phases, ref: torch.Tensor) -> tuple[Any, LigerPatch | None]:  # fmt: skip
+    """The Liger model (Liger's patch applied while it is built, then undone), checked against plain's logits."""
+    try:
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+        from transformers.models.llama import modeling_llama
+
+        before = dict(vars(modeling_llama))
+        # the inference kernels: RoPE, RMSNorm, SwiGLU (the cross-entropy ones need labels, i.e. training)
+        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                    fused_linear_cross_entropy=False)  # fmt: skip
+        try:
+            liger = build(config, device, dtype, state)
+        finally:
+            patch = LigerPatch(modeling_llama, before)
+        bench.data["checks"]["liger_patched"] = sorted(patch.after)
+        with torch.no_grad(), patch.applied():
+            bench.data["checks"]["liger_prefill_rel_err"] = relative_error(
+                phases.prefill_fn(liger, liger)().float(), ref
+            )
+        bench.data["checks"]["liger_classes"] = sorted({type(m).__name__ for m in liger.modules()})
+        return liger, patch
+    except Exception as exc:
+        bench.note(f"liger: {type(exc).__name__}: {exc}")
+        traceback.print_exc()
+        return None, None
 
 
 def compile_whole(bench: Bench, key: str, phase: str, model: Any, mode: str) -> Any:
@@ -403,7 +461,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ref = phases.prefill_fn(model, model)().float()
     bench.save()
 
-    measure(bench, "plain", model, phases, args, ms, compiled=False)
+    liger, patch = build_liger(bench, config, device, dtype, state, phases, ref)
     report = kcatalog.kernelize(model)
     bench.data["checks"]["kcatalog_report"] = str(report)
     bench.data["checks"]["kcatalog_replaced"] = len(report.replaced)
@@ -416,36 +474,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         bench.data["checks"]["kcatalog_explain"] = graph_breaks(model, phases)
     except Exception as exc:
         bench.note(f"explain of the kernelized model: {type(exc).__name__}: {exc}")
-    measure(bench, "kcatalog", model, phases, args, ms, compiled=False)
+    # Eager steps are partly bound by the host, whose speed drifts over a run: the three variants take turns,
+    # --rounds times, each time with the process as it is then.
+    for number in range(args.rounds):
+        kcatalog.unkernelize(model)
+        measure(bench, "plain", model, phases, args, ms, compiled=False, first=number == 0)
+        kcatalog.kernelize(model)
+        measure(bench, "kcatalog", model, phases, args, ms, compiled=False, first=number == 0)
+        if liger is not None and patch is not None:
+            with patch.applied():
+                measure(bench, "liger", liger, phases, args, ms, compiled=False, first=number == 0)
     if not args.no_compile:
         kcatalog.unkernelize(model)
         measure(bench, "plain", model, phases, args, ms, compiled=True)
         kcatalog.kernelize(model)
         measure(bench, "kcatalog", model, phases, args, ms, compiled=True)
+        if liger is not None and patch is not None:
+            with patch.applied():
+                measure(bench, "liger", liger, phases, args, ms, compiled=True)
     kcatalog.unkernelize(model)
-    del model
-    torch._dynamo.reset()
-    if device == "cuda":
-        torch.cuda.empty_cache()
-
-    try:
-        from liger_kernel.transformers import apply_liger_kernel_to_llama
-
-        # the inference kernels: RoPE, RMSNorm, SwiGLU (the cross-entropy ones need labels, i.e. training)
-        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                    fused_linear_cross_entropy=False)  # fmt: skip
-        liger = build(config, device, dtype, state)
-        with torch.no_grad():
-            bench.data["checks"]["liger_prefill_rel_err"] = relative_error(
-                phases.prefill_fn(liger, liger)().float(), ref
-            )
-        bench.data["checks"]["liger_classes"] = sorted({type(m).__name__ for m in liger.modules()})
-        measure(bench, "liger", liger, phases, args, ms, compiled=False)
-        if not args.no_compile:
-            measure(bench, "liger", liger, phases, args, ms, compiled=True)
-    except Exception as exc:
-        bench.note(f"liger: {type(exc).__name__}: {exc}")
-        traceback.print_exc()
     bench.data["wall_s"] = round(time.monotonic() - bench.start, 1)
     bench.save()
     return bench.data
@@ -488,6 +535,7 @@ def main() -> int:
     parser.add_argument("--decode-pos", type=int, default=1024)
     parser.add_argument("--quick", action="store_true", help="a tiny model (any device): a smoke test")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3, help="eager rounds: the variants take turns")
     parser.add_argument("--budget-s", type=float, default=400.0, help="skip compiled variants past this")
     parser.add_argument("--compile-reserve-s", type=float, default=60.0)
     args = parser.parse_args()
