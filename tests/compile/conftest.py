@@ -17,8 +17,11 @@ _NAMESPACES = itertools.count()
 
 @pytest.fixture(scope="session")
 def shipped() -> kcatalog.Catalog:
-    """The shipped catalog, its ops registered as torch.ops.kcatalog.*."""
-    catalog = kcatalog.load_catalog(cache=False)
+    """The shipped catalog, its ops registered as torch.ops.kcatalog.*: the process's one shipped Catalog, the one
+    kcatalog.kernelize uses without a catalog, so that whichever of them registers first, the names are its."""
+    from kcatalog.integrations.kernelize import default_catalog
+
+    catalog = default_catalog()
     catalog.register_torch_ops()
     return catalog
 
