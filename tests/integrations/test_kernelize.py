@@ -1,5 +1,6 @@
 """kcatalog.kernelize on tiny random-weight transformers models built from configs (no downloads), 2 layers
-each: Llama, Mistral, Qwen2, Qwen3 (with its per-head q_norm/k_norm) and Gemma ((1 + weight) RMSNorm, GELU-tanh MLP).
+each: Llama, Mistral, Qwen2, Qwen3 (with its per-head q_norm/k_norm) and Gemma ((1 + weight) RMSNorm, GELU-tanh
+MLP); every attention layer's RoPE through the rotary op.
 
 After kernelize, logits match the original within the ops' declared tolerances, greedy generation gives the
 same tokens (dynamic and static cache), the report lists every replaced module (the attention layers too, their
@@ -49,7 +50,12 @@ MAPPED = {
     "mistral": LLAMA_LIKE,
     "qwen2": LLAMA_LIKE,  # its q, k and v projections have a bias
     "qwen3": LLAMA_LIKE,
-    "gemma": {"layernorm": "gemma_rms_norm", "norm": "gemma_rms_norm", "mlp": "gelu_tanh_gated_mlp"},
+    "gemma": {
+        "layernorm": "gemma_rms_norm",
+        "norm": "gemma_rms_norm",
+        "mlp": "gelu_tanh_gated_mlp",
+        "attn": "gemma_attention",
+    },
 }
 
 
@@ -139,7 +145,7 @@ def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bi
     report = kcatalog.kernelize(model)
 
     # the report lists every module of a mapped class, replaced, by its mapping and op backends
-    mapped_classes = ("RMSNorm", "MLP") if name == "gemma" else ("RMSNorm", "MLP", "Attention")
+    mapped_classes = ("RMSNorm", "MLP", "Attention")
     expected = {
         module_name: MAPPED[name][module_name.rsplit(".", 1)[-1].rsplit("_", 1)[-1]]
         for module_name, module in model.named_modules()
@@ -150,10 +156,9 @@ def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bi
     assert all(item.ops and all(choice.backend in ("aten", "torch") for choice in item.ops) for item in report.replaced)
     if name == "qwen3":  # the per-head norms are RMSNorms too
         assert {"model.layers.0.self_attn.q_norm", "model.layers.1.self_attn.k_norm"} <= set(expected)
-    if name != "gemma":
-        assert {"model.layers.0.self_attn", "model.layers.1.self_attn"} <= set(expected)
-        attention = next(item for item in report.replaced if item.mapping == "llama_attention")
-        assert [choice.op for choice in attention.ops] == [ROTARY]
+    assert {"model.layers.0.self_attn", "model.layers.1.self_attn"} <= set(expected)
+    attention = next(item for item in report.replaced if item.mapping.endswith("_attention"))
+    assert [choice.op for choice in attention.ops] == [ROTARY]
     for module_name in expected:
         assert "forward" in vars(model.get_submodule(module_name))  # on the instance, never the class
     assert all(cls.forward is forward for cls, forward in class_forwards.items())  # no class was patched
@@ -168,7 +173,7 @@ def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bi
 
     rope = count_rope(model)
     out = logits(model, ids)
-    assert rope == ({} if name == "gemma" else {"op": 2})  # each layer's RoPE ran through the op
+    assert rope == {"op": 2}  # each layer's RoPE ran through the op
     assert relative_error(out, ref) <= tolerance(report)
     again, again_static = generate(model, ids), generate(model, ids, cache_implementation="static")
     assert again.shape == greedy.shape == (2, 11 + 16)
@@ -226,7 +231,7 @@ def test_kernelized_model_compiles_whole_with_the_catalogs_torch_ops(
     rope_op = re.compile(r"^kcatalog(_\d+)?\.attention_rotary_embedding\.")
     assert sum(bool(norm_op.match(target)) for target in calls) == 5  # 2 per layer and the final norm
     assert sum(bool(act_op.match(target)) for target in calls) == 2
-    assert sum(bool(rope_op.match(target)) for target in calls) == (0 if name == "gemma" else 2)
+    assert sum(bool(rope_op.match(target)) for target in calls) == 2
     assert torch.equal(out, eager)
     assert relative_error(out, ref) <= 1e-5
     kcatalog.unkernelize(model)
