@@ -163,7 +163,7 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         assert read is not None  # read whenever the cache is on
         status = _cache_outcome(store, read, linked, linked_clean, checks.fresh_targets or known_targets)
     diagnostics.extend(checks.diagnostics)
-    digest = content_digest(sources)
+    digest = content_digest(sources, leave_out=frozenset(linked.tuned_texts))
     plan = None
     if options.plan is not None and not any(d.is_error for d in diagnostics):
         from .link.plan import read_plan
@@ -259,5 +259,8 @@ def _link(sources: list[SourceFile], layers: list[CatalogLayer], diagnostics: li
     if not any(isinstance(file.model, TunedTable) for file in validated):
         return linked
     from .link.tuned import link_tuned
+    from .read.digest import text_digest
 
-    return dataclasses.replace(linked, tuned=link_tuned(validated, linked.ops, diagnostics))
+    texts = {source.shown: source.text for source in sources}
+    tuned_texts = tuple(text_digest(texts[f.path]) for f in validated if isinstance(f.model, TunedTable))
+    return dataclasses.replace(linked, tuned=link_tuned(validated, linked.ops, diagnostics), tuned_texts=tuned_texts)

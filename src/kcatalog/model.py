@@ -322,6 +322,9 @@ class LinkedCatalog:
     layer_mappings: tuple[LayerMapping, ...] = ()
     # The tuned tables' choices (validated and checked against the ops), one per op x platform x dtype.
     tuned: tuple[TunedOp, ...] = ()
+    # The text digests of the files that hold them: a plan's content digest leaves them out, since the plan
+    # holds their choices (a plan made with `--tuned DIR` holds without DIR).
+    tuned_texts: tuple[str, ...] = ()
 
     @property
     def known(self) -> tuple[str, ...]:

@@ -153,9 +153,11 @@ def test_plan_records_the_buckets_and_pins_them(
     ) in text
     assert _plan(capsys, "--check", str(plan), "--platform", "cpu", "--catalog", str(tagged)) == (0, "Plan holds.\n")
 
-    # Pinned: the plan holds without the tuned table, against the priority it would otherwise follow.
+    # Pinned: the plan holds without the tuned table, against the priority it would otherwise follow; and the
+    # catalog is the plan's (its digest leaves tuned tables out: the plan holds their choices), so no KC242.
     (tagged / "tuned" / "cpu.yaml").unlink()
     catalog = kcatalog.load_catalog(tagged, cache=False, plan=plan)
+    assert not [w for w in catalog.warnings if w.code == "KC242"], catalog.warnings
     handle = catalog.op("g.tag")
     assert [handle(torch.zeros(t, 1)) for t in (1, 5, 20, 40)] == ["small", "big", "ref", "small"]
     assert catalog.select("g.tag", "cpu", "float32", tokens=5).decided_by == f"plan {plan} T∈[5, 16]"
@@ -177,6 +179,29 @@ def test_plan_records_the_buckets_and_pins_them(
         "this machine chooses ref on cpu",
         f"1 difference from {plan}",
     ]
+
+
+def test_a_plan_for_another_platform_imports_nothing_here(
+    workspace: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What fails to import on this machine says nothing about the platform planned for: planned for this
+    machine, the plan records the fallback; for another platform, the backend priority chose, and a note."""
+    workspace.module(
+        "tag_ref", "raise ImportError('needs a library this machine lacks')\n\ndef tag(x):\n    return 'ref'\n"
+    )
+    workspace.module("tag_small", "def tag(x):\n    return 'small'\n")
+    directory = workspace.write(
+        {"tag": workspace.op({"ref": "tag_ref:tag", "small": "tag_small:tag"}, dtypes=("float32",))},
+        backends=["ref", "small"],
+    )
+    here, there = tmp_path / "here.yaml", tmp_path / "there.yaml"
+    other = "cuda:9.0" if str(kcatalog.Platform.detect()) == "cpu" else "cpu"
+    assert main(["plan", str(directory), "--out", str(here)]) == 0  # this machine
+    assert "      float32: small\n" in here.read_text()  # ref's import failed here: its fallback
+    capsys.readouterr()
+    assert main(["plan", str(directory), "--platform", other, "--out", str(there)]) == 0
+    assert "      float32: ref\n" in there.read_text()
+    assert f"note: planned for {other} on another machine: no backend was imported" in capsys.readouterr().err
 
 
 def test_plan_check_names_the_op_an_override_changes(

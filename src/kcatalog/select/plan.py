@@ -30,18 +30,24 @@ class ResolvedPlan:
     notes: tuple[str, ...]
 
 
-def resolve_plan(catalog: Catalog, platform: Platform, dtypes: Sequence[str] = ()) -> ResolvedPlan:
-    """Resolve (importing, so that a failed import shows as its fallback) every op for each dtype, per bucket
-    where a tuned table or the loaded plan has buckets."""
+def resolve_plan(
+    catalog: Catalog, platform: Platform, dtypes: Sequence[str] = (), *, here: bool = True
+) -> ResolvedPlan:
+    """Resolve every op for each dtype, per bucket where a tuned table or the loaded plan has buckets. `here`:
+    the platform is this machine's, so each chosen backend is imported and a failed import shows as its
+    fallback; for another platform nothing is imported (what fails to import here says nothing about there)."""
     choices: dict[str, dict[str, Choice]] = {}
     notes: list[str] = []
+    if not here:
+        notes.append(f"planned for {platform} on another machine: no backend was imported, so a backend whose "
+                     f"import fails there falls back at run time (`kcatalog plan --check` there tells)")  # fmt: skip
     for op in catalog.ops():
         info = catalog.info(op)
         if info.dtypes is None:  # a plan's entries are per dtype; an op that takes any dtype is left to priority
             notes.append(f"{op}: declares no dtypes; left out")
             continue
         for dtype in [d for d in info.dtypes if not dtypes or d in dtypes]:
-            choice = _choice(catalog, op, platform, dtype)
+            choice = _choice(catalog, op, platform, dtype, here)
             if choice is None:
                 notes.append(f"{op} {dtype}: nothing eligible on {platform}; left out")
             else:
@@ -49,10 +55,10 @@ def resolve_plan(catalog: Catalog, platform: Platform, dtypes: Sequence[str] = (
     return ResolvedPlan(str(platform), catalog.digest, choices, tuple(notes))
 
 
-def _choice(catalog: Catalog, op: str, platform: Platform, dtype: str) -> Choice | None:
+def _choice(catalog: Catalog, op: str, platform: Platform, dtype: str, here: bool) -> Choice | None:
     lists = bucket_lists(catalog, op, platform, dtype)
     if not lists:
-        return _backend(catalog, op, platform, dtype, None)
+        return _backend(catalog, op, platform, dtype, None, here)
     cut = segments(lists)
     rows: list[tuple[int, int | None, str]] = []
     for index, probe in enumerate(cut.probes):
@@ -60,7 +66,7 @@ def _choice(catalog: Catalog, op: str, platform: Platform, dtype: str) -> Choice
         high = cut.edges[index] if index < len(cut.edges) else None
         if high is not None and high < 1:
             continue  # no call has fewer than one token in the leading dimension
-        backend = _backend(catalog, op, platform, dtype, probe)
+        backend = _backend(catalog, op, platform, dtype, probe, here)
         if backend is None:
             return None
         if rows and rows[-1][2] == backend:
@@ -70,11 +76,13 @@ def _choice(catalog: Catalog, op: str, platform: Platform, dtype: str) -> Choice
     return rows[0][2] if len(rows) == 1 else tuple(rows)
 
 
-def _backend(catalog: Catalog, op: str, platform: Platform, dtype: str, tokens: int | None) -> str | None:
+def _backend(catalog: Catalog, op: str, platform: Platform, dtype: str, tokens: int | None, here: bool) -> str | None:
     from ..errors import CatalogError
 
     try:
-        return catalog.resolve_spec(op, platform, dtype, tokens=tokens).backend  # imported: a fallback shows
+        if here:
+            return catalog.resolve_spec(op, platform, dtype, tokens=tokens).backend  # imported: a fallback shows
+        return catalog.select(op, platform, dtype, tokens=tokens).require().backend
     except CatalogError:
         return None
 

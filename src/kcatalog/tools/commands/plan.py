@@ -41,7 +41,7 @@ def run(options: argparse.Namespace) -> int:
     platform = platform_of_catalog(catalog, options.platform) if options.platform else catalog.platform()
     if options.check is not None:
         return _check(options, catalog, platform)
-    resolved = resolve_plan(catalog, platform, options.dtype)
+    resolved = resolve_plan(catalog, platform, options.dtype, here=str(platform) == str(catalog.platform()))
     text = plan_text(resolved, shlex.join(["kcatalog", *sys.argv[1:]]))
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)
