@@ -406,6 +406,26 @@ def test_an_attention_forward_without_the_rope_function_is_left_and_says_why(
     kcatalog.unkernelize(model)
 
 
+def test_an_attention_layer_whose_projection_has_a_hook_is_left(build: Callable[..., Any]) -> None:
+    """The op rotates the projections' outputs in place: a forward hook keeping k_proj's output would see it
+    rotated, so that layer keeps its forward, and the report says why; what the hook saw is transformers' own."""
+    model, ids = build("llama"), tokens()
+    seen: list[torch.Tensor] = []
+    attention = model.model.layers[0].self_attn
+    attention.k_proj.register_forward_hook(lambda _module, _args, out: seen.append(out))
+    ref = logits(model, ids)
+    report = kcatalog.kernelize(model)
+    assert {item.module: item.reason for item in report.left} == {
+        "model.layers.0.self_attn": "llama_attention: k_proj has forward hooks, which would see q and k rotated "
+        "in place"
+    }
+    assert "model.layers.1.self_attn" in {item.module for item in report.replaced}
+    before = seen[-1]
+    assert relative_error(logits(model, ids), ref) <= 1e-5
+    assert torch.equal(seen[-1], before)  # the hooked projection's output, unrotated, as without kernelize
+    kcatalog.unkernelize(model)
+
+
 def test_only_inference_is_supported(build: Callable[..., Any]) -> None:
     with pytest.raises(ValueError, match=r"^mode 'training' is not supported; kernelize supports inference"):
         kcatalog.kernelize(build("llama"), mode="training")
@@ -462,3 +482,39 @@ def test_a_users_own_mapping_and_a_forward_that_fails_to_import_leaves_nothing_r
         kcatalog.kernelize(model, catalog)
     assert not any("forward" in vars(module) for module in model.modules())
     assert kcatalog.unkernelize(model) == 0
+
+
+def test_weights_loaded_after_a_move_reach_the_fused_gemm(build: Callable[..., Any]) -> None:
+    """After kernelize, a move (`.to()`: here its own step, every tensor converted apart) leaves gate/up and the
+    [gate | up] buffer as separate copies; weights loaded then are laid out into the buffer again, so the
+    kernelized MLP computes with them, as the model's own forward does."""
+    model, ids = build("llama"), tokens()
+    kcatalog.kernelize(model)
+    model._apply(lambda t: t.clone())  # what .to(device or dtype) does to parameters and buffers
+    mlp = model.model.layers[0].mlp
+    assert mlp.gate_proj.weight.data_ptr() != mlp.kcatalog_gate_up.data_ptr()  # apart: no writing through
+    torch.manual_seed(5)
+    model.load_state_dict({key: value + 0.05 * torch.randn_like(value) for key, value in model.state_dict().items()})
+    assert mlp.gate_proj.weight.data_ptr() == mlp.kcatalog_gate_up.data_ptr()  # laid out again
+    kernelized = logits(model, ids)
+    kcatalog.unkernelize(model)
+    assert relative_error(kernelized, logits(model, ids)) <= 1e-5
+
+
+def test_kernelize_after_some_ops_were_registered_traced(build: Callable[..., Any]) -> None:
+    """An op the catalog already registered with traced=True (the opt-in into Inductor's graph) where kernelize
+    would register it opaque: kernelize takes the next free namespace instead of failing."""
+    catalog = kcatalog.load_catalog(cache=False)
+    for number in range(1, 65):  # the first namespace kernelize would try that this catalog can take
+        namespace = "kcatalog" if number == 1 else f"kcatalog_{number}"
+        try:
+            catalog.register_torch_ops(namespace, "layernorm.rms_norm", traced=True)
+            break
+        except kcatalog.CatalogError as exc:
+            assert str(exc).startswith("torch op names already taken"), exc
+    model, ids = build("llama"), tokens()
+    ref = logits(model, ids)
+    report = kcatalog.kernelize(model, catalog)
+    assert report.left == () and len(report.replaced) == 9
+    assert relative_error(logits(model, ids), ref) <= 1e-5
+    kcatalog.unkernelize(model)

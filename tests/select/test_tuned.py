@@ -184,23 +184,35 @@ def test_plan_records_the_buckets_and_pins_them(
 def test_a_plan_for_another_platform_imports_nothing_here(
     workspace: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """What fails to import on this machine says nothing about the platform planned for: planned for this
-    machine, the plan records the fallback; for another platform, the backend priority chose, and a note."""
+    """What fails to import, or is not installed, on this machine says nothing about the platform planned for:
+    planned for this machine, the plan records the fallback; for another platform, the backend priority chose,
+    and a note. `--platform cpu` and the bare device name count as this machine."""
     workspace.module(
         "tag_ref", "raise ImportError('needs a library this machine lacks')\n\ndef tag(x):\n    return 'ref'\n"
     )
     workspace.module("tag_small", "def tag(x):\n    return 'small'\n")
+    workspace.module("tag_vendor", "def tag(x):\n    return 'vendor'\n")
+    vendor = {"target": "tag_vendor:tag", "requires": ["kcatalog-test-vendor-library"]}  # installed nowhere
     directory = workspace.write(
-        {"tag": workspace.op({"ref": "tag_ref:tag", "small": "tag_small:tag"}, dtypes=("float32",))},
-        backends=["ref", "small"],
+        {
+            "tag": workspace.op({"ref": "tag_ref:tag", "small": "tag_small:tag"}, dtypes=("float32",)),
+            "vend": workspace.op({"vendor": vendor, "small": "tag_small:tag"}, dtypes=("float32",)),
+        },
+        backends=["vendor", "ref", "small"],
     )
-    here, there = tmp_path / "here.yaml", tmp_path / "there.yaml"
-    other = "cuda:9.0" if str(kcatalog.Platform.detect()) == "cpu" else "cpu"
-    assert main(["plan", str(directory), "--out", str(here)]) == 0  # this machine
-    assert "      float32: small\n" in here.read_text()  # ref's import failed here: its fallback
-    capsys.readouterr()
+    detected = kcatalog.Platform.detect()
+    other = "cuda:9.0" if detected.device == "cpu" else "cpu"
+    for platform in (None, detected.device):  # this machine, named or not
+        here = tmp_path / f"here_{platform}.yaml"
+        assert main(["plan", str(directory), *(["--platform", platform] if platform else []), "--out", str(here)]) == 0
+        text = here.read_text()
+        assert "    g.tag:\n      float32: small\n" in text  # ref's import failed here: its fallback
+        assert "    g.vend:\n      float32: small\n" in text  # vendor's library is not installed here
+    assert "on another machine" not in capsys.readouterr().err
+    there = tmp_path / "there.yaml"
     assert main(["plan", str(directory), "--platform", other, "--out", str(there)]) == 0
-    assert "      float32: ref\n" in there.read_text()
+    text = there.read_text()
+    assert "    g.tag:\n      float32: ref\n" in text and "    g.vend:\n      float32: vendor\n" in text
     assert f"note: planned for {other} on another machine: no backend was imported" in capsys.readouterr().err
 
 

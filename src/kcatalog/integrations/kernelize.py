@@ -186,7 +186,8 @@ class _Run:
 
 def _register(catalog: Catalog, ops: list[str]) -> None:
     """The ops as torch ops: in namespace 'kcatalog', or, where another Catalog of this process holds those names
-    there (it registered the same shipped ops), in the first free 'kcatalog_<n>'; op handles call whichever."""
+    there (it registered the same shipped ops), or this one registered some of them there with traced=True, in
+    the first free 'kcatalog_<n>'; op handles call whichever."""
     for number in range(1, 65):
         namespace = "kcatalog" if number == 1 else f"kcatalog_{number}"
         if all(catalog.torch_op(op, namespace) is not None for op in ops):
@@ -195,7 +196,8 @@ def _register(catalog: Catalog, ops: list[str]) -> None:
             catalog.register_torch_ops(namespace, ops=ops)
             return
         except CatalogError as exc:
-            if not str(exc).startswith("torch op names already taken"):
+            taken = str(exc).startswith("torch op names already taken") or "already registered under" in str(exc)
+            if not taken:
                 raise
     raise CatalogError("kernelize: torch op namespaces kcatalog, kcatalog_2 .. kcatalog_64 are all taken")
 

@@ -59,11 +59,15 @@ def fuse_gate_up(module: Any, ops: Ops) -> Callable[[], None]:
     the two Parameters become views of its halves. They stay the same objects with the same values (state_dict
     keys and parameter identity unchanged, load_state_dict writes through), and the old storages are freed once
     nothing else holds them, so the weights take no more memory than before (one layer's gate and up more,
-    briefly, while copying). Moving the model afterwards (`.to()`) copies the buffer and the two weights apart:
-    still correct, but twice the memory; kernelize on the device the model runs on.
+    briefly, while copying).
 
-    Returns the undo (the buffer removed, each weight copied back into a storage of its own); raises
-    ValueError, naming the reason, when the two weights cannot be one matrix.
+    Moving the model afterwards (`.to()`) converts the buffer and the two weights apart: still the same values,
+    but twice the memory, and the weights no longer write through. A load_state_dict hook lays them out again
+    (writing the loaded weights into the buffer), so loading weights after a move cannot leave the GEMM on the
+    old ones; a weight changed in place after a move can. Kernelize on the device and dtype the model runs in.
+
+    Returns the undo (the hook and the buffer removed, each weight copied back into a storage of its own);
+    raises ValueError, naming the reason, when the two weights cannot be one matrix.
     """
     gate, up = module.gate_proj.weight, module.up_proj.weight
     if gate.shape != up.shape or gate.dtype != up.dtype or gate.device != up.device:
@@ -71,6 +75,22 @@ def fuse_gate_up(module: Any, ops: Ops) -> Callable[[], None]:
             f"gate_proj and up_proj weights differ ({tuple(gate.shape)} {gate.dtype} {gate.device} vs "
             f"{tuple(up.shape)} {up.dtype} {up.device}): they cannot be one GEMM"
         )
+    _lay_out(module)
+    hook = module.register_load_state_dict_post_hook(lambda mlp, _keys: None if _laid_out(mlp) else _lay_out(mlp))
+
+    def undo() -> None:
+        hook.remove()
+        module._buffers.pop(GATE_UP, None)
+        with torch.no_grad():
+            gate.data = gate.data.clone()
+            up.data = up.data.clone()
+
+    return undo
+
+
+def _lay_out(module: Any) -> None:
+    """[gate | up] as one new buffer holding the weights' current values, and the weights views of its halves."""
+    gate, up = module.gate_proj.weight, module.up_proj.weight
     rows = gate.shape[0]
     with torch.no_grad():
         fused = torch.empty((2 * rows, gate.shape[1]), dtype=gate.dtype, device=gate.device)
@@ -80,19 +100,21 @@ def fuse_gate_up(module: Any, ops: Ops) -> Callable[[], None]:
         up.data = fused[rows:]
     module.register_buffer(GATE_UP, fused, persistent=False)
 
-    def undo() -> None:
-        module._buffers.pop(GATE_UP, None)
-        with torch.no_grad():
-            gate.data = gate.data.clone()
-            up.data = up.data.clone()
 
-    return undo
+def _laid_out(module: Any) -> bool:
+    """Whether gate_proj's and up_proj's weights are still the halves of the module's buffer."""
+    fused, gate, up = module._buffers.get(GATE_UP), module.gate_proj.weight, module.up_proj.weight
+    if fused is None or gate.dtype != fused.dtype or gate.device != fused.device or up.dtype != fused.dtype:
+        return False
+    half = gate.numel() * gate.element_size()
+    return bool(gate.data_ptr() == fused.data_ptr() and up.data_ptr() == fused.data_ptr() + half)
 
 
 ROTARY = "attention.rotary_embedding"
 ROPE = "apply_rotary_pos_emb"  # the module-level function transformers' Llama-family attention forwards call
 ATTENTION_FORWARD = "kcatalog_attention_forward"  # the instance attribute bind_rotary sets: the copied forward
 _ROTARY_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # attention.rotary_embedding's
+_ROTATED = ("q_proj", "k_proj", "q_norm", "k_norm")  # the submodules whose outputs the op rotates in place
 
 
 def attention_forward(module: Any, ops: Ops, *args: Any, **kwargs: Any) -> Any:
@@ -107,8 +129,13 @@ def bind_rotary(module: Any, ops: Ops) -> Callable[[], None]:
     its forward and the modeling module's globals stay as they are: other models keep transformers' RoPE.
 
     Returns the undo (the copy removed); raises ValueError, naming the reason, where the forward does not
-    call a module-level `apply_rotary_pos_emb` or cannot be copied.
+    call a module-level `apply_rotary_pos_emb` or cannot be copied, or where q_proj, k_proj, q_norm or k_norm
+    have forward hooks (they would see their outputs rotated in place; hooks added after kernelize would too).
     """
+    hooked = [name for name in _ROTATED if len(getattr(getattr(module, name, None), "_forward_hooks", ()))]
+    if hooked:  # they would see the projections' outputs rotated in place, where transformers returns new ones
+        raise ValueError(f"{', '.join(hooked)} {'has' if len(hooked) == 1 else 'have'} forward hooks, which would "
+                         f"see q and k rotated in place")  # fmt: skip
     forward = type(module).forward
     rope = functools.partial(rotary_pos_emb, ops[ROTARY], global_of(forward, ROPE))
     module.__dict__[ATTENTION_FORWARD] = with_global(forward, ROPE, rope)

@@ -169,10 +169,12 @@ class Catalog:
         backend: str | None = None,
         tokens: int | None = None,
         call: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
+        packages_here: bool = True,
     ) -> Selection:
         """Which backend runs the op on the platform (default: this machine), and why each other one does not;
         `tokens` (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table, and `call`
-        (args, kwargs) is what backends' per-call gates (`eligible:`) are asked about."""
+        (args, kwargs) is what backends' per-call gates (`eligible:`) are asked about. `packages_here=False`
+        takes every backend's `requires` as met (choosing for another machine, as `kcatalog plan` does)."""
         if isinstance(platform, str):
             platform = Platform.parse(platform, self._devices)
         info = self.info(op)
@@ -196,6 +198,7 @@ class Catalog:
             strict=self.strict,
             picks=picks(op, platform, dtype, tokens, self.plan, self.tuned(op, platform, dtype)),
             gates=None if call is None else _gate_reasons(info, call),
+            packages_here=packages_here,
         )
         for note in selection.notes:
             self._note(note)

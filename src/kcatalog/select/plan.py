@@ -39,8 +39,9 @@ def resolve_plan(
     choices: dict[str, dict[str, Choice]] = {}
     notes: list[str] = []
     if not here:
-        notes.append(f"planned for {platform} on another machine: no backend was imported, so a backend whose "
-                     f"import fails there falls back at run time (`kcatalog plan --check` there tells)")  # fmt: skip
+        notes.append(f"planned for {platform} on another machine: no backend was imported and every `requires` was "
+                     f"taken as installed there, so a backend whose import fails there falls back at run time "
+                     f"(`kcatalog plan --check` there tells)")  # fmt: skip
     for op in catalog.ops():
         info = catalog.info(op)
         if info.dtypes is None:  # a plan's entries are per dtype; an op that takes any dtype is left to priority
@@ -82,7 +83,7 @@ def _backend(catalog: Catalog, op: str, platform: Platform, dtype: str, tokens: 
     try:
         if here:
             return catalog.resolve_spec(op, platform, dtype, tokens=tokens).backend  # imported: a fallback shows
-        return catalog.select(op, platform, dtype, tokens=tokens).require().backend
+        return catalog.select(op, platform, dtype, tokens=tokens, packages_here=False).require().backend
     except CatalogError:
         return None
 

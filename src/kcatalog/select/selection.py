@@ -46,12 +46,15 @@ def matches_by_strength(layers: Iterable[Layer], op: str) -> Iterator[Override]:
             yield max(matches, key=lambda o: o.specificity)
 
 
-def ineligibility(spec: KernelSpec, platform: Platform, dtype: str | None = None) -> str | None:
-    """Why the spec cannot run on the platform for this dtype, or None when it can."""
+def ineligibility(
+    spec: KernelSpec, platform: Platform, dtype: str | None = None, *, packages_here: bool = True
+) -> str | None:
+    """Why the spec cannot run on the platform for this dtype, or None when it can; `packages_here=False` (a plan
+    for another machine) takes its `requires` as met: what is installed here says nothing about there."""
     reason = platform.mismatch(spec.capabilities)
     if reason is not None:
         return reason
-    missing = [dist for dist in spec.requires if not is_installed(dist)]
+    missing = [dist for dist in spec.requires if packages_here and not is_installed(dist)]
     if missing:
         return f"needs {', '.join(missing)}, not installed"
     if dtype is not None and spec.dtypes is not None and dtype not in spec.dtypes:
@@ -86,9 +89,10 @@ def select(
     strict: bool = False,
     picks: Sequence[Pick] = (),
     gates: Mapping[str, str] | None = None,
+    packages_here: bool = True,
 ) -> Selection:
     """Pick the backend for one call: explicit `backend` > override layers (strongest first) > `picks` (a
-    plan's, then a tuned table's) > priority.
+    plan's, then a tuned table's) > priority. `packages_here`: see ineligibility.
 
     Every path checks eligibility. An explicit backend that cannot run raises; an override that
     cannot be honoured gives way to the next weaker one, then to priority, with a note (or raises
@@ -102,7 +106,7 @@ def select(
         spec = info.backends[name]
         if (info.id, name) in failed:
             return f"import failed on first use: {failed[(info.id, name)]}"
-        return ineligibility(spec, platform, dtype) or gates.get(name)
+        return ineligibility(spec, platform, dtype, packages_here=packages_here) or gates.get(name)
 
     notes: list[str] = []
     # The backend named by an override (or, for tuned tables and plans, by them): the one `auto: false` does not

@@ -41,7 +41,7 @@ def run(options: argparse.Namespace) -> int:
     platform = platform_of_catalog(catalog, options.platform) if options.platform else catalog.platform()
     if options.check is not None:
         return _check(options, catalog, platform)
-    resolved = resolve_plan(catalog, platform, options.dtype, here=str(platform) == str(catalog.platform()))
+    resolved = resolve_plan(catalog, platform, options.dtype, here=_runs_here(platform, catalog.platform()))
     text = plan_text(resolved, shlex.join(["kcatalog", *sys.argv[1:]]))
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -51,6 +51,11 @@ def run(options: argparse.Namespace) -> int:
         options.out.write_text(text, encoding="utf-8")
         print(f"wrote {options.out} ({len(resolved.choices)} ops on {resolved.platform}, digest {resolved.digest})")
     return 0
+
+
+def _runs_here(platform: Platform, detected: Platform) -> bool:
+    """Whether backends for `platform` run on this machine: its CPU, or its device at its arch (or none named)."""
+    return platform.device == "cpu" or (platform.device == detected.device and platform.arch in (None, detected.arch))
 
 
 def _check(options: argparse.Namespace, catalog: Catalog, platform: Platform) -> int:
