@@ -627,6 +627,8 @@ GAPS: tuple[Gap, ...] = (
         {"T": LLAMA_PREFILL, "Hq": LLAMA_Q_HEADS, "Hk": LLAMA_KV_HEADS, "hs": LLAMA_HEAD_DIM, "layout": "2d"},
         _ROPE,
         (
+            ("unmasked", {"unmasked_tiles": True}),  # q/k loads and stores unpredicated (PTX: 0 of 4 stores)
+            ("unmasked_vpt64", {"unmasked_tiles": True, "values_per_thread": 64}),
             ("vpt8_w16", {"values_per_thread": 8}),
             ("vpt32_w4", {"values_per_thread": 32}),
             ("vpt64_w2", {"values_per_thread": 64}),

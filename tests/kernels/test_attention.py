@@ -101,6 +101,34 @@ def test_triton_vs_reference(
     assert torch.equal(cache, cache0) and torch.equal(positions, pos0)
 
 
+@pytest.mark.parametrize("rot", [128, 96], ids=["full", "partial"])
+def test_triton_unmasked_tiles(rot: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`unmasked_tiles`: where every program's tiles hold only real heads (one program per token, all its heads),
+    the launch says so (WHOLE_Q/WHOLE_K) and the result is the masked kernel's, bit for bit."""
+    t, hq, hk, hs = 5, 8, 2, 128
+    g = gen("whole", rot)
+    cache = cos_sin_cache(rot)
+    positions = torch.randint(0, MAX_POS, (t,), generator=g)
+    q, k = make_qk(g, t, hq, hk, hs, torch.bfloat16, False)
+    seen: list[dict[str, object]] = []
+    launch = triton_attn.launch
+
+    def spy(kernel: object, grid: object) -> object:
+        run = launch(kernel, grid)
+        return lambda *args, **kwargs: (seen.append(kwargs), run(*args, **kwargs))[1]
+
+    monkeypatch.setattr(triton_attn, "launch", spy)
+    q1, k1, q2, k2 = q.clone(), k.clone(), q.clone(), k.clone()
+    with triton_attn.TUNING.override(sms=1, programs_per_sm=1):  # 5 tokens fill this "GPU": no head split
+        triton_attn.rotary_embedding(positions, q1, k1, hs, cache, True)
+        with triton_attn.TUNING.override(unmasked_tiles=True):
+            q_ref, k_ref = run_both(positions, q2, k2, hs, cache, True)
+    assert [(kw["WHOLE_Q"], kw["WHOLE_K"]) for kw in seen] == [(False, False), (True, True)]
+    assert torch.equal(q1, q2) and torch.equal(k1, k2)
+    check_close("rope unmasked q", q2, q_ref, tol(torch.bfloat16))
+    check_close("rope unmasked k", k2, k_ref, tol(torch.bfloat16))
+
+
 @pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
 @pytest.mark.parametrize("three_d", [False, True], ids=["2d", "3d"])
 def test_triton_fused_qkv_views(three_d: bool, is_neox: bool) -> None:

@@ -34,7 +34,10 @@ class RotaryTuning(Spread):
     `max_tile`: most rotated elements (both halves) of one tensor per program: 64 heads at rot_dim 128;
     `min_tile`: smallest q tile when the heads of a token are split across programs for small token counts;
     `values_per_thread`: rotated q elements per thread, which sets the warps (at most `max_warps`);
-    `decode_values_per_thread`: the same when there are too few tokens to fill the GPU. Measured on an H200
+    `decode_values_per_thread`: the same when there are too few tokens to fill the GPU; `unmasked_tiles`: where
+    every program's q (or k) tile holds only real heads and the rotated half is a power of two, load and store
+    them without masks (the same values; off until timed: a candidate for the 4096-token gap to Liger-Kernel,
+    whose head counts are compile-time constants, see benchmarks/results/kernels_h200_gaps.md). Measured on an H200
     (CUDA-graph replays, Llama-3-8B heads, bf16, 1-64 tokens): 1024-element q tiles of 8 warps (4 values
     per thread) took 0.86-0.89 of the time of 512-element tiles of 1 warp (16 values per thread), against
     Liger-Kernel's 1.52-1.75 us 0.96x before; at 4,096 tokens 4 values per thread was 1.6x slower.
@@ -45,6 +48,7 @@ class RotaryTuning(Spread):
     values_per_thread: int = 16
     decode_values_per_thread: int = 4
     max_warps: int = 16
+    unmasked_tiles: bool = False
 
     def config(self, n_tokens: int, n_q_heads: int, n_k_heads: int, half: int, sms: int) -> RotaryConfig:
         """(BLOCK_HQ, BLOCK_HK, n_split, num_warps) on `sms` SMs: pure, so it can be tuned or tested.
@@ -82,17 +86,22 @@ TUNING = Tunables(__name__, RotaryTuning())
 
 @triton.jit
 def _load_heads(ptr, t, s, n_heads, stride_t, stride_h, IS_NEOX: tl.constexpr, HALF: tl.constexpr,
-                BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr):  # fmt: skip
+                BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr, WHOLE: tl.constexpr = False):  # fmt: skip
     """Load the rotated part of heads ``s * BLOCK_H ..`` of token `t`: (x1, x2, ptrs, mask).
 
-    x1/x2 are float32 [BLOCK_H, BLOCK_D]: the two halves (NeoX) or the even/odd elements (GPT-J).
+    x1/x2 are float32 [BLOCK_H, BLOCK_D]: the two halves (NeoX) or the even/odd elements (GPT-J). WHOLE: the tile
+    holds only real heads; with HALF == BLOCK_D the mask is then a constant true, which the compiler drops (the
+    accesses are unpredicated).
     """
     base = ptr + t.to(tl.int64) * stride_t
     heads = s * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = (heads < n_heads)[:, None]
     if IS_NEOX:
         d = tl.arange(0, BLOCK_D)
-        mask = hmask & (d < HALF)[None, :]
+        if WHOLE and HALF == BLOCK_D:
+            mask = tl.full([BLOCK_H, BLOCK_D], 1, tl.int1)
+        else:
+            mask = hmask & (d < HALF)[None, :]
         ptrs = base + heads[:, None] * stride_h + d[None, :]
         x1 = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
         x2 = tl.load(ptrs + HALF, mask=mask, other=0.0).to(tl.float32)
@@ -136,6 +145,8 @@ def _rotary_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
+    WHOLE_Q: tl.constexpr = False,
+    WHOLE_K: tl.constexpr = False,
 ):
     # Program (t, s): token t, q heads [s * BLOCK_HQ, (s + 1) * BLOCK_HQ) and the same-numbered
     # k head tile (empty - fully masked, no traffic - once past the last k head).
@@ -144,8 +155,12 @@ def _rotary_kernel(
     pos = tl.load(pos_ptr + t).to(tl.int64)
     # No loops and no branches: the q and k loads are independent of the position, so they are
     # in flight together with the pos -> cos/sin chain instead of after it.
-    q1, q2, q_ptrs, q_mask = _load_heads(q_ptr, t, s, n_q_heads, stride_qt, stride_qh, IS_NEOX, HALF, BLOCK_D, BLOCK_HQ)
-    k1, k2, k_ptrs, k_mask = _load_heads(k_ptr, t, s, n_k_heads, stride_kt, stride_kh, IS_NEOX, HALF, BLOCK_D, BLOCK_HK)
+    q1, q2, q_ptrs, q_mask = _load_heads(
+        q_ptr, t, s, n_q_heads, stride_qt, stride_qh, IS_NEOX, HALF, BLOCK_D, BLOCK_HQ, WHOLE_Q
+    )
+    k1, k2, k_ptrs, k_mask = _load_heads(
+        k_ptr, t, s, n_k_heads, stride_kt, stride_kh, IS_NEOX, HALF, BLOCK_D, BLOCK_HK, WHOLE_K
+    )
     d = tl.arange(0, BLOCK_D)
     cs = cache_ptr + pos * stride_cache
     cos = tl.load(cs + d, mask=d < HALF, other=0.0).to(tl.float32)[None, :]  # once per program,
@@ -210,5 +225,7 @@ def rotary_embedding(
         BLOCK_D=next_power_of_2(half),
         BLOCK_HQ=bhq,
         BLOCK_HK=bhk,
+        WHOLE_Q=t.unmasked_tiles and n_q == bhq * split,
+        WHOLE_K=t.unmasked_tiles and n_k == bhk * split,
         num_warps=num_warps,
     )
