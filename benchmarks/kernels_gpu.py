@@ -252,7 +252,8 @@ def _build_rotary(p: Params, dtype: torch.dtype, rng: Rng) -> Args:
         "query": query,
         "key": key,
         "head_size": hs,
-        "cos_sin_cache": _cos_sin_cache(p.get("rot", hs), rng.device),
+        # float32 as vLLM keeps it, or (cache "act") in the activations' dtype, as a transformers model's cos/sin
+        "cos_sin_cache": _cos_sin_cache(p.get("rot", hs), rng.device).to(dtype if p.get("cache") == "act" else None),
         "is_neox": p.get("neox", True),
     }
 
@@ -260,13 +261,16 @@ def _build_rotary(p: Params, dtype: torch.dtype, rng: Rng) -> Args:
 def _rotary_label(p: Params) -> str:
     rot = f" rot {p['rot']}" if p.get("rot", p["hs"]) != p["hs"] else ""
     style = "" if p.get("neox", True) else " gptj"
-    return f"{p['T']}t q{p['Hq']} k{p['Hk']} d{p['hs']}{rot}{style} {p.get('layout', 'qkv')}"
+    cache = " act-cache" if p.get("cache") == "act" else ""
+    return f"{p['T']}t q{p['Hq']} k{p['Hk']} d{p['hs']}{rot}{style} {p.get('layout', 'qkv')}{cache}"
 
 
 def _rotary_bytes(p: Params, dtype: torch.dtype) -> int:
-    """q and k read and written at rot_dim per head; one position and one cache row (float32) per token."""
+    """q and k read and written at rot_dim per head; one position and one cache row (float32, or the
+    activations' dtype with cache "act") per token."""
     rot = p.get("rot", p["hs"])
-    return p["T"] * (2 * (p["Hq"] + p["Hk"]) * rot * dtype.itemsize + 8 + rot * 4)
+    cache_item = dtype.itemsize if p.get("cache") == "act" else 4
+    return p["T"] * (2 * (p["Hq"] + p["Hk"]) * rot * dtype.itemsize + 8 + rot * cache_item)
 
 
 def _build_quant(p: Params, dtype: torch.dtype, rng: Rng) -> Args:
@@ -341,8 +345,14 @@ BENCHES: dict[str, OpBench] = {
         prefill=_grid(T=(16384, 4096), Hq=(32, 64), Hk=(8,), hs=(128,)),
         decode=_grid(T=(1, 8, 32, 64), Hq=(32,), Hk=(8,), hs=(128,)),
         # q and k as transformers' q_proj / k_proj give them: separate contiguous [T, H * 128] tensors
+        # (and the cache as the model's bf16 cos/sin, as in kernelize: Liger's are bf16 too)
         llama_prefill=_grid(
-            T=(LLAMA_PREFILL,), Hq=(LLAMA_Q_HEADS,), Hk=(LLAMA_KV_HEADS,), hs=(LLAMA_HEAD_DIM,), layout=("2d",)
+            T=(LLAMA_PREFILL,),
+            Hq=(LLAMA_Q_HEADS,),
+            Hk=(LLAMA_KV_HEADS,),
+            hs=(LLAMA_HEAD_DIM,),
+            layout=("2d",),
+            cache=("f32", "act"),
         ),  # fmt: skip
         llama_decode=_grid(
             T=LLAMA_DECODE, Hq=(LLAMA_Q_HEADS,), Hk=(LLAMA_KV_HEADS,), hs=(LLAMA_HEAD_DIM,), layout=("2d",)
@@ -620,21 +630,29 @@ _W1 = (_BIG, _BIG, _BIG, _BIG)  # one warp, whatever the width
 #: weights-before-x order (0.99-1.00 everywhere) was taken out.
 GAPS: tuple[Gap, ...] = (
     # rotary at 4,096 tokens (0.96x): already one program per token with all its q and k heads (32 q x 64 x 2
-    # elements, 8 warps = 16 values per thread); Liger's is one program per token of 4 warps (= vpt32)
-    Gap(
-        "attention.rotary_embedding",
-        "llama-prefill-graph",
-        {"T": LLAMA_PREFILL, "Hq": LLAMA_Q_HEADS, "Hk": LLAMA_KV_HEADS, "hs": LLAMA_HEAD_DIM, "layout": "2d"},
-        _ROPE,
-        (
-            ("unmasked", {"unmasked_tiles": True}),  # q/k loads and stores unpredicated (PTX: 0 of 4 stores)
-            ("unmasked_vpt64", {"unmasked_tiles": True, "values_per_thread": 64}),
-            ("vpt8_w16", {"values_per_thread": 8}),
-            ("vpt32_w4", {"values_per_thread": 32}),
-            ("vpt64_w2", {"values_per_thread": 64}),
-            ("split2_w4", {"max_tile": 2048}),  # 2 programs per token: 16 q heads each, k heads in the first
-            ("split2_w8", {"max_tile": 2048, "values_per_thread": 8}),
-        ),
+    # elements, 8 warps = 16 values per thread); Liger's is one program per token of 4 warps (= vpt32). With
+    # vLLM's float32 cache, and with the model's bf16 cos/sin (cache "act"), as Liger is given them.
+    *(
+        Gap(
+            "attention.rotary_embedding",
+            "llama-prefill-graph",
+            {
+                "T": LLAMA_PREFILL,
+                "Hq": LLAMA_Q_HEADS,
+                "Hk": LLAMA_KV_HEADS,
+                "hs": LLAMA_HEAD_DIM,
+                "layout": "2d",
+                "cache": cache,
+            },  # fmt: skip
+            _ROPE,
+            (
+                ("unmasked", {"unmasked_tiles": True}),  # q/k loads and stores unpredicated (PTX: 0 of 4 stores)
+                ("unmasked_vpt64", {"unmasked_tiles": True, "values_per_thread": 64}),
+                ("vpt32_w4", {"values_per_thread": 32}),
+                ("vpt64_w2", {"values_per_thread": 64}),
+            ),
+        )
+        for cache in ("f32", "act")
     ),
     # layer_norm at 16 and 64 tokens (0.94x, 0.96x): one row of 4096 per program, 8 warps, as Liger's
     *(
