@@ -143,6 +143,11 @@ class KernelImportError(CatalogError, ImportError):
         )
 
 
+class NamespaceTakenError(CatalogError):
+    """Some of the torch op names asked for are taken in that namespace: by other code, by another Catalog, or by
+    this Catalog's own ops registered there with the other `traced`. Another namespace takes them."""
+
+
 class InconsistentSelectionError(CatalogError):
     """Ranks resolved some ops differently: `differing` maps each op to what each rank chose."""
 

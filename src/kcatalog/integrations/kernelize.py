@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CatalogError, NoEligibleBackendError
+from ..errors import CatalogError, NamespaceTakenError, NoEligibleBackendError
 from ..model import LayerCondition, LayerMapping
 from ..platform import Platform
 
@@ -195,10 +195,8 @@ def _register(catalog: Catalog, ops: list[str]) -> None:
         try:
             catalog.register_torch_ops(namespace, ops=ops)
             return
-        except CatalogError as exc:
-            taken = str(exc).startswith("torch op names already taken") or "already registered under" in str(exc)
-            if not taken:
-                raise
+        except NamespaceTakenError:
+            continue
     raise CatalogError("kernelize: torch op namespaces kcatalog, kcatalog_2 .. kcatalog_64 are all taken")
 
 

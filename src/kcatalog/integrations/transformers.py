@@ -118,8 +118,8 @@ _ROTATED = ("q_proj", "k_proj", "q_norm", "k_norm")  # the submodules whose outp
 
 
 def attention_forward(module: Any, ops: Ops, *args: Any, **kwargs: Any) -> Any:
-    """Llama-family attention (Llama, Mistral, Qwen2, Qwen3): the class's own forward, whatever the installed
-    transformers' version of it, with RoPE through attention.rotary_embedding (the copy bind_rotary made)."""
+    """Llama-family and Gemma attention: the class's own forward, whatever the installed transformers' version
+    of it, with RoPE through attention.rotary_embedding (the copy bind_rotary made)."""
     return getattr(module, ATTENTION_FORWARD)(module, *args, **kwargs)
 
 

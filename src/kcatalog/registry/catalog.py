@@ -321,8 +321,9 @@ class Catalog:
         per dtype; the fake implementation is the op's `fake:` (its target, or its reference run on fake tensors).
         Imports torch. Idempotent and thread-safe: a second call returns the same ops, and registers only those
         not registered yet. Raises CatalogError, registering none of them, for an op that cannot be a torch op
-        (its KC212-KC214 diagnostics, located) and for a name already defined in the namespace by other code or
-        another Catalog. Op handles call the registered op while torch.compile traces them.
+        (its KC212-KC214 diagnostics, located), and NamespaceTakenError (a CatalogError) for a name already
+        defined in the namespace by other code or another Catalog, or registered there with the other `traced`.
+        Op handles call the registered op while torch.compile traces them.
 
         Each op is one opaque node of the compiled graph. With `traced=True`, where the backend chosen for a call
         is declared `traceable: true`, torch.compile traces into it instead (as torch.library.triton_op does):

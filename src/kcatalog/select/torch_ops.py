@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CatalogError, Diagnostic
+from ..errors import CatalogError, Diagnostic, NamespaceTakenError
 from ..link.signature import parse_signature
 from ..link.torch_schema import torch_op_name
 from ..model import FAKE_REFERENCE, KernelSpec, OpInfo
@@ -113,7 +113,7 @@ class TorchOps:
                 if op and op.traced != traced
             ]
             if other:
-                raise CatalogError(
+                raise NamespaceTakenError(
                     f"ops {', '.join(other)} are already registered under '{namespace}' with traced={not traced}"
                 )
             new = [info for info in infos if (namespace, info.id) not in self.ops]
@@ -157,7 +157,7 @@ class TorchOps:
                 by = "another Catalog" if owner is not None else "code outside this catalog"
                 taken.append(f"op '{info.id}' ({info.location}): torch op '{qualname}' is already defined by {by}")
         if taken:
-            raise CatalogError(
+            raise NamespaceTakenError(
                 "torch op names already taken; register under another namespace=:\n"
                 + "\n".join(f"  {line}" for line in taken)
             )
