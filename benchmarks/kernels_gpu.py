@@ -52,6 +52,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -252,7 +253,7 @@ def _build_rotary(p: Params, dtype: torch.dtype, rng: Rng) -> Args:
         "query": query,
         "key": key,
         "head_size": hs,
-        # float32 as vLLM keeps it, or (cache "act") in the activations' dtype, as a transformers model's cos/sin
+        # float32 (SGLang keeps it so on CUDA) or, cache "act", the activations' dtype (vLLM's; transformers' cos/sin)
         "cos_sin_cache": _cos_sin_cache(p.get("rot", hs), rng.device).to(dtype if p.get("cache") == "act" else None),
         "is_neox": p.get("neox", True),
     }
@@ -345,7 +346,7 @@ BENCHES: dict[str, OpBench] = {
         prefill=_grid(T=(16384, 4096), Hq=(32, 64), Hk=(8,), hs=(128,)),
         decode=_grid(T=(1, 8, 32, 64), Hq=(32,), Hk=(8,), hs=(128,)),
         # q and k as transformers' q_proj / k_proj give them: separate contiguous [T, H * 128] tensors
-        # (and the cache as the model's bf16 cos/sin, as in kernelize: Liger's are bf16 too)
+        # (the cache in float32, and in the model's dtype as kernelize's bf16 cos/sin: Liger's are bf16)
         llama_prefill=_grid(
             T=(LLAMA_PREFILL,),
             Hq=(LLAMA_Q_HEADS,),
@@ -355,7 +356,12 @@ BENCHES: dict[str, OpBench] = {
             cache=("f32", "act"),
         ),  # fmt: skip
         llama_decode=_grid(
-            T=LLAMA_DECODE, Hq=(LLAMA_Q_HEADS,), Hk=(LLAMA_KV_HEADS,), hs=(LLAMA_HEAD_DIM,), layout=("2d",)
+            T=LLAMA_DECODE,
+            Hq=(LLAMA_Q_HEADS,),
+            Hk=(LLAMA_KV_HEADS,),
+            hs=(LLAMA_HEAD_DIM,),
+            layout=("2d",),
+            cache=("f32", "act"),
         ),  # fmt: skip
     ),
     "quantization.per_token_quant_fp8": OpBench(
@@ -401,15 +407,17 @@ class Contender:
 
 def _liger_rotary_args(a: Args) -> Args:
     """Liger's rope_forward takes q [B, Hq, S, D] and k as views of [B, S, H, D] memory (transformers' layout
-    after q_proj / k_proj) and cos/sin [1, S, rot] already gathered for the positions, in the activations'
-    dtype (transformers' LlamaRotaryEmbedding does that once per forward, for all layers): built here."""
+    after q_proj / k_proj) and cos/sin [1, S, rot] already gathered for the positions (transformers'
+    LlamaRotaryEmbedding does that once per forward, for all layers): built here, in the case's cache dtype, so
+    that both kernels read the same values. Its kernel computes in cos's dtype: float32 with a float32 cache, the
+    activations' dtype with a cache in it (as transformers hands them)."""
     q, k, hs = a["query"], a["key"], a["head_size"]
     t = q.shape[0]
     cache = a["cos_sin_cache"]
     half = cache.shape[-1] // 2
     rows = cache.index_select(0, a["positions"])
-    cos = torch.cat((rows[:, :half], rows[:, :half]), dim=-1).to(q.dtype)[None]
-    sin = torch.cat((rows[:, half:], rows[:, half:]), dim=-1).to(q.dtype)[None]
+    cos = torch.cat((rows[:, :half], rows[:, :half]), dim=-1)[None]
+    sin = torch.cat((rows[:, half:], rows[:, half:]), dim=-1)[None]
     return {
         "q": q.view(1, t, -1, hs).transpose(1, 2),
         "k": k.view(1, t, -1, hs).transpose(1, 2),
@@ -629,9 +637,12 @@ _W1 = (_BIG, _BIG, _BIG, _BIG)  # one warp, whatever the width
 #: Adopted from the first gaps run (kernels_h200_gaps.md): layer_norm's centred epilogue at decode sizes; the
 #: weights-before-x order (0.99-1.00 everywhere) was taken out.
 GAPS: tuple[Gap, ...] = (
-    # rotary at 4,096 tokens (0.96x): already one program per token with all its q and k heads (32 q x 64 x 2
-    # elements, 8 warps = 16 values per thread); Liger's is one program per token of 4 warps (= vpt32). With
-    # vLLM's float32 cache, and with the model's bf16 cos/sin (cache "act"), as Liger is given them.
+    # rotary at 4,096 tokens (0.96x with a float32 cache): one program per token with all its q and k heads (32 q
+    # x 64 x 2 elements, 8 warps = 16 values per thread); Liger's is one program per token of 4 warps (= vpt32).
+    # With a float32 cache (SGLang's on CUDA), and in the model's dtype (vLLM's cache; transformers' cos/sin, as
+    # Liger is given them). Left to itself at 8 warps, ptxas keeps 32 registers and issues the loads in four
+    # dependent waves (position; q and cos/sin; the rest of cos/sin; k); the shipped register limit of 48 lets it
+    # issue them in two (offline SASS: benchmarks/load_waves.py). Decode launches have no limit.
     *(
         Gap(
             "attention.rotary_embedding",
@@ -646,9 +657,10 @@ GAPS: tuple[Gap, ...] = (
             },  # fmt: skip
             _ROPE,
             (
-                ("unmasked", {"unmasked_tiles": True}),  # q/k loads and stores unpredicated (PTX: 0 of 4 stores)
-                ("unmasked_vpt64", {"unmasked_tiles": True, "values_per_thread": 64}),
-                ("vpt32_w4", {"values_per_thread": 32}),
+                ("no_register_limit", {"registers_per_value": 0}),  # ptxas's own choice: 32, four waves
+                ("regs40", {"registers_per_value": 2.5}),
+                ("regs64", {"registers_per_value": 4}),
+                ("unmasked", {"unmasked_tiles": True}),
                 ("vpt64_w2", {"values_per_thread": 64}),
             ),
         )
@@ -949,8 +961,9 @@ def time_prefill(fn: Callable[..., Any], args: Args, warmup_ms: int, rep_ms: int
     return float(triton.testing.do_bench(lambda: fn(**args), warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
-def time_graph(fn: Callable[..., Any], arg_sets: list[Args], replays: int = 50) -> float:
-    """Median ms per call of len(arg_sets) calls (one per input set) captured in one CUDA graph."""
+def graph_timer(fn: Callable[..., Any], arg_sets: list[Args], replays: int = 50) -> Callable[[], float]:
+    """len(arg_sets) calls (one per input set) captured once in a CUDA graph; the timer returns the median ms per
+    call over `replays` replays (it can be called again: rounds interleaved with other contenders')."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up off the default stream, as capture wants
@@ -964,14 +977,22 @@ def time_graph(fn: Callable[..., Any], arg_sets: list[Args], replays: int = 50) 
             fn(**args)
     graph.replay()
     torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
-    for start, end in events:
-        start.record()
-        graph.replay()
-        end.record()
-    torch.cuda.synchronize()
-    times = sorted(start.elapsed_time(end) for start, end in events)
-    return times[len(times) // 2] / len(arg_sets)
+
+    def timer() -> float:
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
+        for start, end in events:
+            start.record()
+            graph.replay()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in events) / len(arg_sets)
+
+    return timer
+
+
+def time_graph(fn: Callable[..., Any], arg_sets: list[Args], replays: int = 50) -> float:
+    """Median ms per call of len(arg_sets) calls captured in one CUDA graph (one round of graph_timer)."""
+    return graph_timer(fn, arg_sets, replays)()
 
 
 def measure_copy_bandwidth(nbytes: int, device: torch.device, warmup_ms: int, rep_ms: int) -> dict[str, float]:
@@ -999,7 +1020,8 @@ class Record:
     bytes: int = 0
     ok: bool | None = None  # None: not checked (skipped for time, or after a lost CUDA context)
     errors: dict[str, float] = field(default_factory=dict)
-    ms: float | None = None
+    ms: float | None = None  # the median of ms_rounds
+    ms_rounds: list[float] = field(default_factory=list)  # one per round, the case's contenders interleaved
     warm_s: float | None = None  # first call (check) wall time: torch.compile's compile shows here
     note: str = ""
     gbps: float | None = None
@@ -1104,6 +1126,7 @@ def run_case(run: Run, phase: str, case: Case, backends: list[str], extra: Itera
         log(f"FAIL {what}: {note}")
         _cuda_lost(run, exc)
         return
+    timers: list[tuple[Record, Callable[[], float]]] = []
     for who in contenders:
         backend = who.name
         if not who.applies(case.params):
@@ -1133,18 +1156,36 @@ def run_case(run: Run, phase: str, case: Case, backends: list[str], extra: Itera
         try:
             timing = TIMING.get(phase)
             if timing == "bench":
-                rec.ms = time_prefill(fn, args, run.args.warmup_ms, run.args.rep_ms)
+                timers.append((rec, functools.partial(time_prefill, fn, args, run.args.warmup_ms, run.args.rep_ms)))
             elif timing == "graph":
                 n_sets = run.args.prefill_graph_calls if phase.endswith("prefill-graph") else run.args.graph_calls
                 sets = [case.inputs(run.device, variant=i) for i in range(n_sets)]
-                rec.ms = time_graph(fn, [who.prepare(a) for a in sets] if who.prepare else sets)
+                timers.append((rec, graph_timer(fn, [who.prepare(a) for a in sets] if who.prepare else sets)))
         except Exception as exc:
             rec.note = f"timing failed: {_short(exc)}"
             log(f"note {what} {backend}: {rec.note}")
             _cuda_lost(run, exc)
         del args
-        if phase != "check":  # checks are summed up per op (phase_check); failures are logged above
-            _log_record(rec, run)
+    _time_rounds(run, what, timers)
+    for rec, _ in timers:  # (the check phase times nothing: its checks are summed up per op, in phase_check)
+        _log_record(rec, run)
+
+
+def _time_rounds(run: Run, what: str, timers: list[tuple[Record, Callable[[], float]]]) -> None:
+    """Time the case's contenders round by round (A B C A B C ...: a drift of the GPU's clocks or memory spreads
+    over all of them instead of favouring one), each record's time the median of its rounds."""
+    for _ in range(run.args.rounds):
+        for rec, timer in timers:
+            if rec.note:
+                continue
+            try:
+                rec.ms_rounds.append(timer())
+            except Exception as exc:
+                rec.note = f"timing failed: {_short(exc)}"
+                log(f"note {what} {rec.backend}: {rec.note}")
+                _cuda_lost(run, exc)
+    for rec, _ in timers:
+        rec.ms = statistics.median(rec.ms_rounds) if rec.ms_rounds and not rec.note else None
 
 
 def _errors_text(errors: dict[str, float]) -> str:
@@ -1528,6 +1569,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup-ms", type=int, default=10, help="do_bench warm-up time per case")
     parser.add_argument("--rep-ms", type=int, default=40, help="do_bench timed time per case")
     parser.add_argument("--graph-calls", type=int, default=20, help="calls (input sets) per CUDA graph in decode")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="timings per contender, interleaved with the case's others; the median"
+    )
     parser.add_argument("--copy-gb", type=float, default=2.0, help="size of the copy that measures bandwidth")
     return parser.parse_args(argv)
 

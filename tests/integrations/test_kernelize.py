@@ -22,7 +22,7 @@ import torch
 
 import kcatalog
 from kcatalog.integrations.kernelize import OpChoice, default_catalog
-from kcatalog.integrations.transformers import ATTENTION_FORWARD, ROPE, ROTARY, rotary_pos_emb
+from kcatalog.integrations.transformers import ATTENTION_FORWARD, ROPE, ROTARY, _cache_rows, rotary_pos_emb
 
 VOCAB = 96
 SIZES = dict(
@@ -358,6 +358,42 @@ def test_rope_calls_the_op_cannot_take_go_to_transformers_own_function(transform
     with torch.enable_grad():
         q, k = (t.requires_grad_() for t in qk())
         check("original", q, k, cos)
+
+
+def test_the_layers_of_one_forward_share_the_cache_rows_of_its_cos_and_sin(transformers: ModuleType) -> None:
+    """Every layer gets the same cos and sin tensors from the model: the op's positions and cache rows are built
+    by the first call and reused by the next, built again for another sin, another batch or an in-place change,
+    and right each time."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    batch, seq, dim = 2, 5, 16
+    rotary_embedding = LlamaRotaryEmbedding(transformers.LlamaConfig(**SIZES))
+    x = torch.randn(batch, seq, 4 * dim, generator=torch.Generator().manual_seed(5))
+    cos, sin = rotary_embedding(x, torch.arange(seq).expand(batch, seq))
+
+    def expected(cos: torch.Tensor, sin: torch.Tensor, batch: int) -> torch.Tensor:
+        rows = torch.cat((cos[..., : dim // 2], sin[..., : dim // 2]), dim=-1).expand(batch, seq, dim)
+        return rows.reshape(batch * seq, dim)
+
+    def check(rows: tuple[torch.Tensor, torch.Tensor], cos: torch.Tensor, sin: torch.Tensor, batch: int) -> None:
+        assert torch.equal(rows[0], torch.arange(batch * seq)) and torch.equal(rows[1], expected(cos, sin, batch))
+
+    first = _cache_rows(cos, sin, batch)
+    check(first, cos, sin, batch)
+    again = _cache_rows(cos, sin, batch)
+    assert again[0] is first[0] and again[1] is first[1]  # the second layer: nothing built
+    cos.mul_(0.5)  # the same tensors, changed in place
+    changed = _cache_rows(cos, sin, batch)
+    assert changed[1] is not first[1]
+    check(changed, cos, sin, batch)
+    other = sin * 0.5
+    check(_cache_rows(cos, other, batch), cos, other, batch)
+    one, one_sin = cos[:1], sin[:1]  # one row of positions, for a batch of 2, then of 1
+    two_rows = _cache_rows(one, one_sin, 2)
+    check(two_rows, one, one_sin, 2)
+    one_row = _cache_rows(one, one_sin, 1)
+    assert one_row[1] is not two_rows[1]
+    check(one_row, one, one_sin, 1)
 
 
 def test_a_kernelized_attention_layer_with_autograd_calls_transformers_rope(build: Callable[..., Any]) -> None:

@@ -9,6 +9,7 @@ errors here are ~4e-3, inside the 1e-2 tolerance.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,6 +125,7 @@ def test_triton_unmasked_tiles(rot: int, monkeypatch: pytest.MonkeyPatch) -> Non
         with triton_attn.TUNING.override(unmasked_tiles=True):
             q_ref, k_ref = run_both(positions, q2, k2, hs, cache, True)
     assert [(kw["WHOLE_Q"], kw["WHOLE_K"]) for kw in seen] == [(False, False), (True, True)]
+    assert [kw.get("maxnreg") for kw in seen] == [48, 48]  # the register limit reaches the launch
     assert torch.equal(q1, q2) and torch.equal(k1, k2)
     check_close("rope unmasked q", q2, q_ref, tol(torch.bfloat16))
     check_close("rope unmasked k", k2, k_ref, tol(torch.bfloat16))
@@ -180,23 +182,27 @@ def test_invalid_arguments() -> None:
 
 
 def test_launch_config_shapes() -> None:
-    """Prefill: one program per token, cos/sin once per token; decode: heads split over programs."""
+    """Prefill: one program per token, cos/sin once per token, ptxas's register limit at up to 8 warps; decode:
+    heads split over programs, no register limit."""
     sms = H200_SMS
-    assert DEFAULTS.config(16384, 32, 8, 64, sms) == (32, 8, 1, 8)  # Llama-3-8B prefill
-    assert DEFAULTS.config(16384, 64, 8, 64, sms) == (64, 8, 1, 16)  # Llama-3-70B prefill
-    assert DEFAULTS.config(16384, 128, 8, 64, sms) == (64, 8, 2, 16)  # too many heads for one tile
-    assert DEFAULTS.config(1, 32, 8, 64, sms) == (8, 8, 4, 8)  # decode: 4 programs of 8 q heads, 8 warps
-    assert DEFAULTS.config(512, 32, 8, 64, sms) == (32, 8, 1, 8)
-    assert DEFAULTS.config(64, 32, 8, 64, sms) == (8, 8, 4, 8)  # 64 tokens: still too few for the SMs
-    assert DEFAULTS.config(1, 32, 8, 64, 2) == (8, 8, 4, 8)  # decode on a 2-SM device: 4 programs
+    assert DEFAULTS.config(16384, 32, 8, 64, sms) == (32, 8, 1, 8, 48)  # Llama-3-8B prefill
+    assert DEFAULTS.config(16384, 64, 8, 64, sms) == (64, 8, 1, 16, 0)  # Llama-3-70B prefill
+    assert DEFAULTS.config(16384, 128, 8, 64, sms) == (64, 8, 2, 16, 0)  # too many heads for one tile
+    assert DEFAULTS.config(1, 32, 8, 64, sms) == (8, 8, 4, 8, 0)  # decode: 4 programs of 8 q heads, 8 warps
+    assert DEFAULTS.config(512, 32, 8, 64, sms) == (32, 8, 1, 8, 48)
+    assert DEFAULTS.config(64, 32, 8, 64, sms) == (8, 8, 4, 8, 0)  # 64 tokens: still too few for the SMs
+    assert DEFAULTS.config(1, 32, 8, 64, 2) == (8, 8, 4, 8, 0)  # decode on a 2-SM device: 4 programs
+    more = dataclasses.replace(DEFAULTS, values_per_thread=64)  # 2 warps: the limit grows with the values
+    assert more.config(16384, 32, 8, 64, sms) == (32, 8, 1, 2, 192)
     for t in (1, 7, 64, 300, 4096):
         for hq, hk in ((32, 8), (28, 4), (8, 8), (1, 1), (40, 40)):
             for half in (16, 24, 32, 64):
-                bhq, bhk, split, warps = DEFAULTS.config(t, hq, hk, half, H200_SMS)
+                bhq, bhk, split, warps, regs = DEFAULTS.config(t, hq, hk, half, H200_SMS)
                 assert bhq & (bhq - 1) == 0 and bhk & (bhk - 1) == 0
                 assert bhk <= max(bhq, triton_attn.TUNING.default.max_tile)
                 assert split * bhq >= hq and split * bhk >= hk  # every head is covered
-                assert 1 <= warps <= 16
+                assert 1 <= warps <= 16 and regs in (0, 48)
+                assert not regs or warps <= 8
 
 
 # --------------------------------------------------------------------------- reference, torch_compile

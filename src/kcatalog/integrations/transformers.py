@@ -167,15 +167,38 @@ def rotary_pos_emb(
     if not _rotary_fits(q, k, cos, sin, rest, kwargs):
         return original(q, k, cos, sin, *rest, **kwargs)
     batch, heads, seq, dim = q.shape
-    half = dim // 2
-    # Llama-family rotary embeddings build cos and sin as cat(freqs, freqs) (times one attention scaling): both
-    # halves hold the same angles, which is the NeoX rotation of the op, with cos and sin halves as its cache row.
-    cos_sin = torch.cat((cos[..., :half], sin[..., :half]), dim=-1).expand(batch, seq, dim).reshape(batch * seq, dim)
-    positions = torch.arange(batch * seq, device=q.device)  # token t reads cache row t
+    positions, cos_sin = _cache_rows(cos, sin, batch)
     query = q.transpose(1, 2).view(batch * seq, heads * dim)
     key = k.transpose(1, 2).view(batch * seq, k.shape[1] * dim)
     rotary(positions, query, key, dim, cos_sin, True)
     return q, k
+
+
+_ROWS = "_kcatalog_cache_rows"  # the attribute of a cos tensor that keeps the rows built from it (eager)
+
+
+def _cache_rows(cos: torch.Tensor, sin: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The op's positions and cache rows for transformers' cos and sin ([B or 1, S, D]): token t reads row t.
+
+    Llama-family rotary embeddings build cos and sin as cat(freqs, freqs) (times one attention scaling): both
+    halves hold the same angles, which is the NeoX rotation of the op, with cos and sin halves as its cache row.
+    A model computes cos and sin once per forward and hands the same two tensors to every layer, so in eager the
+    rows are built once, by the first layer, and kept on `cos` (they live as long as it does; an in-place change
+    of cos or sin builds them again). Traced by torch.compile they are built in every layer, and Inductor merges
+    the layers' identical ops.
+    """
+    key = (sin, cos._version, sin._version, batch)
+    if not torch.compiler.is_compiling():
+        kept = getattr(cos, _ROWS, None)
+        if kept is not None and kept[0][0] is sin and kept[0][1:] == key[1:]:
+            return kept[1]  # type: ignore[no-any-return]
+    seq, dim = cos.shape[1], cos.shape[2]
+    half = dim // 2
+    cos_sin = torch.cat((cos[..., :half], sin[..., :half]), dim=-1).expand(batch, seq, dim).reshape(batch * seq, dim)
+    rows = (torch.arange(batch * seq, device=cos.device), cos_sin)
+    if not torch.compiler.is_compiling():
+        setattr(cos, _ROWS, (key, rows))
+    return rows
 
 
 def _rotary_fits(

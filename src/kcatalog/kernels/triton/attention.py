@@ -17,14 +17,22 @@ from typing import TYPE_CHECKING, NamedTuple
 import triton
 import triton.language as tl
 
+from .. import tracing
 from ..tracing import launch
 from ._rows import Spread, Tunables, cdiv, next_power_of_2
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-#: A rotary launch: q and k heads per program, programs per token, warps.
-RotaryConfig = NamedTuple("RotaryConfig", [("block_hq", int), ("block_hk", int), ("n_split", int), ("num_warps", int)])
+
+class RotaryConfig(NamedTuple):
+    """A rotary launch: q and k heads per program, programs per token, warps, ptxas's register limit (0: none)."""
+
+    block_hq: int
+    block_hk: int
+    n_split: int
+    num_warps: int
+    max_registers: int = 0
 
 
 @dataclass(frozen=True)
@@ -34,7 +42,14 @@ class RotaryTuning(Spread):
     `max_tile`: most rotated elements (both halves) of one tensor per program: 64 heads at rot_dim 128;
     `min_tile`: smallest q tile when the heads of a token are split across programs for small token counts;
     `values_per_thread`: rotated q elements per thread, which sets the warps (at most `max_warps`);
-    `decode_values_per_thread`: the same when there are too few tokens to fill the GPU; `unmasked_tiles`: where
+    `decode_values_per_thread`: the same when there are too few tokens to fill the GPU; `registers_per_value`:
+    ptxas's register limit, per rotated q value of a thread, for launches that fill the GPU with at most 8 warps
+    per program (0: none; measured at 8 warps only). Left to itself, ptxas keeps such a program at 32 registers
+    and issues its loads in four dependent waves (the position; q and half of cos/sin; the other half; k); at 48
+    (3 x 16 values) it issues them in two (offline SASS, benchmarks/load_waves.py), and the Llama-3-8B prefill
+    case (4,096 tokens, 32 q / 8 k heads, 8 warps) took 0.97-0.99 of the time on an H200
+    (benchmarks/results/kernels_h200_gaps.md). A fixed limit would spill at more values per thread: 48 at 64
+    values took 1.9-2.3x the time; `unmasked_tiles`: where
     every program's q (or k) tile holds only real heads and the rotated half is a power of two, load and store
     them without masks (the same values; off until timed: a candidate for the 4096-token gap to Liger-Kernel,
     whose head counts are compile-time constants, see benchmarks/results/kernels_h200_gaps.md). Measured on an H200
@@ -49,9 +64,10 @@ class RotaryTuning(Spread):
     decode_values_per_thread: int = 4
     max_warps: int = 16
     unmasked_tiles: bool = False
+    registers_per_value: float = 3.0
 
     def config(self, n_tokens: int, n_q_heads: int, n_k_heads: int, half: int, sms: int) -> RotaryConfig:
-        """(BLOCK_HQ, BLOCK_HK, n_split, num_warps) on `sms` SMs: pure, so it can be tuned or tested.
+        """The launch on `sms` SMs: pure, so it can be tuned or tested.
 
         Prefill: one program per token holding all its q heads and all its k heads (up to
         `max_tile` rotated elements each: 64 heads at rot_dim 128), cos/sin loaded once per token.
@@ -60,7 +76,8 @@ class RotaryTuning(Spread):
         halving the q tile down to ~`min_tile` elements, until there are `programs_per_sm` programs per
         SM. num_warps gives ~16 rotated q elements per thread (8 warps for a 4096-element q tile), or
         ~`decode_values_per_thread` when the tokens alone are too few for `programs_per_sm` programs per SM:
-        there, each program's latency is the time, and more threads per program shorten it.
+        there, each program's latency is the time, and more threads per program shorten it. The register
+        limit applies to the launches that fill the GPU at up to 8 warps (see `registers_per_value`).
         """
         block_d = next_power_of_2(half)
         max_heads = max(1, self.max_tile // (2 * block_d))
@@ -77,7 +94,9 @@ class RotaryTuning(Spread):
             bhk = min(bhk, bhq)
             split = n_split()
         warps = (2 * bhq * block_d) // (32 * (self.decode_values_per_thread if few else self.values_per_thread))
-        return RotaryConfig(bhq, bhk, split, max(1, min(self.max_warps, warps)))
+        warps = max(1, min(self.max_warps, warps))
+        limit = 0 if few or warps > 8 else int(self.registers_per_value * self.values_per_thread)
+        return RotaryConfig(bhq, bhk, split, warps, limit)
 
 
 #: The tunables in effect; ``with TUNING.override(programs_per_sm=0): ...`` changes them within a block.
@@ -207,7 +226,7 @@ def rotary_embedding(
         cos_sin_cache = cos_sin_cache.contiguous()
     half = rot_dim // 2
     t = TUNING.get()
-    bhq, bhk, split, num_warps = t.config(num_tokens, n_q, n_k, half, t.device_sms(query.device))
+    bhq, bhk, split, num_warps, max_registers = t.config(num_tokens, n_q, n_k, half, t.device_sms(query.device))
     launch(_rotary_kernel, (num_tokens, split))(
         positions,
         query,
@@ -228,4 +247,6 @@ def rotary_embedding(
         WHOLE_Q=t.unmasked_tiles and n_q == bhq * split,
         WHOLE_K=t.unmasked_tiles and n_k == bhk * split,
         num_warps=num_warps,
+        # torch's wrap_triton takes no register limit (only num_warps, num_stages and the like): traced, none
+        **({"maxnreg": max_registers} if max_registers and not tracing.active() else {}),
     )
