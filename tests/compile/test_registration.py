@@ -207,12 +207,16 @@ def test_the_policys_warnings_are_reported_by_a_warm_load_too(workspace: Workspa
 
 def test_explain_says_what_each_device_type_binds(shipped: kcatalog.Catalog) -> None:
     report = describe(shipped, "layernorm.rms_norm")
-    assert report.lines() == [
+    *lines, cuda = report.lines()
+    assert lines == [
         "  torch op kcatalog::layernorm_rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor (registered)",
         "    fake: reference: the 'torch' backend (kcatalog.kernels.torch.layernorm:rms_norm) run on fake tensors",
         "    CPU (cpu): aten opaque (float32, float16, bfloat16)",
-        "    CUDA: no cuda device here",
     ]
+    if torch.cuda.is_available():  # a GPU run (KCATALOG_TEST_DEVICE=cuda): the shipped Triton kernel, opaque
+        assert cuda.startswith("    CUDA (cuda:") and "triton opaque, traceable" in cuda, cuda
+    else:
+        assert cuda == "    CUDA: no cuda device here"
     on_gpu = describe(shipped, "layernorm.fused_add_rms_norm", platform=kcatalog.Platform.parse("cuda:9.0"))
     assert [str(binding) for binding in on_gpu.bindings] == [
         "CPU (cpu): torch opaque (float32, float16, bfloat16)",

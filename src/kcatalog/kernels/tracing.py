@@ -43,9 +43,11 @@ def launch(kernel: Any, grid: Any) -> Any:
     """``kernel[grid]``, or its wrap_triton form while a torch op traces the caller into a graph."""
     if getattr(_STATE, "tracing", False):
         from torch.library import wrap_triton
+        from triton.runtime.interpreter import InterpretedFunction
 
-        wrapped = wrap_triton(kernel)
-        if wrapped is kernel:  # TRITON_INTERPRET=1: torch does not trace interpreted kernels
+        # TRITON_INTERPRET=1: torch does not trace interpreted kernels. torch 2.13 hands them back unwrapped;
+        # torch 2.11 raises a RuntimeError for them, so they are told apart before asking.
+        if isinstance(kernel, InterpretedFunction) or (wrapped := wrap_triton(kernel)) is kernel:
             raise NotTraceable("torch does not trace Triton kernels run by the interpreter (TRITON_INTERPRET=1)")
         return functools.partial(_with_defaults, kernel.params, wrapped[grid])
     return kernel[grid]
