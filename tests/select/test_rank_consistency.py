@@ -1,6 +1,7 @@
 """Ranks agree: 4 processes under torch.distributed (gloo), in one spawn: all consistent passes; one rank with
 KCATALOG_OVERRIDES set differently, and one rank whose 'triton' kernel fails to import, raise on every rank naming
-the op, the rank and the fallback. The script is benchmarks/rank_consistency.py, which also runs with NCCL."""
+the op, the rank and the fallback; check_consistent is timed and a shipped op gives the same bits on every rank.
+The script is benchmarks/rank_consistency.py, which also runs with NCCL (one GPU per rank) and under torchrun."""
 
 from __future__ import annotations
 
@@ -31,8 +32,16 @@ def test_four_gloo_ranks_agree_or_raise_naming_op_rank_and_fallback(tmp_path: Pa
     )
     assert done.returncode == 0, done.stdout + done.stderr
     ranks = json.loads(report.read_text())["ranks"]
-    assert len(ranks) == 4
+    assert [cases["rank"] for cases in ranks] == [0, 1, 2, 3]
     for cases in ranks:  # every rank saw the same outcome
+        timing = cases["timing"]
+        assert timing["repeats"] == 20 and 0 < timing["median_s"] and 0 < timing["first_s"]
+        assert cases["shipped_op"] == {
+            "device": "cpu",
+            "dtype": "torch.float32",
+            "backend": ranks[0]["shipped_op"]["backend"],
+            "bit_identical_to_every_rank": True,
+        }
         assert cases["consistent"] == {"raised": None}
         override = cases["override"]["message"]
         assert override == (
@@ -47,6 +56,23 @@ def test_four_gloo_ranks_agree_or_raise_naming_op_rank_and_fallback(tmp_path: Pa
             "rank 3: float32: torch (by catalog default priority, after triton import failed on first use: "
             "ImportError: libtriton.so: cannot open shared object file)"
         )
+
+
+def test_one_rank_runs_what_needs_no_second_rank(tmp_path: Path) -> None:
+    pytest.importorskip("torch.distributed")
+    report = tmp_path / "ranks.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--backend", "gloo", "--world-size", "1", "--json", str(report)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (cases,) = json.loads(report.read_text())["ranks"]
+    assert set(cases) == {"rank", "timing", "consistent", "shipped_op"}  # the two cases that need a second rank
+    assert cases["consistent"] == {"raised": None} and cases["shipped_op"]["bit_identical_to_every_rank"]
+    assert "override: not run (one rank)" in done.stdout
 
 
 def test_check_consistent_needs_a_process_group(workspace: Workspace) -> None:
