@@ -44,18 +44,19 @@ class RotaryTuning(Spread):
     `values_per_thread`: rotated q elements per thread, which sets the warps (at most `max_warps`);
     `decode_values_per_thread`: the same when there are too few tokens to fill the GPU; `registers_per_value`:
     ptxas's register limit, per rotated q value of a thread, for launches that fill the GPU with at most 8 warps
-    per program (0: none; measured at 8 warps only). Left to itself, ptxas keeps such a program at 32 registers
-    and issues its loads in four dependent waves (the position; q and half of cos/sin; the other half; k); at 48
-    (3 x 16 values) it issues them in two (offline SASS, benchmarks/load_waves.py), and the Llama-3-8B prefill
-    case (4,096 tokens, 32 q / 8 k heads, 8 warps) took 0.97-0.99 of the time on an H200
-    (benchmarks/results/kernels_h200_gaps.md). A fixed limit would spill at more values per thread: 48 at 64
-    values took 1.9-2.3x the time; `unmasked_tiles`: where
-    every program's q (or k) tile holds only real heads and the rotated half is a power of two, load and store
-    them without masks (the same values; off until timed: a candidate for the 4096-token gap to Liger-Kernel,
-    whose head counts are compile-time constants, see benchmarks/results/kernels_h200_gaps.md). Measured on an H200
-    (CUDA-graph replays, Llama-3-8B heads, bf16, 1-64 tokens): 1024-element q tiles of 8 warps (4 values
-    per thread) took 0.86-0.89 of the time of 512-element tiles of 1 warp (16 values per thread), against
-    Liger-Kernel's 1.52-1.75 us 0.96x before; at 4,096 tokens 4 values per thread was 1.6x slower.
+    per program (0: none; measured at 8 warps only); `unmasked_tiles`: where every program's q (or k) tile holds
+    only real heads and the rotated half is a power of two, load and store them without masks (the same values).
+
+    Measured on an H200 (benchmarks/results/kernels_h200_gaps.md):
+    - Left to itself, ptxas keeps an 8-warp program at 32 registers and issues its loads in four dependent waves
+      (the position; q and half of cos/sin; the other half; k). At a limit of 48 (3 x 16 values) it issues them
+      in two (offline SASS, benchmarks/load_waves.py). The Llama-3-8B prefill case (4,096 tokens, 32 q / 8 k
+      heads, 8 warps) then took 0.97-0.99 of the time. The limit scales with the values per thread because a
+      fixed 48 spills at 64 values per thread, which took 1.9-2.3x the time.
+    - `unmasked_tiles` gained nothing beyond the spread there, so it stays off.
+    - Decode (CUDA-graph replays, Llama-3-8B heads, bf16, 1-64 tokens): 1024-element q tiles of 8 warps (4 values
+      per thread) took 0.86-0.89 of the time of 512-element tiles of 1 warp (16 values per thread). At 4,096
+      tokens, 4 values per thread was 1.6x slower.
     """
 
     max_tile: int = 8192
