@@ -126,6 +126,12 @@ def _grid(**axes: Iterable[Any]) -> tuple[Params, ...]:
     return tuple(dict(zip(keys, values, strict=True)) for values in itertools.product(*axes.values()))
 
 
+def _llama_rotary(tokens: Iterable[int]) -> tuple[Params, ...]:
+    """Llama-3-8B's rotary cases at these token counts, with a float32 cache and one in the activations' dtype."""
+    heads = {"Hq": (LLAMA_Q_HEADS,), "Hk": (LLAMA_KV_HEADS,), "hs": (LLAMA_HEAD_DIM,)}
+    return _grid(T=tokens, **heads, layout=("2d",), cache=("f32", "act"))
+
+
 def _shapes(keys: str, *rows: tuple[Any, ...]) -> tuple[Params, ...]:
     """Parameter dicts from a header ("T H pad") and value tuples; missing trailing values are dropped."""
     names = keys.split()
@@ -347,22 +353,8 @@ BENCHES: dict[str, OpBench] = {
         decode=_grid(T=(1, 8, 32, 64), Hq=(32,), Hk=(8,), hs=(128,)),
         # q and k as transformers' q_proj / k_proj give them: separate contiguous [T, H * 128] tensors
         # (the cache in float32, and in the model's dtype as kernelize's bf16 cos/sin: Liger's are bf16)
-        llama_prefill=_grid(
-            T=(LLAMA_PREFILL,),
-            Hq=(LLAMA_Q_HEADS,),
-            Hk=(LLAMA_KV_HEADS,),
-            hs=(LLAMA_HEAD_DIM,),
-            layout=("2d",),
-            cache=("f32", "act"),
-        ),  # fmt: skip
-        llama_decode=_grid(
-            T=LLAMA_DECODE,
-            Hq=(LLAMA_Q_HEADS,),
-            Hk=(LLAMA_KV_HEADS,),
-            hs=(LLAMA_HEAD_DIM,),
-            layout=("2d",),
-            cache=("f32", "act"),
-        ),  # fmt: skip
+        llama_prefill=_llama_rotary((LLAMA_PREFILL,)),
+        llama_decode=_llama_rotary(LLAMA_DECODE),
     ),
     "quantization.per_token_quant_fp8": OpBench(
         build=_build_quant,

@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from catalog_builder import child_env
@@ -20,18 +20,23 @@ if TYPE_CHECKING:
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "rank_consistency.py"
 
 
-def test_four_gloo_ranks_agree_or_raise_naming_op_rank_and_fallback(tmp_path: Path) -> None:
+def run_ranks(tmp_path: Path, world: int) -> tuple[str, list[dict[str, Any]]]:
+    """The script with `world` gloo ranks: what it printed, and every rank's report (it must exit 0)."""
     pytest.importorskip("torch.distributed")
     report = tmp_path / "ranks.json"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--backend", "gloo", "--world-size", "4", "--json", str(report)],
+        [sys.executable, str(SCRIPT), "--backend", "gloo", "--world-size", str(world), "--json", str(report)],
         capture_output=True,
         text=True,
         env=child_env(),
         timeout=180,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    ranks = json.loads(report.read_text())["ranks"]
+    return done.stdout, json.loads(report.read_text())["ranks"]
+
+
+def test_four_gloo_ranks_agree_or_raise_naming_op_rank_and_fallback(tmp_path: Path) -> None:
+    _, ranks = run_ranks(tmp_path, 4)
     assert [cases["rank"] for cases in ranks] == [0, 1, 2, 3]
     for cases in ranks:  # every rank saw the same outcome
         timing = cases["timing"]
@@ -59,20 +64,10 @@ def test_four_gloo_ranks_agree_or_raise_naming_op_rank_and_fallback(tmp_path: Pa
 
 
 def test_one_rank_runs_what_needs_no_second_rank(tmp_path: Path) -> None:
-    pytest.importorskip("torch.distributed")
-    report = tmp_path / "ranks.json"
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--backend", "gloo", "--world-size", "1", "--json", str(report)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    (cases,) = json.loads(report.read_text())["ranks"]
+    printed, (cases,) = run_ranks(tmp_path, 1)
     assert set(cases) == {"rank", "timing", "consistent", "shipped_op"}  # the two cases that need a second rank
     assert cases["consistent"] == {"raised": None} and cases["shipped_op"]["bit_identical_to_every_rank"]
-    assert "override: not run (one rank)" in done.stdout
+    assert "override: not run (one rank)" in printed
 
 
 def test_check_consistent_needs_a_process_group(workspace: Workspace) -> None:

@@ -188,7 +188,8 @@ def _cache_rows(cos: torch.Tensor, sin: torch.Tensor, batch: int) -> tuple[torch
     the layers' identical ops.
     """
     key = (sin, cos._version, sin._version, batch)
-    if not torch.compiler.is_compiling():
+    eager = not torch.compiler.is_compiling()
+    if eager:
         kept = getattr(cos, _ROWS, None)
         if kept is not None and kept[0][0] is sin and kept[0][1:] == key[1:]:
             return kept[1]  # type: ignore[no-any-return]
@@ -196,7 +197,7 @@ def _cache_rows(cos: torch.Tensor, sin: torch.Tensor, batch: int) -> tuple[torch
     half = dim // 2
     cos_sin = torch.cat((cos[..., :half], sin[..., :half]), dim=-1).expand(batch, seq, dim).reshape(batch * seq, dim)
     rows = (torch.arange(batch * seq, device=cos.device), cos_sin)
-    if not torch.compiler.is_compiling():
+    if eager:
         setattr(cos, _ROWS, (key, rows))
     return rows
 

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import triton
 import triton.language as tl
 
-from .. import tracing
-from ..tracing import launch
+from ..tracing import active, launch
 from ._rows import Spread, Tunables, cdiv, next_power_of_2
 
 if TYPE_CHECKING:
@@ -249,5 +248,5 @@ def rotary_embedding(
         WHOLE_K=t.unmasked_tiles and n_k == bhk * split,
         num_warps=num_warps,
         # torch's wrap_triton takes no register limit (only num_warps, num_stages and the like): traced, none
-        **({"maxnreg": max_registers} if max_registers and not tracing.active() else {}),
+        **({"maxnreg": max_registers} if max_registers and not active() else {}),
     )
