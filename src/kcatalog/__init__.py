@@ -1,9 +1,9 @@
 """kcatalog: a declarative, validated catalog of kernels, loaded from YAML and imported lazily.
 
 The public API is what this module exports, plus `kcatalog.codes` (the diagnostic codes), `kcatalog.errors`,
-`kcatalog.model` (the typed model), `kcatalog.validate.schema` (the file format's models) and
-`kcatalog.testing`. The stage packages (read, validate, link, check, cache, registry, select, tools) are
-internal.
+`kcatalog.model` (the typed model), `kcatalog.validate.schema` (the file format's models), `kcatalog.compat`
+(SGLang-style registry names) and `kcatalog.testing`. The stage packages (read, validate, link, check, cache,
+select, runtime, registry, tools) are internal.
 """
 
 from .errors import (
@@ -13,24 +13,22 @@ from .errors import (
     KernelImportError,
     Location,
     NoEligibleBackendError,
+    Rejected,
+    RejectKind,
     Severity,
     UnknownBackendError,
     UnknownOpError,
 )
 from .load import CheckResult, LoadOptions, check_catalog, load_catalog
-from .model import CacheOutcome, CacheStatus, Capability, CatalogSettings, KernelSpec, OpInfo, Rejected
+from .model import CacheOutcome, CacheStatus, Capability, CatalogSettings, KernelSpec, OpInfo, Parameters, Target
 from .platform import Platform
 from .registry.catalog import Catalog
+from .select.selection import Selection, SelectRequest
 
 _KERNELIZE = ("KernelizeReport", "kernelize", "unkernelize")
 
 
 def __getattr__(name: str) -> object:
-    # Selection's module loads with the first selection, not with the catalog: a warm load stays lean.
-    if name == "Selection":
-        from .select.selection import Selection
-
-        return Selection
     if name in _KERNELIZE:  # model integration: loaded by its first use, never by `import kcatalog`
         from .integrations import kernelize
 
@@ -55,10 +53,14 @@ __all__ = [
     "LoadOptions",
     "NoEligibleBackendError",
     "OpInfo",
+    "Parameters",
     "Platform",
+    "RejectKind",
     "Rejected",
+    "SelectRequest",
     "Selection",
     "Severity",
+    "Target",
     "UnknownBackendError",
     "UnknownOpError",
     "check_catalog",

@@ -15,14 +15,14 @@ import enum
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from .errors import UnknownBackendError
+from .load import LoadKeywords, load_catalog
+from .model import KernelSpec
+from .read.files import PathLike
 from .registry.catalog import Catalog
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-    from .load import LoadKeywords
-    from .model import KernelSpec
-    from .read.files import PathLike
 
 
 def _name(backend: str | enum.Enum) -> str:
@@ -48,11 +48,17 @@ class CatalogRegistry:
 
     def get(self, op: str) -> list[KernelSpec]:
         """Every backend spec of the op, in declaration order."""
-        return self.catalog.get(op)
+        return self.catalog.specs(op)
 
     def get_backend(self, op: str, backend: str | enum.Enum) -> KernelSpec:
-        """The op's spec for one backend, named by text or by the registry's enum."""
-        return self.catalog.get_backend(op, _name(backend))
+        """The op's spec for one backend, named by text or by the registry's enum; UnknownBackendError (a KeyError)
+        listing the op's backends."""
+        info = self.catalog.info(op)
+        name = _name(backend)
+        spec = info.backends.get(name)
+        if spec is None:
+            raise UnknownBackendError(op, name, list(info.backends), info.location)
+        return spec
 
     def has(self, op: str, backend: str | enum.Enum | None = None) -> bool:
         """Whether the op exists (and, given a backend, whether it has that backend)."""
@@ -64,7 +70,7 @@ class CatalogRegistry:
 
     def all_specs(self) -> list[KernelSpec]:
         """Every spec of every op."""
-        return self.catalog.all_specs()
+        return self.catalog.specs()
 
 
 def registry(
@@ -76,6 +82,4 @@ def registry(
         if keywords:
             raise TypeError("load keywords apply to paths, not to a Catalog already loaded")
         return CatalogRegistry(catalog)
-    from .load import load_catalog
-
     return CatalogRegistry(load_catalog(catalog, **keywords))

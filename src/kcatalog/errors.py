@@ -5,10 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .model import Rejected
 
 
 class Severity(str, Enum):
@@ -59,6 +55,36 @@ class Diagnostic:
         """Order by file, position, then code, so output is stable whatever the file order."""
         loc = self.location
         return (loc.path, loc.line, loc.col, self.code) if loc else ("", 0, 0, self.code)
+
+
+class RejectKind(str, Enum):
+    """Why a backend does not run for a call: what a program switches on (`explain --output-format json`)."""
+
+    CAPABILITY = "capability"  # no capability of the backend matches the platform (device, architecture)
+    REQUIRES = "requires"  # a distribution it requires is not installed
+    DTYPE = "dtype"  # it does not support the call's dtype
+    IMPORT_FAILED = "import failed"  # its import failed on first use: the next eligible backend runs
+    GATE = "gate"  # its per-call gate (`eligible:`) refuses this call
+    AUTO_OFF = "auto off"  # `auto: false`: only a name (backend=, an override, a plan, a table) chooses it
+    RANKED_BELOW = "ranked below"  # it could run, but the deciding order puts another first
+    NOT_REQUESTED = "not requested"  # the call named another backend
+
+
+_ELIGIBLE_KINDS = frozenset({RejectKind.AUTO_OFF, RejectKind.RANKED_BELOW, RejectKind.NOT_REQUESTED})
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A backend that will not run, why (`kind`, and the prose `reason`)."""
+
+    backend: str
+    reason: str
+    kind: RejectKind
+
+    @property
+    def eligible(self) -> bool:
+        """Whether it could run here: only the choice of another backend keeps it out."""
+        return self.kind in _ELIGIBLE_KINDS
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
@@ -134,13 +160,12 @@ class NoEligibleBackendError(CatalogError):
 class KernelImportError(CatalogError, ImportError):
     """Importing a backend's target failed on first use."""
 
-    def __init__(self, op: str, backend: str, target: str, cause: BaseException) -> None:
-        self.op = op
+    def __init__(self, op: str, backend: str, target: str, cause: BaseException, what: str | None = None) -> None:
+        self.op = op  # the op id (or, for a layer mapping's forward, the mapping's name)
         self.backend = backend
         self.target = target
-        super().__init__(
-            f"cannot load backend '{backend}' of op '{op}' from '{target}': {type(cause).__name__}: {cause}"
-        )
+        what = what or f"backend '{backend}' of op '{op}'"
+        super().__init__(f"cannot load {what} from '{target}': {type(cause).__name__}: {cause}")
 
 
 class NamespaceTakenError(CatalogError):

@@ -13,14 +13,15 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from .check.load_checks import Require, check_linked
-from .check.overrides import OverridesArg
 from .errors import CatalogError, Diagnostic
-from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
+from .model import CacheOutcome, CacheStatus, CatalogLayer, KernelSpec, LinkedCatalog, TargetChecks
 from .platform import is_installed
 from .read.digest import content_digest
 from .read.files import PathLike, SourceFile, read_sources
 from .read.layers import layer_files, resolve_layers
 from .registry.catalog import Catalog
+from .select.buckets import Tuning
+from .select.overrides import OverridesArg
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -180,35 +181,39 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         linked.ops,
         settings,
         warnings,
-        layers=checks.layers,
+        overrides=tuple(checks.overrides),
         strict=options.strict,
         cache_status=status,
-        catalog_layers=resolved.layers,
+        layers=tuple(resolved.layers),
         layer_mappings=linked.layer_mappings,
-        tuned=linked.tuned,
-        plan=plan,
+        tuning=Tuning.of(linked.tuned, plan),
         digest=digest,
     )
     return CheckResult(catalog, diagnostics)
 
 
 def _with_allow_list(linked: LinkedCatalog, prefixes: tuple[str, ...]) -> LinkedCatalog:
-    """The caller's allow-list added to every spec, so that importing checks it too."""
-    specs = {
-        id(spec): dataclasses.replace(spec, allowed_modules=(*spec.allowed_modules, prefixes))
-        for spec in linked.declared
-    }
+    """The caller's allow-list added to every target the catalog imports, so that importing checks it too."""
+
+    def spec(spec: KernelSpec) -> KernelSpec:
+        gate = spec.gate and spec.gate.with_allow_list(prefixes)
+        return dataclasses.replace(spec, allowed_modules=(*spec.allowed_modules, prefixes), gate=gate)
+
     ops = {
-        op_id: dataclasses.replace(info, backends=MappingProxyType({n: specs[id(s)] for n, s in info.backends.items()}))
+        op_id: dataclasses.replace(
+            info,
+            backends=MappingProxyType({name: spec(s) for name, s in info.backends.items()}),
+            fake=info.fake and info.fake.with_allow_list(prefixes),
+        )
         for op_id, info in linked.ops.items()
     }
     mappings = tuple(
-        dataclasses.replace(m, forward=specs[id(m.forward)], prepare=m.prepare and specs[id(m.prepare)])
+        dataclasses.replace(
+            m, forward=m.forward.with_allow_list(prefixes), prepare=m.prepare and m.prepare.with_allow_list(prefixes)
+        )
         for m in linked.layer_mappings
     )
-    return dataclasses.replace(
-        linked, ops=MappingProxyType(ops), declared=tuple(specs.values()), layer_mappings=mappings
-    )
+    return dataclasses.replace(linked, ops=MappingProxyType(ops), layer_mappings=mappings)
 
 
 def _cache_outcome(

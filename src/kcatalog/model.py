@@ -4,8 +4,8 @@ converted into these once, by the linker, and the cache stores these as they are
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
-import functools
 import importlib
 import threading
 from collections.abc import Callable, Mapping
@@ -18,8 +18,6 @@ from .errors import Diagnostic, KernelImportError, Location
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .validate.schema import Samples
-
 
 @dataclass(frozen=True)
 class Capability:
@@ -31,9 +29,36 @@ class Capability:
     archs: tuple[str, ...] | None = None
 
 
+@dataclass(frozen=True)
+class Target:
+    """An importable object, 'package.module:attr.path' split once at link time: never imported to be checked."""
+
+    module: str
+    attr: str  # the attribute path inside the module, dotted
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        """'pkg.mod:attr.path' as a Target; the file format's validation has checked the form."""
+        module, _, attr = text.partition(":")
+        return cls(module, attr)
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.attr}"
+
+
+class TargetRole(str, Enum):
+    """What a declared target is for: each is checked statically and imported on first use alike."""
+
+    BACKEND = "backend"  # an op's implementation (a KernelSpec)
+    GATE = "gate"  # a backend's per-call eligibility predicate (`eligible:`)
+    FAKE = "fake"  # an op's fake implementation for torch.compile (`fake:` naming a target)
+    FORWARD = "forward"  # a layer mapping's forward (kcatalog.kernelize)
+    PREPARE = "prepare"  # a layer mapping's per-instance preparation
+
+
 class _LazyImport:
-    """Imports a 'module:attr' target once, on first use, under a lock; a failure is not cached, but the
-    callers that queued on the lock while an attempt failed share that failure instead of each retrying."""
+    """Imports a target once, on first use, under a lock; a failure is not cached, but the callers that queued
+    on the lock while an attempt failed share that failure instead of each retrying."""
 
     __slots__ = ("_lock", "_value", "_failures", "_cause")
 
@@ -43,7 +68,7 @@ class _LazyImport:
         self._failures = 0
         self._cause: BaseException | None = None
 
-    def get(self, spec: KernelSpec) -> Any:
+    def get(self, load: Callable[[], Any], failed: Callable[[BaseException], KernelImportError]) -> Any:
         value = self._value
         if value is not None:
             return value
@@ -51,27 +76,25 @@ class _LazyImport:
         with self._lock:
             if self._value is None:
                 if self._failures != failures and self._cause is not None:  # failed while we waited
-                    raise KernelImportError(spec.op, spec.backend, spec.target, self._cause) from self._cause
+                    raise failed(self._cause) from self._cause
                 try:
-                    self._value = _import_target(spec)
-                except KernelImportError as exc:
-                    self._cause = exc.__cause__
+                    self._value = load()
+                except Exception as exc:  # any failure of the kernel's own import code is reported the same way
+                    self._cause = exc
                     self._failures += 1
-                    raise
+                    raise failed(exc) from exc
             return self._value
 
 
-def _import_target(spec: KernelSpec) -> Any:
-    module_name, _, attr_path = spec.target.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for attr in attr_path.split("."):
-            obj = getattr(obj, attr)
-        refused = _refused_by_allow_lists(obj, spec.allowed_modules)
-    except Exception as exc:  # any failure of the kernel's own import code is reported the same way
-        raise KernelImportError(spec.op, spec.backend, spec.target, exc) from exc
+def import_target(target: Target, allowed_modules: tuple[tuple[str, ...], ...]) -> Any:
+    """Import the target's module and walk its attribute path; PermissionError when the object is defined outside
+    an allow-list."""
+    obj: Any = importlib.import_module(target.module)
+    for attr in target.attr.split("."):
+        obj = getattr(obj, attr)
+    refused = _refused_by_allow_lists(obj, allowed_modules)
     if refused is not None:
-        raise KernelImportError(spec.op, spec.backend, spec.target, refused) from refused
+        raise refused
     return obj
 
 
@@ -106,7 +129,7 @@ class KernelSpec:
 
     op: str
     backend: str
-    target: str
+    target: Target
     requires: tuple[str, ...]
     capabilities: tuple[Capability, ...]
     dtypes: tuple[str, ...] | None  # None: any dtype (neither the op nor the backend lists any)
@@ -121,16 +144,96 @@ class KernelSpec:
     layer: str = ""  # the name of the layer whose manifest declared it (see CatalogLayer)
     # torch.compile may trace into the target (select/torch_ops.py): Inductor then sees its Triton kernels.
     traceable: bool = False
-    # A per-call gate 'module:attr' (select/gates.py): called with the call's arguments, once per argument shape.
-    eligible: str | None = None
+    # A per-call gate (`eligible:`, runtime/gates.py): called with the call's arguments, once per argument shape.
+    gate: Importable | None = None
     _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
 
     def load(self) -> Callable[..., Any]:
         """Import the target (first call only) and return it; KernelImportError names op, backend, target."""
-        return self._lazy.get(self)  # type: ignore[no-any-return]
+        return self._lazy.get(  # type: ignore[no-any-return]
+            lambda: import_target(self.target, self.allowed_modules),
+            lambda cause: KernelImportError(self.op, self.backend, str(self.target), cause),
+        )
+
+    def declared(self) -> Importable:
+        """The backend's target as the load checks see it (with every other declared target)."""
+        return Importable(
+            self.target,
+            TargetRole.BACKEND,
+            self.op,
+            self.location,
+            self.target_location,
+            self.allowed_modules,
+            self.layer,
+            self.backend,
+        )
 
 
-FAKE_REFERENCE = "reference"  # `fake: reference`: the op's reference backend, run on fake (meta) tensors
+@dataclass(frozen=True)
+class Importable:
+    """A declared target that is not a backend (a gate, a fake, a layer forward) or a backend's as the checks see
+    it: checked statically at load, imported on first use under its layer's allow-lists as kernels are."""
+
+    target: Target
+    role: TargetRole
+    owner: str  # the op id, or the layer mapping's name (forward, prepare)
+    location: Location  # its key in its file
+    target_location: Location  # its value, where target diagnostics point
+    allowed_modules: tuple[tuple[str, ...], ...] = ()
+    layer: str = ""
+    backend: str = ""  # the backend whose target (or gate) it is; '' for fakes and layer mappings
+    _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
+
+    def load(self) -> Callable[..., Any]:
+        """Import the target (first call only) and return it; KernelImportError says what it is for."""
+        return self._lazy.get(  # type: ignore[no-any-return]
+            lambda: import_target(self.target, self.allowed_modules),
+            lambda cause: KernelImportError(self.owner, self.backend, str(self.target), cause, what=self.what),
+        )
+
+    @property
+    def what(self) -> str:
+        """'the gate of backend 'triton' of op 'x'', as errors name it."""
+        if self.role is TargetRole.BACKEND:
+            return f"backend '{self.backend}' of op '{self.owner}'"
+        if self.role is TargetRole.GATE:
+            return f"the gate of backend '{self.backend}' of op '{self.owner}'"
+        if self.role is TargetRole.FAKE:
+            return f"the fake of op '{self.owner}'"
+        return f"the {self.role.value} of layer mapping '{self.owner}'"
+
+    def with_allow_list(self, prefixes: tuple[str, ...]) -> Importable:
+        """The same target, imported under one allow-list more (the caller's)."""
+        return dataclasses.replace(self, allowed_modules=(*self.allowed_modules, prefixes))
+
+
+LiteralValue = str | int | float | bool | None | tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Parameters:
+    """An op's parameter list, read once from its signature at link time (link/signature.py)."""
+
+    positional: tuple[str, ...]  # positional-only and positional-or-keyword, in order
+    keyword_only: tuple[str, ...]
+    required: tuple[str, ...]  # the parameters without a default, in order
+    defaults: Mapping[str, LiteralValue]  # each default that is a literal, by parameter
+    # No *args/**kwargs and every default a literal: generated code can take exactly these parameters.
+    exact: bool
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every parameter, in order."""
+        return (*self.positional, *self.keyword_only)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """The argument an op dispatches on: its name ('' where it has none: a position of an op without a
+    signature) and its position (None: given by keyword only)."""
+
+    name: str
+    index: int | None
 
 
 @dataclass(frozen=True)
@@ -151,26 +254,22 @@ class OpInfo:
     tolerance: Mapping[str, float]
     priority: tuple[str, ...] | None
     platform_priority: Mapping[str, tuple[str, ...]]
-    dispatch_arg: str | int | None  # a parameter name or a position
+    dispatch_arg: str | int | None  # as declared: a parameter name or a position
     samples_json: str | None
     location: Location
     backends: Mapping[str, KernelSpec]
-    # As a torch.library op (select/torch_ops.py): its fake implementation ('reference', a target, or None), its
-    # schema derived from the signature (None when torch.library cannot express it), and why it cannot be
-    # registered (KC212-KC214, located; warnings at load where the policy asks for torch ops).
-    fake: str | None = None
+    # The signature's parameters (None: no signature, any arguments) and the argument dispatched on, read once.
+    parameters: Parameters | None = None
+    dispatch: Dispatch = Dispatch("", 0)
+    # As a torch.library op (runtime/torch_ops.py): its fake implementation (a target; or, with `fake_reference`,
+    # the op's reference backend run on fake tensors; or none), its schema derived from the signature (None when
+    # torch.library cannot express it), and why it cannot be registered (KC212-KC214, located; warnings at load
+    # where the policy asks for torch ops).
+    fake: Importable | None = None
+    fake_reference: bool = False
     torch_schema: str | None = None
     torch_problems: tuple[Diagnostic, ...] = ()
     layer: str = ""  # the name of the layer whose manifest declared it
-
-    @functools.cached_property
-    def samples(self) -> Samples | None:
-        """The op's declared samples, validated (they were checked at load, so this cannot fail)."""
-        if self.samples_json is None:
-            return None
-        from .validate.schema import Samples
-
-        return Samples.model_validate_json(self.samples_json)
 
 
 @dataclass(frozen=True)
@@ -221,7 +320,7 @@ class LayerClass:
     """A model layer class a mapping applies to, as a target 'package.module:Class'; checked statically at load,
     never imported by kcatalog (kernelize finds it among the modules the application has imported)."""
 
-    target: str
+    target: Target
     location: Location
 
 
@@ -230,14 +329,13 @@ class LayerMapping:
     """A layer mapping (a layers file's entry): instances of `classes` whose `conditions` all hold get `forward`,
     called as ``forward(module, ops, *args, **kwargs)`` with `ops` mapping each declared op id to its op handle.
 
-    `forward` is a KernelSpec (op 'layers:<name>', backend 'forward') so that it is checked, allow-listed and
-    imported on first use as every kernel target is."""
+    `forward` is checked, allow-listed and imported on first use as every kernel target is."""
 
     name: str
     description: str | None
     classes: tuple[LayerClass, ...]
-    forward: KernelSpec
-    prepare: KernelSpec | None  # called once per instance before its forward is replaced (backend 'prepare')
+    forward: Importable
+    prepare: Importable | None  # called once per instance before its forward is replaced
     ops: tuple[str, ...]
     conditions: tuple[LayerCondition, ...]
     location: Location
@@ -311,9 +409,9 @@ class LinkedCatalog:
 
     settings: CatalogSettings | None  # None when the settings file is missing or invalid
     ops: Mapping[str, OpInfo]
-    # Every backend declaration, duplicates included (they are reported, and their targets checked too), and
-    # every fake given as a target (backend 'fake'), checked as targets are.
-    declared: tuple[KernelSpec, ...]
+    # Every target declared: each backend's (duplicates included: they are reported, and checked too), gate,
+    # fake and layer forward, checked as targets are.
+    declared: tuple[Importable, ...]
     # The linker's warnings (KC212-KC214 where the policy asks for torch ops), for a load from the cache to report
     # as a load that links the files does.
     warnings: tuple[Diagnostic, ...] = ()
@@ -344,19 +442,10 @@ class ModuleFingerprint:
 class TargetChecks:
     """The static target checks of one load: each target's problem (None: it resolves), and the modules read."""
 
-    problems: Mapping[str, Diagnostic | None]
+    problems: Mapping[str, Diagnostic | None]  # by the target's text
     modules: tuple[ModuleFingerprint, ...]
     # Where each target's object is defined, where the sources show it (a re-export followed to its source).
     defined_in: Mapping[str, str | None] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """A backend that will not run, and why."""
-
-    backend: str
-    reason: str
-    eligible: bool = False  # it could run here: ranked below the chosen one, or `auto: false` and not named
 
 
 @dataclass(frozen=True)
@@ -381,8 +470,8 @@ class Override:
         return fnmatch.fnmatchcase(op, self.pattern)
 
 
-# One source of overrides (KCATALOG_OVERRIDES, KCATALOG_BACKEND, overrides=, a `use()` block).
-Layer = tuple[Override, ...]
+# The overrides of one source (KCATALOG_OVERRIDES, KCATALOG_BACKEND, overrides=, a `use()` block).
+OverrideSet = tuple[Override, ...]
 
 
 class CacheOutcome(str, Enum):

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
+from kcatalog.select.torch_ops import describe
 
 import kcatalog
 from kcatalog.errors import CatalogError, KernelImportError, UnknownOpError
-from kcatalog.select.torch_ops import describe
 from kcatalog.tools.cli import main
 
 if TYPE_CHECKING:

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
+from kcatalog.select.torch_ops import describe
 from torch._dynamo.backends.common import aot_autograd
 
 import kcatalog
-from kcatalog.select.torch_ops import describe
 
 if TYPE_CHECKING:
     from catalog_builder import Workspace

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import kcatalog
-from kcatalog import KernelImportError, NoEligibleBackendError, Rejected
+from kcatalog import KernelImportError, NoEligibleBackendError, Rejected, RejectKind
 
 if TYPE_CHECKING:
     from catalog_builder import Workspace
@@ -168,7 +168,7 @@ def test_racing_first_calls_fall_back_past_a_broken_import_alike(
     assert race([call] * THREADS) == ["good"] * THREADS
     selection = catalog.select("g.op", "cpu")
     assert selection.chosen is not None and selection.chosen.backend == "good"
-    assert selection.rejected == (Rejected("broken", f"import failed on first use: {FAILURE}"),)
+    assert selection.rejected == (Rejected("broken", f"import failed on first use: {FAILURE}", RejectKind.IMPORT_FAILED),)
     _assert_not_left_behind(name)
     # Threads already waiting on the broken kernel's lock retry its import: 1 to THREADS attempts.
     assert 1 <= imports.count(name) <= THREADS and imports.count("kc_hard_good") == 1
@@ -259,7 +259,7 @@ def test_strict_a_failed_import_is_not_cached_and_is_retried(flaky: tuple[Path, 
     assert catalog.kernel("g.op")() == "flaky"
     assert imports == ["kc_hard_flaky", "kc_hard_flaky"]  # one failed import, one that worked, then cached
     assert catalog.select("g.op", "cpu").rejected == (
-        Rejected("good", "ranked below flaky by catalog default priority", eligible=True),
+        Rejected("good", "ranked below flaky by catalog default priority", RejectKind.RANKED_BELOW),
     )
 
 
@@ -268,7 +268,7 @@ def test_a_failed_import_is_skipped_for_the_catalogs_lifetime(flaky: tuple[Path,
     directory, flag = flaky
     catalog = kcatalog.load_catalog([directory])
     assert catalog.kernel("g.op")() == "good"
-    recorded = Rejected("flaky", f"import failed on first use: {FLAKY_FAILURE}")
+    recorded = Rejected("flaky", f"import failed on first use: {FLAKY_FAILURE}", RejectKind.IMPORT_FAILED)
     assert catalog.select("g.op", "cpu").rejected == (recorded,)
     _assert_not_left_behind("kc_hard_flaky")
     flag.touch()  # the fix: this catalog keeps skipping the backend (the documented behaviour) ...
@@ -286,6 +286,6 @@ def test_a_failed_import_is_skipped_for_the_catalogs_lifetime(flaky: tuple[Path,
     fresh = kcatalog.load_catalog([directory])  # ... and a new load retries it
     assert fresh.kernel("g.op")() == "flaky"
     assert fresh.select("g.op", "cpu").rejected == (
-        Rejected("good", "ranked below flaky by catalog default priority", eligible=True),
+        Rejected("good", "ranked below flaky by catalog default priority", RejectKind.RANKED_BELOW),
     )
     assert imports == ["kc_hard_flaky", "kc_hard_good", "kc_hard_flaky"]

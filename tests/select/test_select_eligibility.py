@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kcatalog import CatalogError, NoEligibleBackendError, Platform, Rejected
+from kcatalog import CatalogError, NoEligibleBackendError, Platform, Rejected, RejectKind
 
 if TYPE_CHECKING:
     from catalog_builder import Workspace
@@ -79,6 +79,13 @@ ELIGIBLE = {
 }
 
 
+def _kind(restriction: dict[str, Any]) -> RejectKind:
+    """The kind of rejection each restriction gives where it does not hold."""
+    if "requires" in restriction:
+        return RejectKind.REQUIRES
+    return RejectKind.DTYPE if "dtypes" in restriction else RejectKind.CAPABILITY
+
+
 def _catalog(workspace: Workspace, restriction: dict[str, Any], *, fallback: bool) -> Any:
     """Op g.op: backend 'x' with the restriction (ranked first), plus an unrestricted 'ref' if `fallback`."""
     workspace.named_functions("kc_sel_elig", ["x", "ref"])
@@ -96,7 +103,7 @@ def test_ineligible_spec_gives_its_reason(
     catalog = _catalog(workspace, restriction, fallback=True)
     selection = catalog.select("g.op", platform, dtype)
     assert selection.chosen is not None and selection.chosen.backend == "ref"
-    assert selection.rejected == (Rejected("x", reason),)
+    assert selection.rejected == (Rejected("x", reason, _kind(restriction)),)
 
 
 @pytest.mark.parametrize(("restriction", "platform", "dtype"), ELIGIBLE.values(), ids=ELIGIBLE.keys())
@@ -107,7 +114,7 @@ def test_eligible_spec_gives_none(
     selection = catalog.select("g.op", platform, dtype)
     assert selection.chosen is not None and selection.chosen.backend == "x"
     assert selection.rejected == (
-        Rejected("ref", f"ranked below x by {selection.decided_by}", eligible=True),
+        Rejected("ref", f"ranked below x by {selection.decided_by}", RejectKind.RANKED_BELOW),
     )  # x: no reason
 
 
@@ -119,7 +126,7 @@ def test_explicit_backend_that_cannot_run_raises_with_its_reason(
     message = rf"^no backend of op 'g\.op' can run on {re.escape(platform)}: x: {re.escape(reason)}$"
     with pytest.raises(NoEligibleBackendError, match=message) as info:
         catalog.select("g.op", platform, dtype, backend="x")
-    assert info.value.rejected == (Rejected("x", reason),)
+    assert info.value.rejected == (Rejected("x", reason, _kind(restriction)),)
     with pytest.raises(NoEligibleBackendError, match=message):
         catalog.resolve("g.op", platform, dtype, backend="x")
 
@@ -131,7 +138,7 @@ def test_single_backend_that_cannot_run_raises_with_its_reason(
     catalog = _catalog(workspace, restriction, fallback=False)
     selection = catalog.select("g.op", platform, dtype)
     assert selection.chosen is None  # no silent pick of the only backend
-    assert selection.rejected == (Rejected("x", reason),)
+    assert selection.rejected == (Rejected("x", reason, _kind(restriction)),)
     message = rf"^no backend of op 'g\.op' can run on {re.escape(platform)}: x: {re.escape(reason)}$"
     with pytest.raises(NoEligibleBackendError, match=message):
         selection.require()

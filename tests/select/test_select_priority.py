@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kcatalog import Catalog, Rejected
+from kcatalog import Catalog, Rejected, RejectKind
 
 if TYPE_CHECKING:
     from catalog_builder import Workspace
@@ -92,7 +92,7 @@ def test_the_deciding_list_skips_a_backend_that_cannot_run_here(workspace: Works
     )
     selection = workspace.load().select("g.op", "cpu")
     assert (selection.chosen.backend, selection.decided_by) == ("d", OP_PLATFORM)  # type: ignore[union-attr]
-    assert selection.rejected[0] == Rejected("cu", "runs on cuda, not cpu")
+    assert selection.rejected[0] == Rejected("cu", "runs on cuda, not cpu", RejectKind.CAPABILITY)
 
 
 def test_catalog_lists_may_name_backends_an_op_lacks(workspace: Workspace) -> None:

@@ -21,6 +21,8 @@ from ..model import (
     BackendInfo,
     Capability,
     CatalogSettings,
+    Dispatch,
+    Importable,
     KernelSpec,
     LayerClass,
     LayerCondition,
@@ -28,8 +30,11 @@ from ..model import (
     LinkedCatalog,
     ModuleFingerprint,
     OpInfo,
+    Parameters,
     Policy,
+    Target,
     TargetChecks,
+    TargetRole,
     TunedBucket,
     TunedOp,
 )
@@ -52,8 +57,12 @@ MODEL_TYPES: tuple[type, ...] = (
     LayerMapping,
     TunedBucket,
     TunedOp,
+    Target,
+    Importable,
+    Parameters,
+    Dispatch,
 )
-ENUM_TYPES: tuple[type[Enum], ...] = (Severity,)
+ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole)
 _LOCATION = -1
 _ENUM = -2
 _PLAIN = (str, int, float, bool, type(None))

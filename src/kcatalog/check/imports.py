@@ -8,25 +8,24 @@ from typing import TYPE_CHECKING
 
 from .. import codes
 from ..errors import Diagnostic, KernelImportError, Severity
-from ..link.signature import signature_params
 
 if TYPE_CHECKING:
-    from ..model import KernelSpec
+    from ..model import Importable
 
 
-def import_problems(spec: KernelSpec, signature: str | None) -> Iterator[Diagnostic]:
+def import_problems(spec: Importable, declared: tuple[str, ...] | None) -> Iterator[Diagnostic]:
     """A diagnostic (the caller locates it) for a target that fails to import (KC307), is not callable
-    (KC308), or whose parameters differ from the op's declared signature (KC309; none: not compared). Runs
+    (KC308), or whose parameters differ from the op's declared ones (KC309; None: not compared). Runs
     kernel modules' code.
 
     A target whose top-level package is not installed here is unavailable (KC303, a warning), as the
     static check says of it: importing it cannot tell more."""
-    target = spec.target
+    target = str(spec.target)
     try:
         obj = spec.load()
     except KernelImportError as exc:
         cause = exc.__cause__
-        module = target.partition(":")[0]
+        module = spec.target.module
         top = module.partition(".")[0]
         if isinstance(cause, ModuleNotFoundError) and cause.name == top:
             yield Diagnostic(
@@ -44,7 +43,7 @@ def import_problems(spec: KernelSpec, signature: str | None) -> Iterator[Diagnos
     if not callable(obj):
         yield Diagnostic(codes.TARGET_NOT_CALLABLE, f"target {target!r} is a {type(obj).__name__}, not callable")
         return
-    if signature is None:  # the op declares none, or a layer mapping's forward: nothing to compare with
+    if declared is None:  # the op declares no signature, or a layer mapping's forward: nothing to compare with
         return
     try:
         parameters = inspect.signature(obj).parameters.values()
@@ -53,11 +52,10 @@ def import_problems(spec: KernelSpec, signature: str | None) -> Iterator[Diagnos
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters):
         return
     actual = tuple(p.name for p in parameters)
-    declared = signature_params(signature)
     if actual != declared:
         yield Diagnostic(
             codes.TARGET_SIGNATURE_MISMATCH,
-            f"target {target!r} takes ({', '.join(actual)}); op '{spec.op}' declares ({', '.join(declared)})",
+            f"target {target!r} takes ({', '.join(actual)}); op '{spec.owner}' declares ({', '.join(declared)})",
         )
 
 

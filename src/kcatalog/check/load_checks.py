@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing
-from ..model import KernelSpec, Layer, LinkedCatalog, TargetChecks, is_under
+from ..model import Importable, LinkedCatalog, OverrideSet, TargetChecks, TargetRole, is_under
 from ..read.files import SETTINGS_FILE
+from ..select.overrides import OverridesArg, check_overrides, process_overrides
 from .mappings import unavailable_class
-from .overrides import OverridesArg, check_layer, process_layers
 
 Require = Iterable[str] | Mapping[str, Sequence[str]]
+_MAPPING_ROLES = frozenset({TargetRole.FORWARD, TargetRole.PREPARE})  # their owner is a layer mapping, not an op
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class LoadChecks:
     """What the per-load checks found, and what the Catalog and the cache need from them."""
 
     diagnostics: list[Diagnostic]
-    layers: list[Layer]  # the process-wide override layers (KCATALOG_OVERRIDES, ...), strongest first
+    overrides: list[OverrideSet]  # the process-wide override sets (KCATALOG_OVERRIDES, ...), strongest first
     # The static target checks when they were done afresh and found no error, for the cache to keep;
     # None when the known ones still held, or when they found errors (those are never kept).
     fresh_targets: TargetChecks | None
@@ -44,7 +45,7 @@ def check_linked(
     refused = _check_allowed(linked, lists, diagnostics)
     fresh = None
     if check_targets or import_targets:
-        wanted = [spec for spec in linked.declared if id(spec) not in refused]
+        wanted = [spec for spec in linked.declared if spec not in refused]
         fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics)
     if require is not None:
         _check_require(linked, require, diagnostics)
@@ -59,21 +60,21 @@ class _AllowLists:
         self.caller = None if allowed_modules is None else tuple(allowed_modules)
         self.layered = len({spec.layer for spec in linked.declared}) > 1
 
-    def __call__(self, spec: KernelSpec) -> list[tuple[str, tuple[str, ...]]]:
+    def __call__(self, spec: Importable) -> list[tuple[str, tuple[str, ...]]]:
         where = f"{SETTINGS_FILE} allowed_modules" + (f" of layer '{spec.layer}'" if self.layered else "")
         lists = [(where, prefixes) for prefixes in spec.allowed_modules]
         return lists + ([("allowed_modules", self.caller)] if self.caller is not None else [])
 
 
-def _check_allowed(linked: LinkedCatalog, lists: _AllowLists, out: list[Diagnostic]) -> set[int]:
+def _check_allowed(linked: LinkedCatalog, lists: _AllowLists, out: list[Diagnostic]) -> set[Importable]:
     """Every target must sit under an allowed prefix of its layer's settings file and of the caller, when given.
 
-    Returns the ids of the specs refused, whose modules are then never looked for."""
-    refused: set[int] = set()
+    Returns the targets refused, whose modules are then never looked for."""
+    refused: set[Importable] = set()
     for spec in linked.declared:
         for source, prefixes in lists(spec):
-            if not is_under(spec.target.partition(":")[0], prefixes):
-                refused.add(id(spec))
+            if not is_under(spec.target.module, prefixes):
+                refused.add(spec)
                 out.append(
                     Diagnostic(
                         codes.TARGET_NOT_ALLOWED,
@@ -87,14 +88,14 @@ def _check_allowed(linked: LinkedCatalog, lists: _AllowLists, out: list[Diagnost
 
 def _check_targets(
     linked: LinkedCatalog,
-    wanted: list[KernelSpec],
+    wanted: list[Importable],
     import_targets: bool,
     known: TargetChecks | None,
     allow_lists: _AllowLists,
     out: list[Diagnostic],
 ) -> TargetChecks | None:
     classes = [layer_class for mapping in linked.layer_mappings for layer_class in mapping.classes]
-    targets = [*(spec.target for spec in wanted), *(layer_class.target for layer_class in classes)]
+    targets = [*(str(spec.target) for spec in wanted), *(str(layer_class.target) for layer_class in classes)]
     checks = _still_valid(known, targets) if not import_targets else None
     fresh = None
     if checks is None:
@@ -112,29 +113,29 @@ def _check_targets(
         if not any(problem is not None and problem.is_error for problem in problems.values()):
             fresh = checks
     for spec in wanted:
-        problem = checks.problems[spec.target] or _defined_outside(spec, checks, allow_lists)
+        problem = checks.problems[str(spec.target)] or _defined_outside(spec, checks, allow_lists)
         if import_targets and (problem is None or not problem.is_error):
             # The deeper check imports what the static one could not verify (KC304) or found unavailable
             # (KC303) too; what importing finds replaces that warning.
             from .imports import import_problems  # runs kernel modules' code: only when asked
 
-            info = linked.ops.get(spec.op)  # None for a layer mapping's forward
-            signature = None if info is None else info.signature  # None: nothing declared to compare with
-            out.extend(dataclasses.replace(p, location=spec.target_location) for p in import_problems(spec, signature))
+            info = linked.ops.get(spec.owner) if spec.role not in _MAPPING_ROLES else None
+            declared = None if info is None or info.parameters is None else info.parameters.names
+            out.extend(dataclasses.replace(p, location=spec.target_location) for p in import_problems(spec, declared))
         elif problem is not None:
             out.append(dataclasses.replace(problem, location=spec.target_location))
     absent: dict[str, bool] = {}  # top-level package -> not installed here
     for layer_class in classes:  # checked statically only: kcatalog never imports a layer class
-        problem = checks.problems[layer_class.target]
-        if problem is not None and not unavailable_class(layer_class.target, problem, absent):
+        problem = checks.problems[str(layer_class.target)]
+        if problem is not None and not unavailable_class(str(layer_class.target), problem, absent):
             out.append(dataclasses.replace(problem, location=layer_class.location))
     return fresh
 
 
-def _defined_outside(spec: KernelSpec, checks: TargetChecks, allow_lists: _AllowLists) -> Diagnostic | None:
+def _defined_outside(spec: Importable, checks: TargetChecks, allow_lists: _AllowLists) -> Diagnostic | None:
     """KC305 for a target whose object is defined outside an allow-list (a re-export of foreign code):
     importing it would be refused, so validating it is too."""
-    module = checks.defined_in.get(spec.target)
+    module = checks.defined_in.get(str(spec.target))
     if module is None:
         return None
     for source, prefixes in allow_lists(spec):
@@ -183,12 +184,12 @@ def _check_require(linked: LinkedCatalog, require: Require, out: list[Diagnostic
                 )
 
 
-def _check_overrides(linked: LinkedCatalog, overrides: OverridesArg, out: list[Diagnostic]) -> list[Layer]:
+def _check_overrides(linked: LinkedCatalog, overrides: OverridesArg, out: list[Diagnostic]) -> list[OverrideSet]:
     try:
-        layers = process_layers(overrides)
+        sets = process_overrides(overrides)
     except ValueError as exc:
         out.append(Diagnostic(codes.OVERRIDE_MALFORMED, str(exc)))
         return []
-    for layer in layers:
-        out.extend(check_layer(layer, list(linked.ops), linked.known))
-    return layers
+    for found in sets:
+        out.extend(check_overrides(found, list(linked.ops), linked.known))
+    return sets

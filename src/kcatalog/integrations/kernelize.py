@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CatalogError, NamespaceTakenError, NoEligibleBackendError
 from ..model import LayerCondition, LayerMapping
 from ..platform import Platform
+from ..runtime.dispatch import dtype_name
 
 if TYPE_CHECKING:
     import torch
@@ -224,9 +225,8 @@ def _classes(mappings: tuple[LayerMapping, ...]) -> dict[type, list[LayerMapping
     found: dict[type, list[LayerMapping]] = {}
     for mapping in mappings:
         for layer_class in mapping.classes:
-            module_name, _, qualname = layer_class.target.partition(":")
-            obj: Any = sys.modules.get(module_name)
-            for part in qualname.split("."):
+            obj: Any = sys.modules.get(layer_class.target.module)
+            for part in layer_class.target.attr.split("."):
                 obj = getattr(obj, part, None)
             if isinstance(obj, type):
                 found.setdefault(obj, []).append(mapping)
@@ -260,7 +260,7 @@ def _choose(
     """The backend of each op for the module's device and dtype, or why one cannot run there."""
     tensor = next(iter(module.parameters()), None)
     platform = _platform(catalog, device, tensor)
-    dtype = None if tensor is None else str(tensor.dtype).removeprefix("torch.")
+    dtype = None if tensor is None else dtype_name(tensor.dtype)
     choices = []
     for op in mapping.ops:
         try:
@@ -274,6 +274,4 @@ def _platform(catalog: Catalog, device: str | None, tensor: torch.Tensor | None)
     if device is not None and ":" in device and not device.split(":")[1].isdigit():
         return Platform.parse(device)  # 'cuda:9.0', 'hip:gfx942'
     kind = device.split(":")[0] if device is not None else (tensor.device.type if tensor is not None else "cpu")
-    from ..select.handles import platform_of
-
-    return platform_of(catalog, kind)
+    return catalog.platform(kind)

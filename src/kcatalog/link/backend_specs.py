@@ -4,16 +4,15 @@ fake target, so that every target is checked statically."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 
 import yaml
 
 from .. import codes
 from ..errors import did_you_mean
-from ..model import FAKE_REFERENCE, Capability, KernelSpec
+from ..model import Capability, Importable, KernelSpec, Target, TargetRole
 from ..read.yaml_nodes import children, find_node, node_location
-from ..validate.schema import Backend, Op
+from ..validate.schema import FAKE_REFERENCE, Backend, Op
 from ..validate.validator import ValidatedFile
 from .context import LinkContext
 
@@ -53,10 +52,23 @@ def backend_specs(
         for index, capability in enumerate(backend.capabilities):
             context.check_device(capability.device, file, find_node(value_node, ["capabilities", index, "device"]))
         info = context.settings.backends.get(name) if context.settings is not None else None
+        gate = None
+        if backend.eligible is not None:  # the gate's target is checked statically like every target
+            gate_key, gate_value = children(value_node)["eligible"]
+            gate = Importable(
+                Target.parse(backend.eligible),
+                TargetRole.GATE,
+                op_id,
+                node_location(file.path, gate_key),
+                node_location(file.path, gate_value),
+                context.allow_lists(file),
+                context.layer(file),
+                name,
+            )
         specs[name] = KernelSpec(
             op=op_id,
             backend=name,
-            target=backend.target,
+            target=Target.parse(backend.target),
             requires=backend.requires,
             capabilities=tuple(Capability(c.device, c.min_arch, c.max_arch, c.archs) for c in backend.capabilities),
             dtypes=backend.dtypes or op_dtypes,
@@ -66,40 +78,29 @@ def backend_specs(
             auto=backend.auto if backend.auto is not None else info is None or info.auto,
             layer=context.layer(file),
             traceable=backend.traceable,
-            eligible=backend.eligible,
+            gate=gate,
         )
-        context.declared.append(specs[name])
-        if backend.eligible is not None:  # the gate's target is checked statically like every target
-            gate_key, gate_value = children(value_node)["eligible"]
-            context.declared.append(
-                dataclasses.replace(
-                    specs[name],
-                    backend=f"{name} (eligible)",
-                    target=backend.eligible,
-                    location=node_location(file.path, gate_key),
-                    target_location=node_location(file.path, gate_value),
-                    eligible=None,
-                )
-            )
+        context.declared.append(specs[name].declared())
+        if gate is not None:
+            context.declared.append(gate)
     return specs
 
 
-def declare_fake(context: LinkContext, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
-    """A fake given as a target is declared with the backends, so that it is checked as every target is."""
+def declare_fake(
+    context: LinkContext, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node
+) -> Importable | None:
+    """A fake given as a target, declared with the backends so that it is checked as every target is."""
     if op.fake is None or op.fake == FAKE_REFERENCE:
-        return
+        return None
     key_node, value_node = children(op_node)["fake"]
-    context.declared.append(
-        KernelSpec(
-            op=op_id,
-            backend="fake",
-            target=op.fake,
-            requires=(),
-            capabilities=(),
-            dtypes=op.dtypes,
-            location=node_location(file.path, key_node),
-            target_location=node_location(file.path, value_node),
-            allowed_modules=context.allow_lists(file),
-            layer=context.layer(file),
-        )
+    fake = Importable(
+        Target.parse(op.fake),
+        TargetRole.FAKE,
+        op_id,
+        node_location(file.path, key_node),
+        node_location(file.path, value_node),
+        context.allow_lists(file),
+        context.layer(file),
     )
+    context.declared.append(fake)
+    return fake

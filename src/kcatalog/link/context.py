@@ -10,7 +10,7 @@ import yaml
 
 from .. import codes
 from ..errors import Diagnostic, Location, did_you_mean
-from ..model import CatalogLayer, CatalogSettings, KernelSpec
+from ..model import CatalogLayer, CatalogSettings, Importable
 from ..platform import DEVICES
 from ..read.yaml_nodes import children, node_location
 from ..validate.validator import ValidatedFile
@@ -28,7 +28,7 @@ class LinkContext:
     devices: tuple[str, ...] = DEVICES  # the built-in device kinds, and those the settings declare
     # each layer's, for its own files' specs
     layer_allow_lists: Mapping[int, tuple[str, ...] | None] = field(default_factory=dict)
-    declared: list[KernelSpec] = field(default_factory=list)
+    declared: list[Importable] = field(default_factory=list)
 
     def allow_lists(self, file: ValidatedFile) -> tuple[tuple[str, ...], ...]:
         """The allow-lists a target declared in `file` must satisfy: its own layer's, if it has one."""

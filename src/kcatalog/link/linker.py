@@ -45,10 +45,7 @@ def link_files(
     mappings = link_mappings(files, ops, context.allow_lists, diagnostics)
     settings = context.settings
     warnings = tuple(d for d in diagnostics[start:] if not d.is_error)
-    declared = (
-        *context.declared,
-        *(spec for mapping in mappings for spec in (mapping.forward, mapping.prepare) if spec),
-    )
+    declared = (*context.declared, *(t for mapping in mappings for t in (mapping.forward, mapping.prepare) if t))
     return LinkedCatalog(settings, MappingProxyType(ops), declared, warnings, mappings)
 
 
@@ -64,7 +61,7 @@ def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str,
             op_id = f"{manifest.group}.{name}"
             location = node_location(file.path, key_node)
             specs = backend_specs(context, file, op_id, op.dtypes, op.backends, value_node)
-            declare_fake(context, file, op_id, op, value_node)
+            fake = declare_fake(context, file, op_id, op, value_node)
             policy = context.settings.policy if context.settings is not None else None
             check_op_fields(file, op_id, op, location, value_node, policy, context.diagnostics)
             if op_id in pending_ops:
@@ -75,7 +72,7 @@ def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str,
                     location,
                 )
                 continue
-            pending = pending_ops[op_id] = PendingOp(file, name, op_id, op, location, specs)
+            pending = pending_ops[op_id] = PendingOp(file, name, op_id, op, location, specs, fake)
             link_torch_op(pending, value_node)
             groups[op_id] = manifest.group
     link_extensions(context, manifests, pending_ops)

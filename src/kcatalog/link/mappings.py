@@ -9,18 +9,10 @@ import yaml
 
 from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing
-from ..model import KernelSpec, LayerClass, LayerCondition, LayerMapping, OpInfo
+from ..model import Importable, LayerClass, LayerCondition, LayerMapping, OpInfo, Target, TargetRole
 from ..read.yaml_nodes import children, node_location
 from ..validate.mappings import LAYERS_KEY, LayersFile
 from ..validate.validator import ValidatedFile
-
-FORWARD_BACKEND = "forward"
-PREPARE_BACKEND = "prepare"
-
-
-def forward_op(name: str) -> str:
-    """The `op` of a mapping's forward spec: not an op id (those have no ':'), so never confused with one."""
-    return f"layers:{name}"
 
 
 def link_mappings(
@@ -60,12 +52,12 @@ def link_mappings(
                             node_location(file.path, _item(fields["ops"][1], index)),
                         )
                     )
-            forward = _target_spec(file, name, FORWARD_BACKEND, entry.forward, fields, allow_lists(file))
+            forward = _importable(file, name, TargetRole.FORWARD, entry.forward, fields, allow_lists(file))
             prepare = None
             if entry.prepare is not None:
-                prepare = _target_spec(file, name, PREPARE_BACKEND, entry.prepare, fields, allow_lists(file))
+                prepare = _importable(file, name, TargetRole.PREPARE, entry.prepare, fields, allow_lists(file))
             classes = tuple(
-                LayerClass(target, node_location(file.path, _item(fields["classes"][1], index)))
+                LayerClass(Target.parse(target), node_location(file.path, _item(fields["classes"][1], index)))
                 for index, target in enumerate(entry.classes)
             )
             when = children(fields["when"][1]) if "when" in fields else {}
@@ -79,26 +71,23 @@ def link_mappings(
     return tuple(mappings.values())
 
 
-def _target_spec(
+def _importable(
     file: ValidatedFile,
     name: str,
-    field: str,
+    role: TargetRole,
     target: str,
     fields: Mapping[str, tuple[yaml.Node, yaml.Node]],
     allow_lists: tuple[tuple[str, ...], ...],
-) -> KernelSpec:
-    """A mapping's `forward` or `prepare` as a spec: checked, allow-listed and imported like every kernel target."""
-    key_node, value_node = fields[field]
-    return KernelSpec(
-        op=forward_op(name),
-        backend=field,
-        target=target,
-        requires=(),
-        capabilities=(),
-        dtypes=(),
-        location=node_location(file.path, key_node),
-        target_location=node_location(file.path, value_node),
-        allowed_modules=allow_lists,
+) -> Importable:
+    """A mapping's `forward` or `prepare`: checked, allow-listed and imported like every kernel target."""
+    key_node, value_node = fields[role.value]
+    return Importable(
+        Target.parse(target),
+        role,
+        name,
+        node_location(file.path, key_node),
+        node_location(file.path, value_node),
+        allow_lists,
     )
 
 

@@ -12,9 +12,9 @@ import yaml
 
 from .. import codes
 from ..errors import Diagnostic, Location, did_you_mean
-from ..model import FAKE_REFERENCE, Policy
+from ..model import Policy
 from ..read.yaml_nodes import children, find_node, node_location
-from ..validate.schema import Op
+from ..validate.schema import FAKE_REFERENCE, Op
 from ..validate.validator import ValidatedFile
 from .samples import sample_problems
 from .signature import signature_params, signature_positional

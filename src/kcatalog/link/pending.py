@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ..errors import Diagnostic, Location
-from ..model import KernelSpec, OpInfo
-from ..validate.schema import Op
+from ..model import Importable, KernelSpec, OpInfo
+from ..validate.schema import FAKE_REFERENCE, Op
 from ..validate.validator import ValidatedFile
+from .signature import dispatch_of, read_parameters
 
 
 @dataclass
@@ -21,6 +22,7 @@ class PendingOp:
     op: Op
     location: Location
     specs: dict[str, KernelSpec] = field(default_factory=dict)
+    fake: Importable | None = None  # a fake given as a target (declare_fake)
     torch_schema: str | None = None
     torch_problems: list[Diagnostic] = field(default_factory=list)
     # The op's orders with names of the settings' priority lists resolved (see link/priorities.py).
@@ -29,6 +31,7 @@ class PendingOp:
 
     def freeze(self, group: str, layer: str) -> OpInfo:
         op = self.op
+        parameters = None if op.signature is None else read_parameters(op.signature)  # checked by op_fields
         return OpInfo(
             id=self.op_id,
             group=group,
@@ -44,7 +47,10 @@ class PendingOp:
             samples_json=None if op.samples is None else op.samples.model_dump_json(),
             location=self.location,
             backends=MappingProxyType(dict(self.specs)),
-            fake=op.fake,
+            parameters=parameters,
+            dispatch=dispatch_of(parameters, op.dispatch_arg),
+            fake=self.fake,
+            fake_reference=op.fake == FAKE_REFERENCE,
             torch_schema=self.torch_schema,
             torch_problems=tuple(self.torch_problems),
             layer=layer,

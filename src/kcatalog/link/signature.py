@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import functools
+from types import MappingProxyType
 
+from ..model import Dispatch, LiteralValue, Parameters
 from ..read.python import parse
 
 
@@ -52,3 +54,56 @@ def signature_positional(signature: str) -> tuple[str, ...]:
     """Names of the parameters of an op signature that can be given by position."""
     args = parse_signature(signature)
     return tuple(arg.arg for arg in (*args.posonlyargs, *args.args))
+
+
+def read_parameters(signature: str) -> Parameters:
+    """The op's parameter list as the model keeps it, read once at link time; ValueError when it is not valid."""
+    args = parse_signature(signature)
+    positional = [*args.posonlyargs, *args.args]
+    first_default = len(positional) - len(args.defaults)
+    declared: list[tuple[ast.arg, ast.expr | None]] = [
+        (arg, args.defaults[i - first_default] if i >= first_default else None) for i, arg in enumerate(positional)
+    ]
+    declared += list(zip(args.kwonlyargs, args.kw_defaults))
+    defaults: dict[str, LiteralValue] = {}
+    exact = args.vararg is None and args.kwarg is None
+    for arg, default in declared:
+        if default is None:
+            continue
+        try:
+            value = ast.literal_eval(default)
+        except ValueError:  # not a literal: handles forward the arguments as given
+            exact = False
+            continue
+        if _storable(value):
+            defaults[arg.arg] = value
+        else:  # a list or a dict: the load cache keeps scalars and tuples only
+            exact = False
+    return Parameters(
+        positional=tuple(arg.arg for arg in positional),
+        keyword_only=tuple(arg.arg for arg in args.kwonlyargs),
+        required=tuple(arg.arg for arg, default in declared if default is None),
+        defaults=MappingProxyType(defaults),
+        exact=exact,
+    )
+
+
+def _storable(value: object) -> bool:
+    if isinstance(value, tuple):
+        return all(map(_storable, value))
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def dispatch_of(parameters: Parameters | None, dispatch_arg: str | int | None) -> Dispatch:
+    """The argument an op dispatches on: `dispatch_arg` (a name, or a position), else the first parameter; for an
+    op without a signature, the declared position (default 0) or keyword. Linking has checked it exists."""
+    if parameters is None:
+        if isinstance(dispatch_arg, str):
+            return Dispatch(dispatch_arg, None)
+        return Dispatch("", dispatch_arg or 0)
+    positional = parameters.positional
+    if isinstance(dispatch_arg, int):
+        name = positional[dispatch_arg] if dispatch_arg < len(positional) else ""
+    else:
+        name = dispatch_arg or (parameters.names[0] if parameters.names else "")
+    return Dispatch(name, positional.index(name) if name in positional else None)

@@ -9,8 +9,8 @@ import yaml
 
 from .. import codes
 from ..errors import Diagnostic, Severity
-from ..model import FAKE_REFERENCE
 from ..read.yaml_nodes import children, node_location
+from ..validate.schema import FAKE_REFERENCE
 from .pending import PendingOp
 from .signature import signature_params
 from .torch_schema import torch_op_name, torch_schema

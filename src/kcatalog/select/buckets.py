@@ -1,18 +1,17 @@
-"""Selection by token count: which plan entry or tuned bucket covers a call, and the boundary lookup handles use."""
+"""Selection by token count: the tuned tables and the plan of one catalog, which entry or bucket covers a call,
+and the boundary lookup handles use."""
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from ..model import LockedPlan, TunedBucket, TunedOp
 from ..platform import Platform
 from .selection import Pick
-
-if TYPE_CHECKING:
-    from ..registry.catalog import Catalog
 
 
 def covering(buckets: Sequence[TunedBucket], tokens: int) -> TunedBucket | None:
@@ -23,24 +22,49 @@ def covering(buckets: Sequence[TunedBucket], tokens: int) -> TunedBucket | None:
     return None
 
 
-def bucket_lists(catalog: Catalog, op: str, platform: Platform, dtype: str) -> list[tuple[TunedBucket, ...]]:
-    """The buckets of the op's tuned table and of its plan entry (a plan for this platform) for one dtype."""
-    lists = []
-    table = catalog.tuned(op, platform, dtype)
-    if table is not None:
-        lists.append(table.buckets)
-    plan = catalog.plan
-    entry = plan.entries.get((op, dtype)) if plan is not None and plan.platform == str(platform) else None
-    if entry is not None and entry.buckets:
-        lists.append(entry.buckets)
-    return lists
+@dataclass(frozen=True)
+class Tuning:
+    """What chooses backends by measurement: the tuned tables (one per op x platform x dtype) and the loaded plan."""
 
+    tables: Mapping[tuple[str, str, str], TunedOp] = field(default_factory=lambda: MappingProxyType({}))
+    plan: LockedPlan | None = None
+    bucketed: frozenset[str] = frozenset()  # the ops a table or the plan chooses by token count somewhere
 
-def token_probes(catalog: Catalog, op: str, platform: Platform, dtype: str | None) -> tuple[int | None, ...]:
-    """One token count inside each segment of the op's buckets on the platform and dtype (None: not bucketed
-    there), so that resolving at each probe resolves every backend a call could select."""
-    lists = [] if dtype is None else bucket_lists(catalog, op, platform, dtype)
-    return segments(lists).probes if lists else (None,)
+    @classmethod
+    def of(cls, tuned: Iterable[TunedOp], plan: LockedPlan | None) -> Tuning:
+        """The tables by (op, platform, dtype), with the plan."""
+        tables = {(t.op, t.platform, t.dtype): t for t in tuned}
+        bucketed = {t.op for t in tables.values()}
+        if plan is not None:
+            bucketed |= {e.op for e in plan.entries.values() if e.buckets}
+        return cls(MappingProxyType(tables), plan, frozenset(bucketed))
+
+    def table(self, op: str, platform: Platform | str, dtype: str | None) -> TunedOp | None:
+        """The tuned table's buckets for the op on the platform and dtype, or None."""
+        return self.tables.get((op, str(platform), dtype or ""))
+
+    def bucket_lists(self, op: str, platform: Platform, dtype: str) -> list[tuple[TunedBucket, ...]]:
+        """The buckets of the op's tuned table and of its plan entry (a plan for this platform) for one dtype."""
+        lists = []
+        table = self.table(op, platform, dtype)
+        if table is not None:
+            lists.append(table.buckets)
+        plan = self.plan
+        entry = plan.entries.get((op, dtype)) if plan is not None and plan.platform == str(platform) else None
+        if entry is not None and entry.buckets:
+            lists.append(entry.buckets)
+        return lists
+
+    def token_probes(self, op: str, platform: Platform, dtype: str | None) -> tuple[int | None, ...]:
+        """One token count inside each segment of the op's buckets on the platform and dtype (None: not bucketed
+        there), so that resolving at each probe resolves every backend a call could select."""
+        lists = [] if dtype is None else self.bucket_lists(op, platform, dtype)
+        return segments(lists).probes if lists else (None,)
+
+    def picks(self, op: str, platform: Platform, dtype: str | None, tokens: int | None) -> list[Pick]:
+        """The plan's pick, then the tuned table's, for one call (none without a dtype, or a token count where the
+        entry is per bucket)."""
+        return picks(op, platform, dtype, tokens, self.plan, self.table(op, platform, dtype))
 
 
 def tuned_why(table: TunedOp, bucket: TunedBucket) -> str:
@@ -69,15 +93,18 @@ def picks(
     entry = plan.entries.get((op, dtype)) if plan is not None and plan.platform == str(platform) else None
     if entry is not None and plan is not None:
         if entry.backend is not None:
-            found.append(Pick(entry.backend, f"plan {plan.path}", pinned=True))
+            why = f"plan {plan.path}"
+            found.append(Pick(entry.backend, why, why, pinned=True))
         elif tokens is not None:
             bucket = covering(entry.buckets, tokens)
             if bucket is not None:
-                found.append(Pick(bucket.backend, f"plan {plan.path} {bucket.span}", pinned=True))
+                why = f"plan {plan.path} {bucket.span}"
+                found.append(Pick(bucket.backend, why, why, pinned=True))
     if tuned is not None and tokens is not None:
         bucket = covering(tuned.buckets, tokens)
         if bucket is not None:
-            found.append(Pick(bucket.backend, tuned_why(tuned, bucket)))
+            label = f"tuned table for {tuned.platform} {tuned.dtype} {bucket.span}"
+            found.append(Pick(bucket.backend, tuned_why(tuned, bucket), label))
     return found
 
 

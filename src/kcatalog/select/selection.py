@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import NoEligibleBackendError, UnknownBackendError
-from ..model import CatalogSettings, KernelSpec, Layer, OpInfo, Override, Rejected
+from ..errors import NoEligibleBackendError, Rejected, RejectKind, UnknownBackendError
+from ..model import CatalogSettings, KernelSpec, OpInfo, Override, OverrideSet
 from ..platform import Platform, is_installed
 
 
@@ -28,6 +28,38 @@ class Selection:
             raise NoEligibleBackendError(self.op, str(self.platform), self.rejected)
         return self.chosen
 
+    @property
+    def backend(self) -> str:
+        """The chosen backend's name; NoEligibleBackendError listing every backend's reason when none can run."""
+        return self.require().backend
+
+
+@dataclass(frozen=True)
+class SelectRequest:
+    """Everything one selection depends on besides the catalog: the op, where and for what it runs, and what the
+    runtime knows at that moment (its open `use()` scopes, the imports that failed, the per-call gates' verdicts).
+
+    `tokens` (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table;
+    `packages_here=False` takes every backend's `requires` as met (choosing for another machine)."""
+
+    op: str
+    platform: Platform
+    dtype: str | None = None
+    backend: str | None = None
+    tokens: int | None = None
+    scoped: tuple[OverrideSet, ...] = ()  # `use()` blocks open in this context, innermost first
+    failed: Mapping[tuple[str, str], str] | None = None  # (op, backend) -> why its import failed
+    gates: Mapping[str, str] | None = None  # backend -> why its gate refuses this call
+    packages_here: bool = True
+
+
+@dataclass(frozen=True)
+class Ineligible:
+    """Why a backend cannot run: the kind a program switches on, and the reason as prose."""
+
+    kind: RejectKind
+    reason: str
+
 
 @dataclass(frozen=True)
 class Pick:
@@ -35,34 +67,45 @@ class Pick:
 
     backend: str
     why: str  # 'plan plan.yaml', 'tuned table for cuda:9.0 bfloat16 T∈[17, 64]: triton 2.1 µs vs ...'
+    label: str  # what a ranked-below reason names: 'plan plan.yaml', 'tuned table for cuda:9.0 bfloat16 T∈[17, 64]'
     pinned: bool = False  # a plan's: when it cannot be honoured, strict raises
 
 
-def matches_by_strength(layers: Iterable[Layer], op: str) -> Iterator[Override]:
-    """Each layer's most specific override matching `op`, strongest layer first."""
-    for layer in layers:
-        matches = [o for o in layer if o.matches(op)]
+def matches_by_strength(sets: Iterable[OverrideSet], op: str) -> Iterator[Override]:
+    """Each override set's most specific override matching `op`, strongest set first."""
+    for overrides in sets:
+        matches = [o for o in overrides if o.matches(op)]
         if matches:
             yield max(matches, key=lambda o: o.specificity)
 
 
 def ineligibility(
     spec: KernelSpec, platform: Platform, dtype: str | None = None, *, packages_here: bool = True
-) -> str | None:
+) -> Ineligible | None:
     """Why the spec cannot run on the platform for this dtype, or None when it can; `packages_here=False` (a plan
     for another machine) takes its `requires` as met: what is installed here says nothing about there."""
     reason = platform.mismatch(spec.capabilities)
     if reason is not None:
-        return reason
+        return Ineligible(RejectKind.CAPABILITY, reason)
     missing = [dist for dist in spec.requires if packages_here and not is_installed(dist)]
     if missing:
-        return f"needs {', '.join(missing)}, not installed"
+        return Ineligible(RejectKind.REQUIRES, f"needs {', '.join(missing)}, not installed")
     if dtype is not None and spec.dtypes is not None and dtype not in spec.dtypes:
-        return f"does not support {dtype} (supports {', '.join(spec.dtypes)})"
+        return Ineligible(RejectKind.DTYPE, f"does not support {dtype} (supports {', '.join(spec.dtypes)})")
     return None
 
 
-def priority_order(settings: CatalogSettings, info: OpInfo, platform: Platform) -> tuple[tuple[str, ...], str]:
+@dataclass(frozen=True)
+class Order:
+    """An op's backends best first, and the order that decided: `source` as explain shows it, `label` as a
+    ranked-below reason names it."""
+
+    backends: tuple[str, ...]
+    source: str
+    label: str
+
+
+def priority_order(settings: CatalogSettings, info: OpInfo, platform: Platform) -> Order:
     """The op's backends best first, and which order decided: the most specific declared one wins."""
     device = platform.device
     for preferred, source in (
@@ -73,99 +116,106 @@ def priority_order(settings: CatalogSettings, info: OpInfo, platform: Platform) 
     ):
         if preferred:
             ranked = [name for name in preferred if name in info.backends]
-            return tuple(ranked + [name for name in info.backends if name not in ranked]), source
-    return tuple(info.backends), "declaration order"
+            return Order(tuple(ranked + [name for name in info.backends if name not in ranked]), source, source)
+    return Order(tuple(info.backends), "declaration order", "declaration order")
 
 
 def select(
     settings: CatalogSettings,
     info: OpInfo,
-    platform: Platform,
-    dtype: str | None = None,
+    request: SelectRequest,
     *,
-    backend: str | None = None,
-    layers: Sequence[Layer] = (),
-    failed: Mapping[tuple[str, str], str] | None = None,
+    overrides: Sequence[OverrideSet] = (),
     strict: bool = False,
     picks: Sequence[Pick] = (),
-    gates: Mapping[str, str] | None = None,
-    packages_here: bool = True,
 ) -> Selection:
-    """Pick the backend for one call: explicit `backend` > override layers (strongest first) > `picks` (a
-    plan's, then a tuned table's) > priority. `packages_here`: see ineligibility.
+    """Pick the backend for one call: the request's `backend` > its scoped override sets, then the process's
+    `overrides` (strongest first) > `picks` (a plan's, then a tuned table's) > priority.
 
     Every path checks eligibility. An explicit backend that cannot run raises; an override that
     cannot be honoured gives way to the next weaker one, then to priority, with a note (or raises
     when `strict`).
     """
-    failed = failed or {}
-    gates = gates or {}  # backend -> why its per-call gate refuses this call (select/gates.py)
-    order, decided_by = priority_order(settings, info, platform)
+    platform, dtype = request.platform, request.dtype
+    failed = request.failed or {}
+    gates = request.gates or {}  # backend -> why its per-call gate refuses this call (runtime/gates.py)
+    order = priority_order(settings, info, platform)
+    backends, decided_by, label = order.backends, order.source, order.label
 
-    def reason_for(name: str) -> str | None:
+    def reason_for(name: str) -> Ineligible | None:
         spec = info.backends[name]
         if (info.id, name) in failed:
-            return f"import failed on first use: {failed[(info.id, name)]}"
-        return ineligibility(spec, platform, dtype, packages_here=packages_here) or gates.get(name)
+            return Ineligible(RejectKind.IMPORT_FAILED, f"import failed on first use: {failed[(info.id, name)]}")
+        gate = gates.get(name)
+        found = ineligibility(spec, platform, dtype, packages_here=request.packages_here)
+        return found or (None if gate is None else Ineligible(RejectKind.GATE, gate))
+
+    def refused(name: str, why: Ineligible) -> NoEligibleBackendError:
+        return NoEligibleBackendError(info.id, str(platform), [Rejected(name, why.reason, why.kind)])
 
     notes: list[str] = []
     # The backend named by an override (or, for tuned tables and plans, by them): the one `auto: false` does not
     # keep out, since only priority-based choice skips such backends.
     named: str | None = None
-    if backend is not None:
+    if request.backend is not None:
+        backend = request.backend
         if backend not in info.backends:
             raise UnknownBackendError(info.id, backend, list(info.backends), info.location)
-        reason = reason_for(backend)
-        if reason is not None:
-            raise NoEligibleBackendError(info.id, str(platform), [Rejected(backend, reason)])
-        rest = tuple(Rejected(n, "not requested (backend given in the call)") for n in order if n != backend)
-        return Selection(info.id, platform, info.backends[backend], "requested in the call", order, rest)
+        why = reason_for(backend)
+        if why is not None:
+            raise refused(backend, why)
+        rest = tuple(
+            Rejected(n, "not requested (backend given in the call)", RejectKind.NOT_REQUESTED)
+            for n in backends
+            if n != backend
+        )
+        return Selection(info.id, platform, info.backends[backend], "requested in the call", backends, rest)
 
-    for override in matches_by_strength(layers, info.id):  # one that cannot be honoured leaves it to the next
+    for override in matches_by_strength((*request.scoped, *overrides), info.id):  # else the next one decides
         if override.backend not in info.backends:
             if strict:
                 raise UnknownBackendError(info.id, override.backend, list(info.backends), info.location)
             notes.append(f"{override} ignored: op '{info.id}' has no '{override.backend}' backend")
             continue
-        reason = reason_for(override.backend)
-        if reason is not None:
+        why = reason_for(override.backend)
+        if why is not None:
             if strict:
-                raise NoEligibleBackendError(info.id, str(platform), [Rejected(override.backend, reason)])
-            notes.append(f"{override} ignored: {override.backend} cannot run ({reason})")
+                raise refused(override.backend, why)
+            notes.append(f"{override} ignored: {override.backend} cannot run ({why.reason})")
             continue
-        order = (override.backend, *(n for n in order if n != override.backend))
-        decided_by = f"override {override}"
+        backends = (override.backend, *(n for n in backends if n != override.backend))
+        decided_by = label = f"override {override}"
         named = override.backend
         break
     else:
         for pick in picks:
-            reason = (
-                f"op '{info.id}' has no '{pick.backend}' backend"
-                if pick.backend not in info.backends
-                else reason_for(pick.backend)
-            )
-            if reason is not None:
+            if pick.backend not in info.backends:  # linking checks plans and tables against the ops: a safeguard
                 if strict and pick.pinned:
-                    raise NoEligibleBackendError(info.id, str(platform), [Rejected(pick.backend, reason)])
-                notes.append(f"{pick.why} not honoured for op '{info.id}': {pick.backend} cannot run ({reason})")
+                    raise UnknownBackendError(info.id, pick.backend, list(info.backends), info.location)
+                notes.append(f"{pick.why} not honoured for op '{info.id}': it has no '{pick.backend}' backend")
                 continue
-            order = (pick.backend, *(n for n in order if n != pick.backend))
-            decided_by = pick.why
+            why = reason_for(pick.backend)
+            if why is not None:
+                if strict and pick.pinned:
+                    raise refused(pick.backend, why)
+                notes.append(f"{pick.why} not honoured for op '{info.id}': {pick.backend} cannot run ({why.reason})")
+                continue
+            backends = (pick.backend, *(n for n in backends if n != pick.backend))
+            decided_by, label = pick.why, pick.label
             named = pick.backend  # a table or plan may choose an `auto: false` backend
             break
 
     chosen: KernelSpec | None = None
     rejected = []
-    for name in order:
-        reason = reason_for(name)
-        if reason is not None:
-            rejected.append(Rejected(name, reason))
+    for name in backends:
+        why = reason_for(name)
+        if why is not None:
+            rejected.append(Rejected(name, why.reason, why.kind))
         elif name != named and not info.backends[name].auto:
             reason = "not chosen automatically (auto: false); name it with backend=, an override or a plan"
-            rejected.append(Rejected(name, reason, eligible=True))
+            rejected.append(Rejected(name, reason, RejectKind.AUTO_OFF))
         elif chosen is None:
             chosen = info.backends[name]
         else:
-            reason = f"ranked below {chosen.backend} by {decided_by.partition(': ')[0]}"
-            rejected.append(Rejected(name, reason, eligible=True))
-    return Selection(info.id, platform, chosen, decided_by, order, tuple(rejected), tuple(notes))
+            rejected.append(Rejected(name, f"ranked below {chosen.backend} by {label}", RejectKind.RANKED_BELOW))
+    return Selection(info.id, platform, chosen, decided_by, backends, tuple(rejected), tuple(notes))

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..select.selection import ineligibility
-from .inputs import Call, build_call, describe, platform_of, size_sets, with_samples
+from .inputs import Call, build_call, describe, platform_of, samples_of, size_sets, with_samples
 from .report import text_table
 
 if TYPE_CHECKING:
@@ -76,11 +76,11 @@ def plan(
             for spec in ordered:
                 if backends and spec.backend not in backends and spec.backend != info.reference:
                     continue
-                reason = ineligibility(spec, platform, dtype)
-                if reason is None:
+                why = ineligibility(spec, platform, dtype)
+                if why is None:
                     runnable.append(spec)
                 else:
-                    notes.append(f"{op} [{spec.backend}] {dtype}: skipped, {reason}")
+                    notes.append(f"{op} [{spec.backend}] {dtype}: skipped, {why.reason}")
             for kind in kinds:
                 for sizes in size_sets(samples, kind):
                     jobs += [Job(info, spec, dtype, kind, sizes) for spec in runnable]
@@ -116,7 +116,7 @@ def run(
 
 def time_job(job: Job, device: str, copy_gbps: float, seed: int) -> BenchResult:
     """Time one job (CUDA-graph replays for decode shapes on cuda, CUDA events for the rest); errors recorded."""
-    samples = job.info.samples
+    samples = samples_of(job.info)
     assert samples is not None  # plan() only makes jobs for ops with samples
     graphed = device == "cuda" and job.shapes == "decode"
     method = "cuda-graph" if graphed else "cuda-events" if device == "cuda" else "wall-clock"

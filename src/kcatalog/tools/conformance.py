@@ -19,6 +19,7 @@ from .inputs import (
     describe,
     output_part,
     platform_of,
+    samples_of,
     select_output,
     size_sets,
     with_samples,
@@ -81,10 +82,10 @@ def case_seed(base_seed: int, op: str, dtype: str, index: int) -> int:
 
 def runnable(spec: KernelSpec, platform: Platform, dtype: str, interpret: bool) -> str | None:
     """Why the spec cannot be tested here, or None. Under --interpret, Triton kernels run on the CPU."""
-    reason = ineligibility(spec, platform, dtype)
-    if reason is not None and interpret and platform.device == "cpu" and "triton" in spec.requires:
-        reason = ineligibility(spec, Platform("cuda", "9.0"), dtype)  # still honour requires and dtypes
-    return reason
+    why = ineligibility(spec, platform, dtype)
+    if why is not None and interpret and platform.device == "cpu" and "triton" in spec.requires:
+        why = ineligibility(spec, Platform("cuda", "9.0"), dtype)  # still honour requires and dtypes
+    return None if why is None else why.reason
 
 
 def plan(
@@ -136,14 +137,14 @@ def reference_of(catalog: Catalog, case: Case) -> KernelSpec:
     """The reference backend a case is checked against (plan() leaves out the ops that name none)."""
     if case.info.reference is None:
         raise ValueError(f"op '{case.info.id}' names no reference backend to check against")
-    return catalog.get_backend(case.info.id, case.info.reference)
+    return case.info.backends[case.info.reference]
 
 
 def check(case: Case, reference: KernelSpec, device: str) -> CaseResult:
     """Compare one backend with the reference on fresh inputs, in float64."""
     import torch
 
-    info, samples = case.info, case.info.samples
+    info, samples = case.info, samples_of(case.info)
     assert samples is not None  # plan() only makes cases for ops with samples
     tolerance = info.tolerance.get(case.dtype, DEFAULT_TOLERANCE.get(case.dtype, 1e-2))
 

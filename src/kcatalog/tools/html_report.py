@@ -84,8 +84,8 @@ def render(catalog: Catalog, platforms: Sequence[Platform], title: str = "kcatal
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{e(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{e(title)}</h1>",
-        f"<p>{plural(len(catalog), 'op')}, {plural(len(catalog.all_specs()), 'backend spec')}, "
-        f"{plural(len(catalog.catalog_layers), 'layer')}. "
+        f"<p>{plural(len(catalog), 'op')}, {plural(len(catalog.specs()), 'backend spec')}, "
+        f"{plural(len(catalog.layers), 'layer')}. "
         "Hover a cell for the reason <code>kcatalog explain</code> gives; click it for the manifest line.</p>",
         '<p class="legend">' + "".join(f'<span class="{s}">{_MARK[s]}: {s}</span>' for s in _MARK) + "</p>",
         '<h2>Support matrix</h2><table id="matrix"><thead><tr><th rowspan="2">op</th>',
@@ -153,7 +153,7 @@ def _layers(catalog: Catalog) -> list[str]:
     added = contributions(catalog)
     out = ['<h2>Layers</h2><table id="layers"><tr><th>#</th><th>layer</th><th>origin</th><th>paths</th>']
     out.append("<th>ops</th><th>backend specs</th></tr>")
-    for number, layer in enumerate(catalog.catalog_layers, 1):
+    for number, layer in enumerate(catalog.layers, 1):
         part = added[layer.name]
         paths = ", ".join(display_path(Path(p)) for p in layer.paths)
         out.append(

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..link.samples import evaluate
-from ..link.signature import signature_arguments, signature_keyword_only
 from ..platform import Platform
+from ..runtime.dispatch import dtype_name
 from ..validate.schema import Samples, TensorArg
 
 if TYPE_CHECKING:
@@ -27,16 +27,23 @@ def platform_of(catalog: Catalog, device: str) -> Platform:
     return Platform(device) if device == "cpu" else catalog.platform()
 
 
+def samples_of(info: OpInfo) -> Samples | None:
+    """The op's declared samples, validated (they were checked at load, so this cannot fail); the typed model
+    keeps them as JSON text, so that a cached catalog loads without pydantic."""
+    return None if info.samples_json is None else Samples.model_validate_json(info.samples_json)
+
+
 def with_samples(
     catalog: Catalog, ops: Sequence[str], purpose: str, notes: list[str]
 ) -> Iterator[tuple[OpInfo, Samples]]:
     """Each op with the samples it declares; a note for each op that declares none (nothing to `purpose`)."""
     for op in ops:
         info = catalog.info(op)
-        if info.samples is None:
+        samples = samples_of(info)
+        if samples is None:
             notes.append(f"{op}: no samples declared; nothing to {purpose}")
         else:
-            yield info, info.samples
+            yield info, samples
 
 
 def size_sets(samples: Samples, shapes: str = "test") -> list[dict[str, Any]]:
@@ -73,7 +80,7 @@ class Call:
         def copy(value: Any) -> Any:
             if not isinstance(value, torch.Tensor):
                 return value
-            if upcast_from is not None and str(value.dtype).removeprefix("torch.") == upcast_from:
+            if upcast_from is not None and dtype_name(value.dtype) == upcast_from:
                 wide = torch.float64 if value.dtype == torch.float32 else torch.float32
                 return value.to(wide)
             return value.clone()
@@ -95,10 +102,11 @@ def build_call(info: OpInfo, samples: Samples, env: Mapping[str, Any], dtype: st
     generator = torch.Generator().manual_seed(seed)
     values: dict[str, Any] = {}
     positional: int | None = None
-    if info.signature is None:  # the linker refuses samples without a signature (KC209)
+    parameters = info.parameters
+    if parameters is None:  # the linker refuses samples without a signature (KC209)
         raise ValueError(f"op '{info.id}' declares samples but no signature")
-    keyword_only = signature_keyword_only(info.signature)
-    for name, _ in signature_arguments(info.signature):
+    keyword_only = parameters.keyword_only
+    for name in parameters.names:
         if positional is None and (name not in samples.args or name in keyword_only):
             positional = len(values)  # from here on, arguments go by name
         if name not in samples.args:

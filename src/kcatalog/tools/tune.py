@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .bench import BenchResult, Job, time_job
-from .inputs import size_sets, with_samples
+from .inputs import samples_of, size_sets, with_samples
 
 if TYPE_CHECKING:
     from ..model import OpInfo
@@ -41,12 +41,10 @@ class Measured:
 
 def leading_size(info: OpInfo) -> str | None:
     """The size name of the dispatch argument's leading dimension in the op's samples ('T'), if it is one name."""
-    samples = info.samples
+    samples = samples_of(info)
     if samples is None:
         return None
-    from ..select.gates import dispatch_parameter
-
-    spec = samples.args.get(dispatch_parameter(info))
+    spec = samples.args.get(info.dispatch.name)
     shape = getattr(spec, "shape", None)
     first = shape[0] if shape else None
     return first if isinstance(first, str) and first.isidentifier() and first in samples.sizes else None

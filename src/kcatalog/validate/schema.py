@@ -17,9 +17,8 @@ from pydantic import (
     model_validator,
 )
 
-from ..model import FAKE_REFERENCE
-
 FORMAT_VERSION = 1
+FAKE_REFERENCE = "reference"  # `fake: reference`: the op's reference backend, run on fake (meta) tensors
 
 DType = Literal[
     "float64",

@@ -52,9 +52,7 @@ def run(options: argparse.Namespace) -> int:
     selections = [catalog.select(op, platform, options.dtype, tokens=options.tokens) for op in ops]
     torch_ops = {}
     if options.torch_ops:
-        from ...select.torch_ops import describe
-
-        torch_ops = {op: describe(catalog, op, platform=platform) for op in ops}
+        torch_ops = {op: catalog.describe_torch_op(op, platform=platform) for op in ops}
     if options.output_format == "json":
         import json
 
@@ -63,10 +61,10 @@ def run(options: argparse.Namespace) -> int:
             entry["torch_op"] = torch_ops[str(entry["op"])].as_dict()
         print(json.dumps(entries, indent=2))
     else:
-        layered = len(catalog.catalog_layers) > 1
+        layered = len(catalog.layers) > 1
 
         def layer(backend: str, op: str) -> str:
-            return f" [layer {catalog.get_backend(op, backend).layer}]" if layered else ""
+            return f" [layer {catalog.info(op).backends[backend].layer}]" if layered else ""
 
         for s in selections:
             chosen = (
@@ -79,10 +77,10 @@ def run(options: argparse.Namespace) -> int:
                 print(f"  note: {note}")
             for r in s.rejected:
                 print(f"  {r.backend}{layer(r.backend, s.op)}: {r.reason}")
-            for spec in catalog.get(s.op):
-                if spec.eligible:
-                    print(f"  {spec.backend}: gated per call by {spec.eligible} (asked once per argument shape)")
-            table = catalog.tuned(s.op, s.platform, options.dtype) if options.tokens is None else None
+            for spec in catalog.specs(s.op):
+                if spec.gate is not None:
+                    print(f"  {spec.backend}: gated per call by {spec.gate.target} (asked once per argument shape)")
+            table = catalog.tuning.table(s.op, s.platform, options.dtype) if options.tokens is None else None
             if table is not None:
                 buckets = ", ".join(f"{b.span} {b.backend}" for b in table.buckets)
                 print(f"  tuned table for {table.platform} {table.dtype}: {buckets} (--tokens N picks one)")
@@ -96,10 +94,10 @@ def _as_dict(catalog: Catalog, s: Selection) -> dict[str, Any]:
         "op": s.op,
         "platform": str(s.platform),
         "chosen": s.chosen.backend if s.chosen else None,
-        "target": s.chosen.target if s.chosen else None,
+        "target": str(s.chosen.target) if s.chosen else None,
         "decided_by": s.decided_by,
         "notes": list(s.notes),
         "order": list(s.order),
-        "rejected": [{"backend": r.backend, "reason": r.reason} for r in s.rejected],
+        "rejected": [{"backend": r.backend, "kind": r.kind.value, "reason": r.reason} for r in s.rejected],
         "layers": {name: spec.layer for name, spec in catalog.info(s.op).backends.items()},
     }

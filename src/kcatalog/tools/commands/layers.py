@@ -36,8 +36,8 @@ class Contribution:
 def contributions(catalog: Catalog) -> dict[str, Contribution]:
     """Each layer's contribution, by layer name."""
     result = {}
-    for layer in catalog.catalog_layers:
-        specs = [spec for spec in catalog.all_specs() if spec.layer == layer.name]
+    for layer in catalog.layers:
+        specs = [spec for spec in catalog.specs() if spec.layer == layer.name]
         lists = {prefixes for spec in specs for prefixes in spec.allowed_modules}
         result[layer.name] = Contribution(
             ops=[op for op in catalog if catalog.info(op).layer == layer.name],
@@ -64,12 +64,12 @@ def run(options: argparse.Namespace) -> int:
                 "backend_specs": added[layer.name].specs,
                 "allowed_modules": added[layer.name].allowed_modules,
             }
-            for layer in catalog.catalog_layers
+            for layer in catalog.layers
         ]
         print(json.dumps(document, indent=2))
         return 0
     rows = [["#", "layer", "origin", "contributes"]]
-    for number, layer in enumerate(catalog.catalog_layers, 1):
+    for number, layer in enumerate(catalog.layers, 1):
         part = added[layer.name]
         text = f"{plural(len(part.ops), 'op')}, {plural(part.specs, 'backend spec')}"
         if part.backends:

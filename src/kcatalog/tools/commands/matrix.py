@@ -45,7 +45,7 @@ def run(options: argparse.Namespace) -> int:
                         "dtypes": None if spec.dtypes is None else list(spec.dtypes),
                         "layer": spec.layer,
                     }
-                    for spec in catalog.get(op)
+                    for spec in catalog.specs(op)
                 },
             }
             for op in catalog
@@ -57,5 +57,5 @@ def run(options: argparse.Namespace) -> int:
         info = catalog.info(op)
         rows.append([op, *("ref" if b == info.reference else "yes" if b in info.backends else "-" for b in backends)])
     print(text_table(rows))
-    print(f"{plural(len(catalog), 'op')}, {plural(len(catalog.all_specs()), 'backend spec')}")
+    print(f"{plural(len(catalog), 'op')}, {plural(len(catalog.specs()), 'backend spec')}")
     return 0

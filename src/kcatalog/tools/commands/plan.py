@@ -30,7 +30,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(options: argparse.Namespace) -> int:
     """Write the plan, or compare one with this machine (exit 1 listing the ops that differ)."""
-    from ...select.plan import plan_text, resolve_plan
+    from ...runtime.planning import plan_text, resolve_plan
 
     paths = catalog_paths(options)
     if options.tuned:  # tuned tables on top of the given layers (default: the shipped catalog)
@@ -41,7 +41,7 @@ def run(options: argparse.Namespace) -> int:
     platform = platform_of_catalog(catalog, options.platform) if options.platform else catalog.platform()
     if options.check is not None:
         return _check(options, catalog, platform)
-    resolved = resolve_plan(catalog, platform, options.dtype, here=_runs_here(platform, catalog.platform()))
+    resolved = resolve_plan(catalog.runtime, platform, options.dtype, here=_runs_here(platform, catalog.platform()))
     text = plan_text(resolved, shlex.join(["kcatalog", *sys.argv[1:]]))
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -61,7 +61,7 @@ def _runs_here(platform: Platform, detected: Platform) -> bool:
 def _check(options: argparse.Namespace, catalog: Catalog, platform: Platform) -> int:
     from ...errors import CatalogError, Diagnostic
     from ...link.plan import read_plan
-    from ...select.plan import differences, locked_choices, resolve_plan
+    from ...runtime.planning import differences, locked_choices, resolve_plan
 
     found: list[Diagnostic] = []
     locked = read_plan(
@@ -74,7 +74,7 @@ def _check(options: argparse.Namespace, catalog: Catalog, platform: Platform) ->
     if str(platform) != locked.platform:
         lines = [f"plan is for {locked.platform}; this machine is {platform}"]
     else:
-        lines = differences(locked_choices(locked), resolve_plan(catalog, platform, options.dtype))
+        lines = differences(locked_choices(locked), resolve_plan(catalog.runtime, platform, options.dtype))
     for line in lines:
         print(line)
     print(f"{len(lines)} difference{'s' * (len(lines) != 1)} from {options.check}" if lines else "Plan holds.")

@@ -3,22 +3,16 @@ torch.compile they call the op's registered torch op instead, so that the graph 
 
 from __future__ import annotations
 
-import ast
 import bisect
 import keyword
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable
 
-from ..link.signature import parse_signature
-from ..platform import Platform
-
-if TYPE_CHECKING:
-    from ..model import OpInfo
-    from ..registry.catalog import Catalog, OverrideScopes
-    from .buckets import BucketDispatch
-
-_T = TypeVar("_T")
+from ..model import OpInfo, Parameters
+from ..select.buckets import BucketDispatch, dispatch_for, segments
+from .dispatch import Dispatcher, dtype_name, resolve_once
+from .gates import is_gated, make_gated
 
 # The handle is generated with the op's own parameter list, because forwarding through
 # *args/**kwargs costs more than everything else the handle does. Only identifiers of the parsed
@@ -77,29 +71,23 @@ class CallCode:
 
 def call_code(info: OpInfo, *, exact: bool = False) -> CallCode:
     """How generated code takes the op's parameters; `exact` refuses the *args/**kwargs fallback (ValueError)."""
-    if info.signature is None:  # any arguments: forward them as given, dispatch on the declared one
+    parameters, dispatch = info.parameters, info.dispatch
+    if parameters is None:  # any arguments: forward them as given, dispatch on the declared one
         if exact:
             raise ValueError(f"op '{info.id}' declares no signature")
-        return _forwarding_code(info.dispatch_arg if info.dispatch_arg is not None else 0)
-    args = parse_signature(info.signature)
-    positional = [*args.posonlyargs, *args.args]
-    names = [a.arg for a in (*positional, *args.kwonlyargs)]
-    if isinstance(info.dispatch_arg, int):
-        if info.dispatch_arg >= len(positional):
-            raise ValueError(f"op '{info.id}': dispatch position {info.dispatch_arg} is not in {info.signature}")
-        dispatch = positional[info.dispatch_arg].arg
-    else:
-        dispatch = info.dispatch_arg or (names[0] if names else "")
-    if dispatch not in names:
-        raise ValueError(f"op '{info.id}': dispatch argument '{dispatch}' is not in its signature {info.signature}")
-    try:
-        return _exact_code(args, positional, dispatch)
-    except ValueError:  # variadic parameters or non-literal defaults: forward everything as given
-        if exact:
-            raise
-        index = names.index(dispatch)
-        bind = f"tensor = args[{index}] if len(args) > {index} else kwargs[{dispatch!r}]\n    "
-        return CallCode("*args, **kwargs", "*args, **kwargs", "tensor", bind, {})
+        return _forwarding_code(dispatch.name if dispatch.index is None else dispatch.index)
+    if parameters.exact and all(_usable(name) for name in parameters.names):
+        return _exact_code(parameters, dispatch.name)
+    if exact:
+        raise ValueError(f"op '{info.id}': its parameters cannot be taken exactly ({info.signature})")
+    # variadic parameters or non-literal defaults: forward everything as given
+    found = f"args[{dispatch.index}] if len(args) > {dispatch.index} else " if dispatch.index is not None else ""
+    bind = f"tensor = {found}kwargs[{dispatch.name!r}]\n    "
+    return CallCode("*args, **kwargs", "*args, **kwargs", "tensor", bind, {})
+
+
+def _usable(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_kc_")
 
 
 def _forwarding_code(dispatch: str | int) -> CallCode:
@@ -124,28 +112,18 @@ def _no_dispatch_arg(op_id: str, dispatch: str | int | None) -> Callable[..., An
     return missing
 
 
-def _exact_code(args: ast.arguments, positional: list[ast.arg], dispatch: str) -> CallCode:
-    if args.vararg or args.kwarg:
-        raise ValueError("variadic signature")
+def _exact_code(parameters: Parameters, dispatch: str) -> CallCode:
     defaults: dict[str, Any] = {}
     params, call = [], []
-    first_default = len(positional) - len(args.defaults)
-    declared = [
-        (arg, args.defaults[i - first_default] if i >= first_default else None) for i, arg in enumerate(positional)
-    ]
-    keyword_only = list(zip(args.kwonlyargs, args.kw_defaults))
-    for index, (arg, default) in enumerate([*declared, *keyword_only]):
-        name = arg.arg
-        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_kc_"):
-            raise ValueError(f"parameter name {name!r}")
-        if index == len(declared):
+    for index, name in enumerate(parameters.names):
+        if index == len(parameters.positional):
             params.append("*")
-        if default is None:
-            params.append(name)
-        else:
-            defaults[f"_kc_default_{name}"] = ast.literal_eval(default)  # ValueError unless a literal
+        if name in parameters.defaults:
+            defaults[f"_kc_default_{name}"] = parameters.defaults[name]
             params.append(f"{name}=_kc_default_{name}")
-        call.append(name if index < len(declared) else f"{name}={name}")
+        else:
+            params.append(name)
+        call.append(name if index < len(parameters.positional) else f"{name}={name}")
     return CallCode(", ".join(params), ", ".join(call), dispatch, "", defaults)
 
 
@@ -169,27 +147,17 @@ def bind_torch_op(handle: Callable[..., Any], torch_op: Any, is_compiling: Calla
     namespace["_kc_torch_op"] = torch_op
 
 
-def resolve_once(lock: threading.Lock, table: dict[Any, Any], key: Any, resolve: Callable[[], _T]) -> _T:
-    """The callable for `key`, resolved (and imported) once however many threads make the first call."""
-    with lock:
-        fn: _T | None = table.get(key)
-        if fn is None:
-            fn = table[key] = resolve()
-    return fn
-
-
-def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Callable[..., Any]:
+def make_handle(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
     """Build the dispatching callable for one op."""
     lock = threading.Lock()
     op_id = info.id
+    resolve_spec = dispatcher.resolve
     by_cuda: dict[Any, Callable[..., Any]] = {}
     by_cpu: dict[Any, Callable[..., Any]] = {}
     by_device: dict[tuple[str, Any], Callable[..., Any]] = {}
 
     def resolve(tensor: Any, tokens: int | None = None) -> Callable[..., Any]:
-        return catalog.resolve(
-            op_id, platform_of(catalog, tensor.device.type), str(tensor.dtype).removeprefix("torch."), tokens=tokens
-        )
+        return resolve_spec(tensor.device.type, dtype_name(tensor.dtype), tokens, None).load()
 
     def resolve_locked(tensor: Any, tokens: int | None = None) -> Callable[..., Any]:
         with lock:
@@ -207,10 +175,10 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
         return resolve_once(lock, *slot(tensor), lambda: resolve(tensor))
 
     def first_bucketed(tensor: Any) -> Any:
-        return resolve_once(lock, *slot(tensor), lambda: bucket_dispatch(catalog, op_id, tensor, resolve))
+        return resolve_once(lock, *slot(tensor), lambda: bucket_dispatch(dispatcher, tensor.device.type, tensor))
 
     namespace: dict[str, Any] = {
-        "_kc_scopes": scopes,
+        "_kc_scopes": dispatcher.scopes,
         "_kc_resolve": resolve_locked,
         "_kc_first_call": first_call,
         "_kc_by_cuda": by_cuda,
@@ -222,11 +190,9 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
         "_kc_first_bucketed": first_bucketed,
         "_kc_bisect": bisect.bisect_left,
     }
-    from .gates import is_gated, make_gated
-
-    template = _BUCKETED if catalog.is_bucketed(op_id) else _TEMPLATE
+    template = _BUCKETED if dispatcher.bucketed else _TEMPLATE
     if is_gated(info):
-        template, namespace["_kc_gated"] = _GATED, make_gated(catalog, info, scopes)
+        template, namespace["_kc_gated"] = _GATED, make_gated(info, dispatcher)
     handle = generate(template, call_code(info), namespace, "handle", f"<kcatalog op handle {op_id}>")
     handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")
     signature = info.signature or "(*args, **kwargs)"
@@ -234,23 +200,9 @@ def make_handle(catalog: Catalog, info: OpInfo, scopes: OverrideScopes) -> Calla
     return handle
 
 
-def bucket_dispatch(
-    catalog: Catalog, op: str, tensor: Any, resolve: Callable[[Any, int | None], Callable[..., Any]]
-) -> BucketDispatch:
+def bucket_dispatch(dispatcher: Dispatcher, device: str, tensor: Any) -> BucketDispatch:
     """The boundary lookup for one (device, dtype): every segment of the plan's and the tuned table's buckets
     resolved (and imported) now, so that a call only bisects."""
-    from .buckets import bucket_lists, dispatch_for, segments
-
-    lists = bucket_lists(
-        catalog, op, platform_of(catalog, tensor.device.type), str(tensor.dtype).removeprefix("torch.")
-    )
-    return dispatch_for(segments(lists), lambda tokens: resolve(tensor, tokens))
-
-
-def platform_of(catalog: Catalog, device: str) -> Platform:
-    """The platform a tensor's device type means here: torch calls ROCm devices 'cuda' too, and the detected
-    platform knows which this is (and its architecture)."""
-    here = catalog.platform()
-    if device == "cuda" and here.device in ("cuda", "hip"):
-        return here
-    return here if device == here.device else Platform(device)
+    dtype = dtype_name(tensor.dtype)
+    lists = dispatcher.bucket_lists(device, dtype)
+    return dispatch_for(segments(lists), lambda tokens: dispatcher.resolve(device, dtype, tokens, None).load())

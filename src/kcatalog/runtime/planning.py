@@ -6,15 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from ..model import TunedBucket
-from .buckets import bucket_lists, segments
-
-if TYPE_CHECKING:
-    from ..model import LockedPlan
-    from ..platform import Platform
-    from ..registry.catalog import Catalog
+from ..errors import CatalogError
+from ..model import LockedPlan, TunedBucket
+from ..platform import Platform
+from ..select.buckets import segments
+from .room import Runtime
 
 # One op and dtype: a backend for every call, or (low, high, backend) per bucket of token counts.
 Choice = str | tuple[tuple[int, int | None, str], ...]
@@ -31,7 +28,7 @@ class ResolvedPlan:
 
 
 def resolve_plan(
-    catalog: Catalog, platform: Platform, dtypes: Sequence[str] = (), *, here: bool = True
+    runtime: Runtime, platform: Platform, dtypes: Sequence[str] = (), *, here: bool = True
 ) -> ResolvedPlan:
     """Resolve every op for each dtype, per bucket where a tuned table or the loaded plan has buckets. `here`:
     the platform is this machine's, so each chosen backend is imported and a failed import shows as its
@@ -42,24 +39,24 @@ def resolve_plan(
         notes.append(f"planned for {platform} on another machine: no backend was imported and every `requires` was "
                      f"taken as installed there, so a backend whose import fails there falls back at run time "
                      f"(`kcatalog plan --check` there tells)")  # fmt: skip
-    for op in catalog.ops():
-        info = catalog.info(op)
+    for op in runtime.value.ops():
+        info = runtime.value.info(op)
         if info.dtypes is None:  # a plan's entries are per dtype; an op that takes any dtype is left to priority
             notes.append(f"{op}: declares no dtypes; left out")
             continue
         for dtype in [d for d in info.dtypes if not dtypes or d in dtypes]:
-            choice = _choice(catalog, op, platform, dtype, here)
+            choice = _choice(runtime, op, platform, dtype, here)
             if choice is None:
                 notes.append(f"{op} {dtype}: nothing eligible on {platform}; left out")
             else:
                 choices.setdefault(op, {})[dtype] = choice
-    return ResolvedPlan(str(platform), catalog.digest, choices, tuple(notes))
+    return ResolvedPlan(str(platform), runtime.value.digest, choices, tuple(notes))
 
 
-def _choice(catalog: Catalog, op: str, platform: Platform, dtype: str, here: bool) -> Choice | None:
-    lists = bucket_lists(catalog, op, platform, dtype)
+def _choice(runtime: Runtime, op: str, platform: Platform, dtype: str, here: bool) -> Choice | None:
+    lists = runtime.value.tuning.bucket_lists(op, platform, dtype)
     if not lists:
-        return _backend(catalog, op, platform, dtype, None, here)
+        return _backend(runtime, op, platform, dtype, None, here)
     cut = segments(lists)
     rows: list[tuple[int, int | None, str]] = []
     for index, probe in enumerate(cut.probes):
@@ -67,7 +64,7 @@ def _choice(catalog: Catalog, op: str, platform: Platform, dtype: str, here: boo
         high = cut.edges[index] if index < len(cut.edges) else None
         if high is not None and high < 1:
             continue  # no call has fewer than one token in the leading dimension
-        backend = _backend(catalog, op, platform, dtype, probe, here)
+        backend = _backend(runtime, op, platform, dtype, probe, here)
         if backend is None:
             return None
         if rows and rows[-1][2] == backend:
@@ -77,13 +74,11 @@ def _choice(catalog: Catalog, op: str, platform: Platform, dtype: str, here: boo
     return rows[0][2] if len(rows) == 1 else tuple(rows)
 
 
-def _backend(catalog: Catalog, op: str, platform: Platform, dtype: str, tokens: int | None, here: bool) -> str | None:
-    from ..errors import CatalogError
-
+def _backend(runtime: Runtime, op: str, platform: Platform, dtype: str, tokens: int | None, here: bool) -> str | None:
     try:
         if here:
-            return catalog.resolve_spec(op, platform, dtype, tokens=tokens).backend  # imported: a fallback shows
-        return catalog.select(op, platform, dtype, tokens=tokens, packages_here=False).require().backend
+            return runtime.resolve_spec(op, platform, dtype, tokens=tokens).backend  # imported: a fallback shows
+        return runtime.select(op, platform, dtype, tokens=tokens, packages_here=False).backend
     except CatalogError:
         return None
 

@@ -1,4 +1,4 @@
-"""Backend overrides: parsing, validation against the catalog, and their precedence layers."""
+"""Backend overrides: parsing, validation against the catalog, and the order of their sources."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing
-from ..model import Layer, Override
+from ..model import Override, OverrideSet
 
 ENV_OVERRIDES = "KCATALOG_OVERRIDES"
 ENV_BACKEND = "KCATALOG_BACKEND"
@@ -15,7 +15,7 @@ ENV_BACKEND = "KCATALOG_BACKEND"
 OverridesArg = Mapping[str, str] | str | None
 
 
-def parse_overrides(value: OverridesArg, source: str) -> Layer:
+def parse_overrides(value: OverridesArg, source: str) -> OverrideSet:
     """'a.*=triton,b.c=torch' or {'a.*': 'triton'} to overrides; ValueError saying what is malformed."""
     if value is None:
         return ()
@@ -31,25 +31,25 @@ def parse_overrides(value: OverridesArg, source: str) -> Layer:
     return tuple(Override(pattern, backend, source) for pattern, backend in pairs)
 
 
-def process_layers(overrides: OverridesArg, environ: Mapping[str, str] | None = None) -> list[Layer]:
-    """The process-wide layers, strongest first: KCATALOG_OVERRIDES, KCATALOG_BACKEND, then `overrides=`.
+def process_overrides(overrides: OverridesArg, environ: Mapping[str, str] | None = None) -> list[OverrideSet]:
+    """The process-wide override sets, strongest first: KCATALOG_OVERRIDES, KCATALOG_BACKEND, then `overrides=`.
 
     The environment beats code so an operator can bisect numerics without editing the application.
     Raises ValueError for malformed text.
     """
     env = os.environ if environ is None else environ
-    layers = [parse_overrides(env.get(ENV_OVERRIDES) or None, ENV_OVERRIDES)]
+    sets = [parse_overrides(env.get(ENV_OVERRIDES) or None, ENV_OVERRIDES)]
     forced = (env.get(ENV_BACKEND) or "").strip()
-    layers.append((Override("*", forced, ENV_BACKEND),) if forced else ())
-    layers.append(parse_overrides(overrides, "overrides="))
-    return [layer for layer in layers if layer]
+    sets.append((Override("*", forced, ENV_BACKEND),) if forced else ())
+    sets.append(parse_overrides(overrides, "overrides="))
+    return [overrides for overrides in sets if overrides]
 
 
-def check_layer(layer: Layer, ops: Sequence[str], backends: Iterable[str]) -> list[Diagnostic]:
+def check_overrides(overrides: OverrideSet, ops: Sequence[str], backends: Iterable[str]) -> list[Diagnostic]:
     """A diagnostic for each unknown backend (KC601) or pattern matching no op (KC602), naming valid values."""
     known = list(backends)
     problems = []
-    for override in layer:
+    for override in overrides:
         if override.backend not in known:
             problems.append(
                 Diagnostic(

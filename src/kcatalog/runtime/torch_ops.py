@@ -13,17 +13,15 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import CatalogError, Diagnostic, NamespaceTakenError
-from ..link.signature import parse_signature
 from ..link.torch_schema import torch_op_name
-from ..model import FAKE_REFERENCE, KernelSpec, OpInfo
+from ..model import Importable, OpInfo
 from ..platform import Platform
-from .handles import CallCode, bind_torch_op, bucket_dispatch, call_code, generate, platform_of, resolve_once
-
-if TYPE_CHECKING:
-    from ..registry.catalog import Catalog, OverrideScopes
+from .dispatch import Dispatcher, dtype_name, resolve_once
+from .gates import is_gated, make_gated
+from .handles import CallCode, bind_torch_op, bucket_dispatch, call_code, generate
 
 # The dispatch keys an op gets an implementation for, and the device type each one means. Torch's ROCm build
 # dispatches HIP tensors through the CUDA key too; the detected platform says which of the two this is.
@@ -70,10 +68,18 @@ class TorchOp:
 class TorchOps:
     """The torch ops one catalog has registered, by namespace, and the op handles to route through them."""
 
-    def __init__(self, catalog: Catalog, scopes: OverrideScopes) -> None:
-        # Registered torch ops live as long as the process, and their implementations use the catalog: held here.
-        self._catalog = catalog
-        self._scopes = scopes
+    def __init__(
+        self,
+        info: Callable[[str], OpInfo],
+        ops: Callable[[], list[str]],
+        dispatcher: Callable[[str, str | None], Dispatcher],
+        note: Callable[[str], None],
+    ) -> None:
+        # Registered torch ops live as long as the process, and their implementations use the runtime's callables.
+        self._info = info
+        self._ops = ops
+        self._dispatcher = dispatcher  # (op, device type) -> what the op's implementation for it asks
+        self._note = note
         self.lock = threading.Lock()
         self.ops: dict[tuple[str, str], TorchOp] = {}  # (namespace, op id) -> op
         self._libraries: list[Any] = []  # torch.library.Library objects: a registration lives as long as its own
@@ -99,11 +105,10 @@ class TorchOps:
 
     def register(self, namespace: str, ops: Iterable[str] | str | None, traced: bool = False) -> Mapping[str, Any]:
         """See Catalog.register_torch_ops."""
-        catalog = self._catalog
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise CatalogError(f"torch op namespace {namespace!r} is not an identifier")
-        wanted = [ops] if isinstance(ops, str) else list(catalog.ops() if ops is None else ops)
-        infos = [catalog.info(op) for op in dict.fromkeys(wanted)]  # UnknownOpError names what exists
+        wanted = [ops] if isinstance(ops, str) else list(self._ops() if ops is None else ops)
+        infos = [self._info(op) for op in dict.fromkeys(wanted)]  # UnknownOpError names what exists
         import torch
 
         with self.lock:
@@ -178,43 +183,37 @@ class TorchOps:
 
     def _impl(self, info: OpInfo, device: str, code: CallCode) -> Callable[..., Any]:
         """The implementation for one device type: the catalog's choice for each dtype, resolved on first use."""
-        catalog, op_id = self._catalog, info.id
+        op_id = info.id
+        dispatcher = self._dispatcher(op_id, device)
         lock = threading.Lock()
         by_dtype: dict[Any, Callable[..., Any]] = {}
 
         def resolve(dtype: Any, tokens: int | None = None) -> Callable[..., Any]:
-            return catalog.resolve(op_id, platform_of(catalog, device), _dtype_name(dtype), tokens=tokens)
+            return dispatcher.resolve(device, dtype_name(dtype), tokens, None).load()
 
         def resolve_locked(dtype: Any, tokens: int | None = None) -> Callable[..., Any]:
             with lock:
                 return resolve(dtype, tokens)
 
         def first_bucketed(tensor: Any) -> Any:
-            return resolve_once(
-                lock,
-                by_dtype,
-                tensor.dtype,
-                lambda: bucket_dispatch(catalog, op_id, tensor, lambda t, tokens: resolve(t.dtype, tokens)),
-            )
+            return resolve_once(lock, by_dtype, tensor.dtype, lambda: bucket_dispatch(dispatcher, device, tensor))
 
         def first_call(dtype: Any) -> Callable[..., Any]:
             return resolve_once(lock, by_dtype, dtype, lambda: resolve(dtype))
 
         namespace: dict[str, Any] = {
-            "_kc_scopes": self._scopes,
+            "_kc_scopes": dispatcher.scopes,
             "_kc_resolve": resolve_locked,
             "_kc_first_call": first_call,
             "_kc_by_dtype": by_dtype,
             "_kc_first_bucketed": first_bucketed,
             "_kc_bisect": bisect.bisect_left,
         }
-        from .gates import is_gated, make_gated
-
-        template = _IMPL_BUCKETED if catalog.is_bucketed(op_id) else _IMPL
+        template = _IMPL_BUCKETED if dispatcher.bucketed else _IMPL
         if is_gated(info):
             template, namespace["_kc_gated"] = (
                 "def impl({params}):\n    return _kc_gated({call})\n",
-                make_gated(catalog, info, self._scopes, device),
+                make_gated(info, dispatcher),
             )
         impl = generate(template, code, namespace, "impl", f"<kcatalog torch op {op_id} {device}>")
         impl.__name__ = impl.__qualname__ = f"{torch_op_name(op_id)}_{device}"
@@ -229,14 +228,14 @@ class TorchOps:
 
         from ..kernels import tracing
 
-        catalog, op_id = self._catalog, info.id
-        signature = parse_signature(info.signature)
-        positional = [arg.arg for arg in (*signature.posonlyargs, *signature.args)]
+        op_id = info.id
+        dispatcher = self._dispatcher(op_id, None)
         # The dispatcher passes positional parameters positionally, keyword-only ones as keywords.
-        index = positional.index(dispatch) if dispatch in positional else len(positional)
+        assert info.parameters is not None  # an op with a torch schema has a signature
+        index = info.dispatch.index if info.dispatch.index is not None else len(info.parameters.positional)
         plain = (torch.Tensor, FunctionalTensor)
-        bucketed = catalog.is_bucketed(op_id)
-        gated = any(spec.eligible for spec in info.backends.values())
+        bucketed = dispatcher.bucketed
+        gated = is_gated(info)
 
         def rule(mode: Any, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             tensor = args[index] if index < len(args) else kwargs[dispatch]
@@ -247,9 +246,7 @@ class TorchOps:
                 tokens = tensor.shape[0] if tensor.dim() else None  # and the node dispatches by bucket per call
                 if not isinstance(tokens, int):
                     return mode.__torch_dispatch__(func, types, args, kwargs)
-            spec = catalog.resolve_spec(
-                op_id, platform_of(catalog, tensor.device.type), _dtype_name(tensor.dtype), tokens=tokens
-            )
+            spec = dispatcher.resolve(tensor.device.type, dtype_name(tensor.dtype), tokens, None)
             # torch.export keeps custom ops whole, and so does a tensor subclass that is not torch's own.
             whole = custom_triton_ops_decomposition_disabled() or any(  # type: ignore[no-untyped-call]
                 not issubclass(t, FakeTensor) and t not in plain for t in types
@@ -259,14 +256,10 @@ class TorchOps:
                     with mode, tracing.tracing():
                         return spec.load()(*args, **kwargs)
                 except tracing.NotTraceable as exc:  # what it traced so far is unused: dead code in the graph
-                    catalog._note(f"op '{op_id}': backend '{spec.backend}' stays opaque under torch.compile: {exc}")
+                    self._note(f"op '{op_id}': backend '{spec.backend}' stays opaque under torch.compile: {exc}")
             return mode.__torch_dispatch__(func, types, args, kwargs)
 
         return rule
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _can_trace(torch: Any) -> bool:
@@ -282,38 +275,23 @@ def _functional_mode() -> Any:
 
 def _fake(info: OpInfo) -> Callable[..., Any]:
     """The op's fake: its declared target, its reference run on the fake tensors, or nothing for no outputs."""
-    if info.fake is None:
+    fake: Importable | Any
+    if info.fake_reference:  # the linker has checked the op names its reference (KC204)
+        assert info.reference is not None
+        fake = info.backends[info.reference]
+    elif info.fake is not None:
+        fake = info.fake
+    else:
 
         def returns_nothing(*args: Any, **kwargs: Any) -> None:
             return None
 
         return returns_nothing
-    # `fake: reference` needs a reference (the linker says so, KC204); a fake target is imported under the
-    # allow-lists every spec of the load carries.
-    reference = info.backends[info.reference] if info.reference is not None else next(iter(info.backends.values()))
-    spec = reference if info.fake == FAKE_REFERENCE else _fake_spec(info, reference)
 
-    def fake(*args: Any, **kwargs: Any) -> Any:
-        return spec.load()(*args, **kwargs)  # imported on first trace, under the catalog's allow-lists
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return fake.load()(*args, **kwargs)  # imported on first trace, under the layer's allow-lists
 
-    return fake
-
-
-def _fake_spec(info: OpInfo, reference: KernelSpec) -> KernelSpec:
-    # Every spec of one load carries the same allow-lists (the settings file's and the caller's): the fake's
-    # target is imported under those of the op's reference backend.
-    assert info.fake is not None
-    return KernelSpec(
-        op=info.id,
-        backend="fake",
-        target=info.fake,
-        requires=(),
-        capabilities=(),
-        dtypes=info.dtypes,
-        location=info.location,
-        target_location=info.location,
-        allowed_modules=reference.allowed_modules,
-    )
+    return run
 
 
 # -- what explain shows ------------------------------------------------------------------------------------
@@ -381,46 +359,47 @@ class TorchOpReport:
         }
 
 
-def describe(catalog: Catalog, op: str, namespace: str = "kcatalog", platform: Platform | None = None) -> TorchOpReport:
-    """How the op is (or would be) registered: per device type, the backend the catalog selects for each dtype on
-    `platform` (default: this machine's); the CPU key always means the CPU."""
-    info = catalog.info(op)
-    here = platform or catalog.platform()
-    registered = catalog.torch_op(op, namespace) is not None
-    torch_op = catalog._torch().registered(op, namespace) if registered else None
+def describe(
+    info: OpInfo,
+    namespace: str,
+    here: Platform,
+    registered: TorchOp | None,
+    chosen: Callable[[Platform, str | None], str | None],
+) -> TorchOpReport:
+    """How the op is (or would be) registered: per device type, the backend `chosen` (platform, dtype) gives for
+    each dtype on `here`; the CPU key always means the CPU."""
     traceable = frozenset(name for name, spec in info.backends.items() if spec.traceable)
-    traced = traceable if torch_op is not None and torch_op.traced else frozenset()
+    traced = traceable if registered is not None and registered.traced else frozenset()
     bindings = []
     for key, device in DEVICE_TYPES.items():
         if device == "cpu":
             bound: Platform | None = here if here.device == "cpu" else Platform("cpu")
         else:
             bound = here if here.device in ("cuda", "hip") else None
-        chosen: tuple[tuple[str, str | None], ...] = ()
+        picked: tuple[tuple[str, str | None], ...] = ()
         if bound is not None:
-            chosen = tuple(
-                (dtype or "any dtype", _chosen(catalog, op, bound, dtype)) for dtype in info.dtypes or (None,)
-            )
-        backends = {backend for _, backend in chosen if backend}
-        bindings.append(DeviceBinding(key, bound, chosen, traced & backends, traceable & backends))
-    qualname = f"{namespace}::{torch_op_name(op)}"
+            picked = tuple((dtype or "any dtype", chosen(bound, dtype)) for dtype in info.dtypes or (None,))
+        backends = {backend for _, backend in picked if backend}
+        bindings.append(DeviceBinding(key, bound, picked, traced & backends, traceable & backends))
+    qualname = f"{namespace}::{torch_op_name(info.id)}"
     return TorchOpReport(
-        op, qualname, info.torch_schema, _fake_text(info), tuple(bindings), info.torch_problems, registered
+        info.id,
+        qualname,
+        info.torch_schema,
+        _fake_text(info),
+        tuple(bindings),
+        info.torch_problems,
+        registered is not None,
     )
 
 
-def _chosen(catalog: Catalog, op: str, platform: Platform, dtype: str | None) -> str | None:
-    chosen = catalog.select(op, platform, dtype).chosen
-    return None if chosen is None else chosen.backend
-
-
 def _fake_text(info: OpInfo) -> str:
-    if info.fake == FAKE_REFERENCE:
+    if info.fake_reference:
         spec = info.backends.get(info.reference) if info.reference is not None else None
         target = spec.target if spec is not None else "?"
         return f"reference: the '{info.reference}' backend ({target}) run on fake tensors"
     if info.fake is not None:
-        return info.fake
+        return str(info.fake.target)
     if info.torch_schema is not None and info.torch_schema.endswith("-> ()"):
         return "none needed: the op returns nothing"
     return "none: torch.compile cannot trace the op"

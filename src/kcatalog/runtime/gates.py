@@ -1,0 +1,79 @@
+"""Per-call eligibility gates: a backend's `eligible: module:attr` predicate, called with the call's arguments
+once per distinct argument shape (cached), its reason kept for the selection (and `explain`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..model import OpInfo
+from .dispatch import Dispatcher, dtype_name
+
+
+def is_gated(info: OpInfo) -> bool:
+    """Whether any backend of the op has a per-call gate."""
+    return any(spec.gate is not None for spec in info.backends.values())
+
+
+def gate_reasons(info: OpInfo, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, str]:
+    """Backend -> why its gate refuses this call (backends whose gate accepts it are left out)."""
+    reasons = {}
+    for spec in info.backends.values():
+        gate = spec.gate
+        if gate is None:
+            continue
+        try:  # imported once, under the layer's allow-lists, like a kernel
+            verdict = gate.load()(*args, **kwargs)
+        except Exception as exc:  # a gate that breaks refuses the call, and says why, rather than the call failing
+            verdict = f"its gate raised {type(exc).__name__}: {exc}"
+        if verdict is True or verdict is None:
+            continue
+        why = verdict if isinstance(verdict, str) else "refused"
+        reasons[spec.backend] = f"not eligible for this call: {why} ({gate.target})"
+    return reasons
+
+
+def shape_key(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a gate's answer may depend on: each tensor's device, dtype and shape, and every other argument."""
+    key = tuple(map(_part, args))
+    return key + tuple((k, _part(v)) for k, v in sorted(kwargs.items())) if kwargs else key
+
+
+def _part(value: Any) -> Any:
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype"):  # built on every call: the device, not its slow `.type`
+        return (value.device, value.dtype, shape)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+def make_gated(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
+    """A dispatching callable for a gated op: resolved once per argument shape (uncached inside a `use()` block)."""
+    dispatch = info.dispatch
+    scopes = dispatcher.scopes
+    by_key: dict[tuple[Any, ...], Callable[..., Any]] = {}
+    lock = threading.Lock()
+
+    def resolve(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any]:
+        index = dispatch.index
+        tensor = args[index] if index is not None and index < len(args) else kwargs[dispatch.name]
+        tokens = int(tensor.shape[0]) if tensor.dim() else None
+        return dispatcher.resolve(tensor.device.type, dtype_name(tensor.dtype), tokens, (args, kwargs)).load()
+
+    def gated(*args: Any, **kwargs: Any) -> Any:
+        if scopes.active:
+            return resolve(args, kwargs)(*args, **kwargs)
+        key = shape_key(args, kwargs)
+        fn = by_key.get(key)
+        if fn is None:
+            with lock:
+                fn = by_key.get(key)
+                if fn is None:
+                    fn = by_key[key] = resolve(args, kwargs)
+        return fn(*args, **kwargs)
+
+    return gated

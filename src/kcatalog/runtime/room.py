@@ -1,0 +1,232 @@
+"""The runtime: the one mutable part of a catalog. It detects the platform, selects with what this process knows
+(open `use()` scopes, imports that failed, per-call gates), imports kernels and falls back, and keeps the kernel
+and handle caches, the torch ops and the notes. It receives the catalog value, never the front object."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import CatalogError, KernelImportError
+from ..model import CatalogSettings, KernelSpec, OpInfo
+from ..platform import Platform
+from ..select.buckets import Tuning
+from ..select.overrides import OverridesArg, check_overrides, parse_overrides
+from ..select.selection import Selection, SelectRequest
+from .dispatch import Call, Dispatcher
+from .gates import gate_reasons
+from .handles import make_handle
+from .scopes import OverrideScopes
+
+if TYPE_CHECKING:
+    from .torch_ops import TorchOps
+
+
+class CatalogValue(Protocol):
+    """What the runtime reads of the catalog: frozen data and its pure selection."""
+
+    @property
+    def settings(self) -> CatalogSettings: ...
+    @property
+    def devices(self) -> tuple[str, ...]: ...
+    @property
+    def strict(self) -> bool: ...
+    @property
+    def tuning(self) -> Tuning: ...
+    @property
+    def digest(self) -> str: ...
+    def ops(self) -> list[str]: ...
+    def info(self, op: str) -> OpInfo: ...
+    def select(self, request: SelectRequest, /) -> Selection: ...
+
+
+class Runtime:
+    """Selection with this process's state, lazy imports with fallback, op handles, scopes and torch ops."""
+
+    def __init__(self, value: CatalogValue) -> None:
+        self.value = value
+        self.scopes = OverrideScopes()
+        self._platform: Platform | None = None
+        self._lock = threading.Lock()
+        self._kernels: dict[tuple[str, str | None], Callable[..., Any]] = {}
+        self._handles: dict[str, Callable[..., Any]] = {}
+        self._failed: dict[tuple[str, str], str] = {}  # (op, backend) -> why its import failed
+        self._noted: set[str] = set()
+        self._torch_ops: TorchOps | None = None  # made with the first op handle or torch op registration
+
+    # -- where, and what runs there ---------------------------------------------------------------------
+
+    def platform(self, device: str | None = None) -> Platform:
+        """This process's platform (detected, importing torch, on first call); given a tensor's device type, the
+        platform it means here: torch calls ROCm devices 'cuda' too, and the detected platform knows which."""
+        here = self._platform
+        if here is None:
+            here = self._platform = Platform.detect()
+        if device is None or device == here.device or (device == "cuda" and here.device == "hip"):
+            return here
+        return Platform(device)
+
+    def parse_platform(self, platform: Platform | str | None) -> Platform:
+        """A platform given as text (with the catalog's device kinds), as a Platform, or this machine's."""
+        if isinstance(platform, str):
+            return Platform.parse(platform, self.value.devices)
+        return platform or self.platform()
+
+    def select(
+        self,
+        op: str,
+        platform: Platform | str | None = None,
+        dtype: str | None = None,
+        *,
+        backend: str | None = None,
+        tokens: int | None = None,
+        call: Call | None = None,
+        packages_here: bool = True,
+    ) -> Selection:
+        """The catalog's selection for this request, with what this process knows now; its notes logged once."""
+        value = self.value
+        if isinstance(platform, str):
+            platform = Platform.parse(platform, value.devices)
+        info = value.info(op)
+        if backend is not None and backend not in info.backends:  # before detecting the platform imports torch
+            value.select(SelectRequest(op, platform or Platform("cpu"), backend=backend))  # raises, naming them
+        here = platform or self.platform()
+        plan = value.tuning.plan
+        if plan is not None and plan.platform != str(here) and here == self._platform:
+            self._plan_elsewhere(plan.path, plan.platform, here)
+        gates: Mapping[str, str] | None = None if call is None else gate_reasons(info, *call)
+        request = SelectRequest(
+            op, here, dtype, backend, tokens, self.scopes.current(), self._failed, gates, packages_here
+        )
+        selection = value.select(request)
+        for note in selection.notes:
+            self.note(note)
+        return selection
+
+    def _plan_elsewhere(self, path: str, planned: str, here: Platform) -> None:
+        """A plan for another platform pins nothing on this machine's own device: never silently."""
+        message = f"plan {path} is for {planned}; this machine is {here}: nothing is pinned"
+        if self.value.strict:
+            raise CatalogError(message)
+        self.note(message)
+
+    # -- imports ---------------------------------------------------------------------------------------------
+
+    def resolve_spec(
+        self,
+        op: str,
+        platform: Platform | str | None = None,
+        dtype: str | None = None,
+        *,
+        backend: str | None = None,
+        tokens: int | None = None,
+        call: Call | None = None,
+    ) -> KernelSpec:
+        """The selected backend, imported, or the next eligible one whose import works (unless strict)."""
+        while True:
+            spec = self.select(op, platform, dtype, backend=backend, tokens=tokens, call=call).require()
+            try:
+                spec.load()
+                return spec
+            except KernelImportError as exc:
+                if self.value.strict or backend is not None:
+                    raise
+                self._failed[(op, spec.backend)] = f"{type(exc.__cause__).__name__}: {exc.__cause__}"
+                self.note(
+                    f"backend '{spec.backend}' of op '{op}' failed to import ({exc.__cause__}); "
+                    "falling back to the next eligible backend"
+                )
+
+    def resolve(
+        self,
+        op: str,
+        platform: Platform | str | None = None,
+        dtype: str | None = None,
+        *,
+        backend: str | None = None,
+        tokens: int | None = None,
+        call: Call | None = None,
+    ) -> Callable[..., Any]:
+        """The callable `resolve_spec` selects and imports."""
+        return self.resolve_spec(op, platform, dtype, backend=backend, tokens=tokens, call=call).load()
+
+    def kernel(self, op: str, backend: str | None = None) -> Callable[..., Any]:
+        """The op's callable here (the named backend, or the best eligible one), cached outside `use()` blocks."""
+        fn = self._kernels.get((op, backend))
+        if fn is None or self.scopes.active:
+            fn = self.resolve(op, backend=backend)
+            if not self.scopes.active:
+                self._kernels[(op, backend)] = fn
+        return fn
+
+    # -- handles, scopes, torch ops ------------------------------------------------------------------------
+
+    def op(self, op: str) -> Callable[..., Any]:
+        """The op's dispatching handle: one per op, made on first use; under torch.compile, its torch op."""
+        handle = self._handles.get(op)
+        torch_ops = self._torch_ops
+        if torch_ops is not None:  # inside a function torch.compile traces, the registered torch op itself
+            traced = torch_ops.when_compiling(op)
+            if traced is not None:
+                return traced  # type: ignore[no-any-return]
+        if handle is None:
+            with self._lock:
+                handle = self._handles.get(op)
+                if handle is None:
+                    handle = self._handles[op] = make_handle(self.value.info(op), self.dispatcher(op))
+            self.torch_ops().track(handle, op)  # under torch.compile, it calls the op's torch op once registered
+        return handle
+
+    def dispatcher(self, op: str, device: str | None = None) -> Dispatcher:
+        """What a handle (or a torch op's implementation for `device`) of `op` needs from the runtime."""
+        tuning = self.value.tuning
+
+        def resolve(device_type: str, dtype: str, tokens: int | None, call: Call | None) -> KernelSpec:
+            return self.resolve_spec(op, self.platform(device or device_type), dtype, tokens=tokens, call=call)
+
+        def bucket_lists(device_type: str, dtype: str) -> Sequence[Sequence[Any]]:
+            return tuning.bucket_lists(op, self.platform(device or device_type), dtype)
+
+        return Dispatcher(op, resolve, bucket_lists, self.scopes, op in tuning.bucketed)
+
+    @contextlib.contextmanager
+    def use(self, overrides: OverridesArg) -> Iterator[None]:
+        """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d'."""
+        try:
+            scoped = parse_overrides(overrides, "use()")
+        except ValueError as exc:
+            raise CatalogError(str(exc)) from None
+        problems = check_overrides(scoped, self.value.ops(), self.value.settings.backends)
+        if problems:
+            raise CatalogError("; ".join(problem.message for problem in problems), problems)
+        with self.scopes.open(scoped):
+            yield
+
+    def torch_ops(self) -> TorchOps:
+        """The catalog's torch ops (made on first use; registering them imports torch)."""
+        torch_ops = self._torch_ops
+        if torch_ops is None:
+            from .torch_ops import TorchOps  # torch.library's side: not needed to load, only to dispatch
+
+            with self._lock:
+                if self._torch_ops is None:
+                    self._torch_ops = TorchOps(self.value.info, self.value.ops, self.dispatcher, self.note)
+                torch_ops = self._torch_ops
+        return torch_ops
+
+    def torch_op(self, op: str, namespace: str) -> Any | None:
+        """`torch.ops.<namespace>.<name>` of an op registered there, or None."""
+        self.value.info(op)
+        torch_ops = self._torch_ops
+        registered = None if torch_ops is None else torch_ops.registered(op, namespace)
+        return None if registered is None else registered.packet
+
+    def note(self, message: str) -> None:
+        """Log a warning once per distinct message (fallbacks, ignored overrides)."""
+        if message not in self._noted:
+            import logging  # only fallbacks and ignored overrides log; keep it off the load path
+
+            self._noted.add(message)
+            logging.getLogger("kcatalog").warning(message)
