@@ -66,6 +66,9 @@ class Platform:
         return _mismatch(self, capabilities) if capabilities else None
 
 
+PlatformLike = Platform | str  # a Platform, or its text ("cuda:9.0")
+
+
 @functools.lru_cache(maxsize=4096)  # a catalog has a handful of distinct capability sets, checked per op
 def _mismatch(platform: Platform, capabilities: tuple[Capability, ...]) -> str | None:
     reasons = []

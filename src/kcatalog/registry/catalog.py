@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from ..errors import Diagnostic, UnknownOpError
 from ..model import (
@@ -22,13 +22,16 @@ from ..model import (
     OpInfo,
     OverrideSet,
 )
-from ..platform import DEVICES, Platform
+from ..platform import DEVICES, Platform, PlatformLike
 from ..runtime import startup
-from ..runtime.dispatch import Call
+from ..runtime.dispatch import CallKeywords
 from ..runtime.room import Runtime
 from ..select.buckets import Tuning
 from ..select.overrides import OverridesArg
 from ..select.selection import Selection, SelectRequest, select
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _NOT_LOADED = CacheStatus(CacheOutcome.OFF, "catalog built directly, not loaded")
 
@@ -121,25 +124,21 @@ class Catalog:
         self,
         request: str,
         /,
-        platform: Platform | str | None = None,
+        platform: PlatformLike | None = None,
         dtype: str | None = None,
         *,
-        backend: str | None = None,
-        tokens: int | None = None,
-        call: Call | None = None,
         packages_here: bool = True,
+        **keywords: Unpack[CallKeywords],
     ) -> Selection: ...
     def select(
         self,
         request: SelectRequest | str,
         /,
-        platform: Platform | str | None = None,
+        platform: PlatformLike | None = None,
         dtype: str | None = None,
         *,
-        backend: str | None = None,
-        tokens: int | None = None,
-        call: Call | None = None,
         packages_here: bool = True,
+        **keywords: Unpack[CallKeywords],
     ) -> Selection:
         """Which backend runs the op, and why each other one does not.
 
@@ -149,9 +148,7 @@ class Catalog:
         (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table, and
         `packages_here=False` takes every backend's `requires` as met (choosing for another machine)."""
         if isinstance(request, str):
-            return self.runtime.select(
-                request, platform, dtype, backend=backend, tokens=tokens, call=call, packages_here=packages_here
-            )
+            return self.runtime.select(request, platform, dtype, packages_here=packages_here, **keywords)
         info = self.info(request.op)
         picks = self.tuning.picks(request.op, request.platform, request.dtype, request.tokens)
         return select(self.settings, info, request, overrides=self.overrides, strict=self.strict, picks=picks)
@@ -170,15 +167,13 @@ class Catalog:
     def resolve(
         self,
         op: str,
-        platform: Platform | str | None = None,
+        platform: PlatformLike | None = None,
         dtype: str | None = None,
-        *,
-        backend: str | None = None,
-        tokens: int | None = None,
-        call: Call | None = None,
+        **keywords: Unpack[CallKeywords],
     ) -> Callable[..., Any]:
-        """Select and import, falling back to the next eligible backend when an import fails (unless strict)."""
-        return self.runtime.resolve(op, platform, dtype, backend=backend, tokens=tokens, call=call)
+        """Select and import, falling back to the next eligible backend when an import fails (unless strict);
+        `backend`, `tokens` and `call` as for `select`."""
+        return self.runtime.resolve(op, platform, dtype, **keywords)
 
     def op(self, op: str) -> Callable[..., Any]:
         """The op's handle for the hot path (the same one every call): it dispatches on its tensor argument's
@@ -231,7 +226,7 @@ class Catalog:
         return describe(info, namespace, platform or self.platform(), registered, chosen)
 
     def prepare(
-        self, platform: Platform | str | None = None, ops: Iterable[str] | None = None, *, group: Any = None
+        self, platform: PlatformLike | None = None, ops: Iterable[str] | None = None, *, group: Any = None
     ) -> dict[str, KernelSpec]:
         """Resolve and import every op (or `ops`) now, for each declared dtype and each bucket of a tuned table or
         the plan, so the hot path imports nothing.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from ..model import KernelSpec, TunedBucket
 from .scopes import OverrideScopes
@@ -15,6 +15,16 @@ _T = TypeVar("_T")
 
 # (args, kwargs) of one call, which per-call gates are asked about.
 Call = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+class CallKeywords(TypedDict, total=False):
+    """What a call may add to the op, platform and dtype it selects for: a backend it names, the dispatch
+    argument's leading dimension (a tuned table's or plan's bucket), its (args, kwargs) for per-call gates."""
+
+    backend: str | None
+    tokens: int | None
+    call: Call | None
+
 
 _DTYPE_NAMES: dict[Any, str] = {}
 

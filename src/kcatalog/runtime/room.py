@@ -9,18 +9,20 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import CatalogError, KernelImportError
+from ..errors import CatalogError, KernelImportError, UnknownBackendError
 from ..model import CatalogSettings, KernelSpec, OpInfo
-from ..platform import Platform
+from ..platform import Platform, PlatformLike
 from ..select.buckets import Tuning
 from ..select.overrides import OverridesArg, check_overrides, parse_overrides
 from ..select.selection import Selection, SelectRequest
-from .dispatch import Call, Dispatcher
+from .dispatch import Call, CallKeywords, Dispatcher
 from .gates import gate_reasons
 from .handles import make_handle
 from .scopes import OverrideScopes
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from .torch_ops import TorchOps
 
 
@@ -77,21 +79,20 @@ class Runtime:
     def select(
         self,
         op: str,
-        platform: Platform | str | None = None,
+        platform: PlatformLike | None = None,
         dtype: str | None = None,
         *,
-        backend: str | None = None,
-        tokens: int | None = None,
-        call: Call | None = None,
         packages_here: bool = True,
+        **keywords: Unpack[CallKeywords],
     ) -> Selection:
         """The catalog's selection for this request, with what this process knows now; its notes logged once."""
         value = self.value
         if isinstance(platform, str):
             platform = Platform.parse(platform, value.devices)
         info = value.info(op)
+        backend, tokens, call = keywords.get("backend"), keywords.get("tokens"), keywords.get("call")
         if backend is not None and backend not in info.backends:  # before detecting the platform imports torch
-            value.select(SelectRequest(op, platform or Platform("cpu"), backend=backend))  # raises, naming them
+            raise UnknownBackendError(op, backend, list(info.backends), info.location)
         here = platform or self.platform()
         plan = value.tuning.plan
         if plan is not None and plan.platform != str(here) and here == self._platform:
@@ -117,21 +118,18 @@ class Runtime:
     def resolve_spec(
         self,
         op: str,
-        platform: Platform | str | None = None,
+        platform: PlatformLike | None = None,
         dtype: str | None = None,
-        *,
-        backend: str | None = None,
-        tokens: int | None = None,
-        call: Call | None = None,
+        **keywords: Unpack[CallKeywords],
     ) -> KernelSpec:
         """The selected backend, imported, or the next eligible one whose import works (unless strict)."""
         while True:
-            spec = self.select(op, platform, dtype, backend=backend, tokens=tokens, call=call).require()
+            spec = self.select(op, platform, dtype, **keywords).require()
             try:
                 spec.load()
                 return spec
             except KernelImportError as exc:
-                if self.value.strict or backend is not None:
+                if self.value.strict or keywords.get("backend") is not None:
                     raise
                 self._failed[(op, spec.backend)] = f"{type(exc.__cause__).__name__}: {exc.__cause__}"
                 self.note(
@@ -142,15 +140,12 @@ class Runtime:
     def resolve(
         self,
         op: str,
-        platform: Platform | str | None = None,
+        platform: PlatformLike | None = None,
         dtype: str | None = None,
-        *,
-        backend: str | None = None,
-        tokens: int | None = None,
-        call: Call | None = None,
+        **keywords: Unpack[CallKeywords],
     ) -> Callable[..., Any]:
         """The callable `resolve_spec` selects and imports."""
-        return self.resolve_spec(op, platform, dtype, backend=backend, tokens=tokens, call=call).load()
+        return self.resolve_spec(op, platform, dtype, **keywords).load()
 
     def kernel(self, op: str, backend: str | None = None) -> Callable[..., Any]:
         """The op's callable here (the named backend, or the best eligible one), cached outside `use()` blocks."""

@@ -4,8 +4,10 @@ layer supplied each backend)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import TYPE_CHECKING, Any
 
+from ...errors import CatalogError
 from .common import (
     UsageError,
     add_catalog_arguments,
@@ -17,6 +19,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
+    from ...platform import Platform
     from ...registry.catalog import Catalog
     from ...select.selection import Selection
 
@@ -30,6 +33,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--platform", help="e.g. cuda:9.0, hip:gfx942, cpu (default: this machine)")
     parser.add_argument("--dtype", type=dtype, help="the call's dtype, e.g. bfloat16")
     parser.add_argument("--tokens", type=int, help="the call's leading dimension: picks a tuned table's bucket")
+    parser.add_argument("--backend", help="the backend the call names (checked like any other path)")
+    parser.add_argument(
+        "--import",
+        dest="import_chosen",
+        action="store_true",
+        help="import the chosen backend as a first call would, falling back past those whose import fails",
+    )
     parser.add_argument(
         "--torch-ops",
         action="store_true",
@@ -49,7 +59,7 @@ def run(options: argparse.Namespace) -> int:
         return 1
     platform = platform_of_catalog(catalog, options.platform) if options.platform else None
     ops = catalog.ops() if options.all else given.ops
-    selections = [catalog.select(op, platform, options.dtype, tokens=options.tokens) for op in ops]
+    selections = [_selection(catalog, op, platform, options) for op in ops]
     torch_ops = {}
     if options.torch_ops:
         torch_ops = {op: catalog.describe_torch_op(op, platform=platform) for op in ops}
@@ -87,6 +97,14 @@ def run(options: argparse.Namespace) -> int:
             for line in torch_ops[s.op].lines() if torch_ops else ():
                 print(line)
     return 0 if all(s.chosen for s in selections) else 1
+
+
+def _selection(catalog: Catalog, op: str, platform: Platform | None, options: argparse.Namespace) -> Selection:
+    """What a call would select; with --import, after importing as its first call would (failures fall back)."""
+    if options.import_chosen:
+        with contextlib.suppress(CatalogError):  # nothing importable: the selection below says why
+            catalog.resolve(op, platform, options.dtype, backend=options.backend, tokens=options.tokens)
+    return catalog.select(op, platform, options.dtype, backend=options.backend, tokens=options.tokens)
 
 
 def _as_dict(catalog: Catalog, s: Selection) -> dict[str, Any]:
