@@ -24,7 +24,8 @@ kcatalog run transformers' own code. Eager steps are partly bound by the host, w
 three variants take turns, `--rounds` times (default 3), and each time is the median of its rounds.
 
 Run: python benchmarks/kernelize_gpu.py --out DIR     (--quick: a tiny model on any device, a smoke test)
-Writes DIR/kernelize_gpu.json (as it goes) and DIR/kernelize_gpu.txt (the table).
+Writes DIR/kernelize_gpu.json (as it goes) and DIR/kernelize_gpu.txt (the table); the current H200 figures are
+benchmarks/results/kernelize_h200.{json,txt}, discussed in kernelize_h200.md.
 """
 
 from __future__ import annotations
@@ -528,7 +529,7 @@ def table(data: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    parser.add_argument("--out", default=os.environ.get("OUT", "out"), help="results folder (default: $OUT or ./out)")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--prefill", type=int, default=4096)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64])

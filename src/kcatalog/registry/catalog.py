@@ -203,7 +203,7 @@ class Catalog:
         Each op is one opaque node of the compiled graph. With `traced=True`, where the backend chosen for a call
         is declared `traceable: true`, torch.compile traces into it instead (as torch.library.triton_op does):
         Inductor sees its Triton kernels and keeps them in the graph, CUDA graphs included. Opaque is the default
-        because it measured faster on an H200 at every shape (benchmarks/results/model_h200_traced.md).
+        because it measured faster on an H200 at every shape (benchmarks/results/model_h200.md).
         """
         return self.runtime.torch_ops().register(namespace, ops, traced)
 
