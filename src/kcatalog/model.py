@@ -373,7 +373,8 @@ class TunedBucket:
 
 @dataclass(frozen=True)
 class TunedOp:
-    """A tuned table's choices for one op on one platform ('cuda:9.0') and dtype: buckets sorted, disjoint."""
+    """A tuned table's choices for one op on one platform ('cuda:9.0') and dtype: its buckets, sorted and
+    disjoint, each naming the backend measured fastest for its token counts."""
 
     op: str
     platform: str
@@ -383,7 +384,8 @@ class TunedOp:
 
 @dataclass(frozen=True)
 class PlanEntry:
-    """What a plan pins for one op and dtype: one backend for every call, or one per bucket of token counts."""
+    """What a plan pins for one op and dtype: one backend for every call, or one per bucket of token counts
+    (the dispatch argument's leading dimension)."""
 
     op: str
     dtype: str

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Diagnostic, UnknownOpError
 from ..model import (
@@ -117,29 +117,10 @@ class Catalog:
         infos = self.ops_by_id.values() if op is None else (self.info(op),)
         return [spec for info in infos for spec in info.backends.values()]
 
-    @overload
-    def select(self, request: SelectRequest, /) -> Selection: ...
-    @overload
     def select(
-        self,
-        request: str,
-        /,
-        platform: PlatformLike | None = None,
-        dtype: str | None = None,
-        *,
-        packages_here: bool = True,
+        self, request: SelectRequest | str, /, platform: PlatformLike | None = None, dtype: str | None = None,
         **keywords: Unpack[CallKeywords],
-    ) -> Selection: ...
-    def select(
-        self,
-        request: SelectRequest | str,
-        /,
-        platform: PlatformLike | None = None,
-        dtype: str | None = None,
-        *,
-        packages_here: bool = True,
-        **keywords: Unpack[CallKeywords],
-    ) -> Selection:
+    ) -> Selection:  # fmt: skip
         """Which backend runs the op, and why each other one does not.
 
         Given a SelectRequest, a pure function of the catalog and the request. Given an op id, the runtime makes
@@ -148,7 +129,7 @@ class Catalog:
         (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table, and
         `packages_here=False` takes every backend's `requires` as met (choosing for another machine)."""
         if isinstance(request, str):
-            return self.runtime.select(request, platform, dtype, packages_here=packages_here, **keywords)
+            return self.runtime.select(request, platform, dtype, **keywords)
         info = self.info(request.op)
         picks = self.tuning.picks(request.op, request.platform, request.dtype, request.tokens)
         return select(self.settings, info, request, overrides=self.overrides, strict=self.strict, picks=picks)
@@ -173,7 +154,7 @@ class Catalog:
     ) -> Callable[..., Any]:
         """Select and import, falling back to the next eligible backend when an import fails (unless strict);
         `backend`, `tokens` and `call` as for `select`."""
-        return self.runtime.resolve(op, platform, dtype, **keywords)
+        return self.runtime.resolve_spec(op, platform, dtype, **keywords).load()
 
     def op(self, op: str) -> Callable[..., Any]:
         """The op's handle for the hot path (the same one every call): it dispatches on its tensor argument's

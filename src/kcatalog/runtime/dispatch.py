@@ -19,11 +19,13 @@ Call = tuple[tuple[Any, ...], dict[str, Any]]
 
 class CallKeywords(TypedDict, total=False):
     """What a call may add to the op, platform and dtype it selects for: a backend it names, the dispatch
-    argument's leading dimension (a tuned table's or plan's bucket), its (args, kwargs) for per-call gates."""
+    argument's leading dimension (a tuned table's or plan's bucket), its (args, kwargs) for per-call gates, and
+    `packages_here=False` to take every backend's `requires` as met (choosing for another machine)."""
 
     backend: str | None
     tokens: int | None
     call: Call | None
+    packages_here: bool
 
 
 _DTYPE_NAMES: dict[Any, str] = {}

@@ -77,13 +77,7 @@ class Runtime:
         return platform or self.platform()
 
     def select(
-        self,
-        op: str,
-        platform: PlatformLike | None = None,
-        dtype: str | None = None,
-        *,
-        packages_here: bool = True,
-        **keywords: Unpack[CallKeywords],
+        self, op: str, platform: PlatformLike | None = None, dtype: str | None = None, **keywords: Unpack[CallKeywords]
     ) -> Selection:
         """The catalog's selection for this request, with what this process knows now; its notes logged once."""
         value = self.value
@@ -99,7 +93,15 @@ class Runtime:
             self._plan_elsewhere(plan.path, plan.platform, here)
         gates: Mapping[str, str] | None = None if call is None else gate_reasons(info, *call)
         request = SelectRequest(
-            op, here, dtype, backend, tokens, self.scopes.current(), self._failed, gates, packages_here
+            op,
+            here,
+            dtype,
+            backend,
+            tokens,
+            self.scopes.current(),
+            self._failed,
+            gates,
+            keywords.get("packages_here", True),
         )
         selection = value.select(request)
         for note in selection.notes:
@@ -137,21 +139,11 @@ class Runtime:
                     "falling back to the next eligible backend"
                 )
 
-    def resolve(
-        self,
-        op: str,
-        platform: PlatformLike | None = None,
-        dtype: str | None = None,
-        **keywords: Unpack[CallKeywords],
-    ) -> Callable[..., Any]:
-        """The callable `resolve_spec` selects and imports."""
-        return self.resolve_spec(op, platform, dtype, **keywords).load()
-
     def kernel(self, op: str, backend: str | None = None) -> Callable[..., Any]:
         """The op's callable here (the named backend, or the best eligible one), cached outside `use()` blocks."""
         fn = self._kernels.get((op, backend))
         if fn is None or self.scopes.active:
-            fn = self.resolve(op, backend=backend)
+            fn = self.resolve_spec(op, backend=backend).load()
             if not self.scopes.active:
                 self._kernels[(op, backend)] = fn
         return fn

@@ -24,7 +24,7 @@ def prepare(runtime: Runtime, platform: Platform | str | None, ops: Iterable[str
     for op in value.ops() if ops is None else ops:
         for dtype in value.info(op).dtypes or (None,):  # an op without dtypes: any, resolved once
             for tokens in value.tuning.token_probes(op, here, dtype):  # each bucket's backend, where tuned or planned
-                runtime.resolve(op, here, dtype, tokens=tokens)
+                runtime.resolve_spec(op, here, dtype, tokens=tokens)
         chosen[op] = runtime.select(op, platform).require()
     return chosen
 
@@ -47,7 +47,7 @@ def resolved_selection(runtime: Runtime, platform: Platform | None = None) -> di
 
 def _chosen(runtime: Runtime, op: str, platform: Platform, dtype: str | None, tokens: int | None) -> str:
     try:
-        runtime.resolve(op, platform, dtype, tokens=tokens)
+        runtime.resolve_spec(op, platform, dtype, tokens=tokens)
     except CatalogError as exc:
         return f"nothing ({exc})"
     selection = runtime.select(op, platform, dtype, tokens=tokens)

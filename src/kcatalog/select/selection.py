@@ -54,14 +54,6 @@ class SelectRequest:
 
 
 @dataclass(frozen=True)
-class Ineligible:
-    """Why a backend cannot run: the kind a program switches on, and the reason as prose."""
-
-    kind: RejectKind
-    reason: str
-
-
-@dataclass(frozen=True)
 class Pick:
     """A backend chosen for this call by a plan or a tuned table, below overrides and above priority."""
 
@@ -81,17 +73,18 @@ def matches_by_strength(sets: Iterable[OverrideSet], op: str) -> Iterator[Overri
 
 def ineligibility(
     spec: KernelSpec, platform: Platform, dtype: str | None = None, *, packages_here: bool = True
-) -> Ineligible | None:
+) -> Rejected | None:
     """Why the spec cannot run on the platform for this dtype, or None when it can; `packages_here=False` (a plan
     for another machine) takes its `requires` as met: what is installed here says nothing about there."""
     reason = platform.mismatch(spec.capabilities)
     if reason is not None:
-        return Ineligible(RejectKind.CAPABILITY, reason)
+        return Rejected(spec.backend, reason, RejectKind.CAPABILITY)
     missing = [dist for dist in spec.requires if packages_here and not is_installed(dist)]
     if missing:
-        return Ineligible(RejectKind.REQUIRES, f"needs {', '.join(missing)}, not installed")
+        return Rejected(spec.backend, f"needs {', '.join(missing)}, not installed", RejectKind.REQUIRES)
     if dtype is not None and spec.dtypes is not None and dtype not in spec.dtypes:
-        return Ineligible(RejectKind.DTYPE, f"does not support {dtype} (supports {', '.join(spec.dtypes)})")
+        supported = ", ".join(spec.dtypes)
+        return Rejected(spec.backend, f"does not support {dtype} (supports {supported})", RejectKind.DTYPE)
     return None
 
 
@@ -142,16 +135,15 @@ def select(
     order = priority_order(settings, info, platform)
     backends, decided_by, label = order.backends, order.source, order.label
 
-    def reason_for(name: str) -> Ineligible | None:
-        spec = info.backends[name]
+    def reason_for(name: str) -> Rejected | None:
         if (info.id, name) in failed:
-            return Ineligible(RejectKind.IMPORT_FAILED, f"import failed on first use: {failed[(info.id, name)]}")
+            return Rejected(name, f"import failed on first use: {failed[(info.id, name)]}", RejectKind.IMPORT_FAILED)
+        found = ineligibility(info.backends[name], platform, dtype, packages_here=request.packages_here)
         gate = gates.get(name)
-        found = ineligibility(spec, platform, dtype, packages_here=request.packages_here)
-        return found or (None if gate is None else Ineligible(RejectKind.GATE, gate))
+        return found or (None if gate is None else Rejected(name, gate, RejectKind.GATE))
 
-    def refused(name: str, why: Ineligible) -> NoEligibleBackendError:
-        return NoEligibleBackendError(info.id, str(platform), [Rejected(name, why.reason, why.kind)])
+    def refused(why: Rejected) -> NoEligibleBackendError:
+        return NoEligibleBackendError(info.id, str(platform), [why])
 
     notes: list[str] = []
     # The backend named by an override (or, for tuned tables and plans, by them): the one `auto: false` does not
@@ -163,7 +155,7 @@ def select(
             raise UnknownBackendError(info.id, backend, list(info.backends), info.location)
         why = reason_for(backend)
         if why is not None:
-            raise refused(backend, why)
+            raise refused(why)
         rest = tuple(
             Rejected(n, "not requested (backend given in the call)", RejectKind.NOT_REQUESTED)
             for n in backends
@@ -180,7 +172,7 @@ def select(
         why = reason_for(override.backend)
         if why is not None:
             if strict:
-                raise refused(override.backend, why)
+                raise refused(why)
             notes.append(f"{override} ignored: {override.backend} cannot run ({why.reason})")
             continue
         backends = (override.backend, *(n for n in backends if n != override.backend))
@@ -197,7 +189,7 @@ def select(
             why = reason_for(pick.backend)
             if why is not None:
                 if strict and pick.pinned:
-                    raise refused(pick.backend, why)
+                    raise refused(why)
                 notes.append(f"{pick.why} not honoured for op '{info.id}': {pick.backend} cannot run ({why.reason})")
                 continue
             backends = (pick.backend, *(n for n in backends if n != pick.backend))
@@ -210,7 +202,7 @@ def select(
     for name in backends:
         why = reason_for(name)
         if why is not None:
-            rejected.append(Rejected(name, why.reason, why.kind))
+            rejected.append(why)
         elif name != named and not info.backends[name].auto:
             reason = "not chosen automatically (auto: false); name it with backend=, an override or a plan"
             rejected.append(Rejected(name, reason, RejectKind.AUTO_OFF))
