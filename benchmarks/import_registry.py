@@ -50,11 +50,11 @@ WARM = r"""
 import sys, kcatalog
 catalog = kcatalog.load_catalog([sys.argv[1]])
 assert catalog.cache_status.outcome.value == "hit", catalog.cache_status
-assert len(catalog.all_specs()) == int(sys.argv[2])
+assert len(catalog.specs()) == int(sys.argv[2])
 """
 COLD = r"""
 import sys, kcatalog
-assert len(kcatalog.load_catalog([sys.argv[1]], cache=False).all_specs()) == int(sys.argv[2])
+assert len(kcatalog.load_catalog([sys.argv[1]], cache=False).specs()) == int(sys.argv[2])
 """
 
 

@@ -751,7 +751,7 @@ def read_catalog(catalog_dir: Path) -> tuple[dict[str, OpEntry], list[str]]:
     ops: dict[str, OpEntry] = {}
     for op_id in catalog.ops():
         info = catalog.info(op_id)
-        specs = {spec.backend: spec for spec in catalog.get(op_id)}
+        specs = {spec.backend: spec for spec in catalog.specs(op_id)}
         ops[op_id] = OpEntry(
             op_id=op_id,
             reference=info.reference,

@@ -258,7 +258,7 @@ def whole_process(root: Path, rounds: int) -> dict:
             "-c",
             f"import kcatalog; c = kcatalog.load_catalog({layered!r}, cache={str(cache)!r}); "
             f"assert c.cache_status.outcome.value == 'hit' and len(c) == {PROCESS_OPS}, c.cache_status; "
-            f"assert len(c.catalog_layers) == {LAYERS}",
+            f"assert len(c.layers) == {LAYERS}",
         ],
     }
     run_process([PY, "-c", f"import kcatalog; kcatalog.load_catalog([{str(directory)!r}], cache={str(cache)!r})"])

@@ -43,7 +43,7 @@ from kcatalog.kernels.torch import activation as ref_activation
 from kcatalog.kernels.torch import attention as ref_attention
 from kcatalog.kernels.torch import layernorm as ref_layernorm
 from kcatalog.select.selection import ineligibility
-from kcatalog.tools.inputs import build_call, size_sets
+from kcatalog.tools.inputs import build_call, samples_of, size_sets
 
 
 @dataclass(frozen=True)
@@ -157,14 +157,15 @@ def opcheck_triton(catalog: kcatalog.Catalog, device: str) -> list[dict[str, Any
     rows = []
     for op in catalog:
         info = catalog.info(op)
-        if "triton" not in info.backends or info.samples is None:
+        samples = samples_of(info)
+        if "triton" not in info.backends or samples is None:
             continue
-        sizes = size_sets(info.samples)
+        sizes = size_sets(samples)
         wide = next(env for env in sizes if all(type(v) is not int or v > 1 for v in env.values()))
         for index, (env, dtype) in enumerate(zip((sizes[0], wide, wide), ("bfloat16", "bfloat16", "float16"))):
             if ineligibility(info.backends["triton"], catalog.platform(), dtype) is not None:
                 continue
-            call = build_call(info, info.samples, env, dtype, device, seed=index)
+            call = build_call(info, samples, env, dtype, device, seed=index)
             args, kwargs = call.invoke(lambda *a, **k: (a, k))
             row = {"op": op, "backend": "triton", "dtype": dtype, "sizes": env}
             try:

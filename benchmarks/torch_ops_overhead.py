@@ -52,7 +52,7 @@ def handle_before(catalog: kcatalog.Catalog, op: str, revision: str) -> Callable
     module = importlib.util.module_from_spec(spec)
     module.__package__ = "kcatalog.select"
     exec(compile(shown.stdout, f"handles.py@{revision}", "exec"), module.__dict__)
-    return module.make_handle(catalog, catalog.info(op), catalog._scopes)  # type: ignore[no-any-return]
+    return module.make_handle(catalog, catalog.info(op), catalog.runtime.scopes)  # type: ignore[no-any-return]
 
 
 def build_callables(workdir: Path, before: str) -> dict[str, Callable[..., Any]]:

@@ -145,7 +145,8 @@ def _priority(catalog: Any, op: str, platform: str) -> tuple[tuple[str, ...], st
     from kcatalog.platform import Platform
     from kcatalog.select.selection import priority_order
 
-    return priority_order(catalog.settings, catalog.info(op), Platform.parse(platform))
+    order = priority_order(catalog.settings, catalog.info(op), Platform.parse(platform))
+    return order.backends, order.source
 
 
 if __name__ == "__main__":

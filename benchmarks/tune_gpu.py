@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from kcatalog.tools import bench, tune
     from kcatalog.tools.bench import BenchResult
     from kcatalog.tools.conformance import select_ops
-    from kcatalog.tools.inputs import build_call, describe, platform_of
+    from kcatalog.tools.inputs import build_call, describe, platform_of, samples_of
 
     # The shipped catalog without any tuned table: what default priority means.
     plain_dir = Path(tempfile.mkdtemp()) / "catalog"
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         key = (job.info.id, describe(job.sizes))
         if key not in inputs:
             count = bench.GRAPH_INPUT_SETS if device == "cuda" and job.shapes == "decode" else 1
-            samples = job.info.samples
+            samples = samples_of(job.info)
             assert samples is not None
             inputs[key] = [build_call(job.info, samples, job.sizes, job.dtype, device, i) for i in range(count)]
         return inputs[key]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kcatalog
-from kcatalog.tools.inputs import build_call, size_sets
+from kcatalog.tools.inputs import build_call, samples_of, size_sets
 
 CASES = [
     (op, backend)
@@ -21,15 +21,16 @@ CASES = [
 @pytest.mark.parametrize(("op", "backend"), CASES, ids=[f"{op}-{backend}" for op, backend in CASES])
 def test_opcheck(shipped: kcatalog.Catalog, op: str, backend: str) -> None:
     info = shipped.info(op)
-    assert info.samples is not None
+    samples = samples_of(info)
+    assert samples is not None
     torch_op = shipped.torch_op(op)
     kernel = shipped.kernel(op, backend=backend)
     # Two of the declared sample sizes, one dtype each (opcheck traces several times per call): the first, and the
     # first with no size of 1, which dynamic shapes would specialise.
-    sizes = size_sets(info.samples)
+    sizes = size_sets(samples)
     wide = next(env for env in sizes if all(type(v) is not int or v > 1 for v in env.values()))
     for index, (env, dtype) in enumerate(zip((sizes[0], wide), ("float32", "bfloat16"))):
-        call = build_call(info, info.samples, env, dtype, "cpu", seed=index)
+        call = build_call(info, samples, env, dtype, "cpu", seed=index)
         args, kwargs = call.invoke(lambda *a, **k: (a, k))
         with shipped.use({op: backend}):
             torch.library.opcheck(torch_op, args, kwargs)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
-from kcatalog.select.torch_ops import describe
 
 import kcatalog
 from kcatalog.errors import CatalogError, KernelImportError, UnknownOpError
@@ -206,7 +205,7 @@ def test_the_policys_warnings_are_reported_by_a_warm_load_too(workspace: Workspa
 
 
 def test_explain_says_what_each_device_type_binds(shipped: kcatalog.Catalog) -> None:
-    report = describe(shipped, "layernorm.rms_norm")
+    report = shipped.describe_torch_op("layernorm.rms_norm")
     *lines, cuda = report.lines()
     assert lines == [
         "  torch op kcatalog::layernorm_rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor (registered)",
@@ -217,7 +216,7 @@ def test_explain_says_what_each_device_type_binds(shipped: kcatalog.Catalog) -> 
         assert cuda.startswith("    CUDA (cuda:") and "triton opaque, traceable" in cuda, cuda
     else:
         assert cuda == "    CUDA: no cuda device here"
-    on_gpu = describe(shipped, "layernorm.fused_add_rms_norm", platform=kcatalog.Platform.parse("cuda:9.0"))
+    on_gpu = shipped.describe_torch_op("layernorm.fused_add_rms_norm", platform=kcatalog.Platform.parse("cuda:9.0"))
     assert [str(binding) for binding in on_gpu.bindings] == [
         "CPU (cpu): torch opaque (float32, float16, bfloat16)",
         "CUDA (cuda:9.0): triton opaque, traceable (float32, float16, bfloat16)",

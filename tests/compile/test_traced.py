@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
-from kcatalog.select.torch_ops import describe
 from torch._dynamo.backends.common import aot_autograd
 
 import kcatalog
@@ -133,16 +132,22 @@ def test_registering_again_with_the_other_traced_is_refused(workspace: Workspace
 
 
 def test_explain_says_which_backends_torch_compile_traces(workspace: Workspace, namespace: str) -> None:
-    unregistered = describe(_catalog(workspace), "g.norm", namespace).bindings[0]
+    unregistered = _catalog(workspace).describe_torch_op("g.norm", namespace).bindings[0]
     assert str(unregistered) == "CPU (cpu): trace opaque, traceable (float32)"  # what the default registers
     assert (
-        str(describe(_catalog(workspace, "ref"), "g.norm", namespace).bindings[0]) == "CPU (cpu): ref opaque (float32)"
+        str(_catalog(workspace, "ref").describe_torch_op("g.norm", namespace).bindings[0])
+        == "CPU (cpu): ref opaque (float32)"
     )
     catalog = _catalog(workspace)
     catalog.register_torch_ops(namespace, "g.norm")
-    assert str(describe(catalog, "g.norm", namespace).bindings[0]) == "CPU (cpu): trace opaque, traceable (float32)"
+    assert (
+        str(catalog.describe_torch_op("g.norm", namespace).bindings[0])
+        == "CPU (cpu): trace opaque, traceable (float32)"
+    )
     catalog.register_torch_ops(namespace + "_t", "g.norm", traced=True)
-    assert str(describe(catalog, "g.norm", namespace + "_t").bindings[0]) == "CPU (cpu): trace in graph (float32)"
+    assert (
+        str(catalog.describe_torch_op("g.norm", namespace + "_t").bindings[0]) == "CPU (cpu): trace in graph (float32)"
+    )
 
 
 # Outside the interpreter (TRITON_INTERPRET=0) wrap_triton records a kernel without running it, so the CPU can
@@ -152,15 +157,15 @@ import json, sys
 from torch.fx.experimental.proxy_tensor import make_fx
 import kcatalog
 from kcatalog.kernels import tracing
-from kcatalog.tools.inputs import build_call, size_sets
+from kcatalog.tools.inputs import build_call, samples_of, size_sets
 
 catalog, found = kcatalog.load_catalog(cache=False), {}
 for op in catalog:
     info = catalog.info(op)
     for spec in info.backends.values():
         if spec.traceable:
-            env = size_sets(info.samples)[-1]
-            call = build_call(info, info.samples, env, "float32", "cpu", seed=0)
+            env = size_sets(samples_of(info))[-1]
+            call = build_call(info, samples_of(info), env, "float32", "cpu", seed=0)
             args, kwargs = call.invoke(lambda *a, **k: (a, k))
             kernel = spec.load()
 
@@ -182,7 +187,7 @@ def test_every_shipped_traceable_launch_traces_with_symbolic_sizes(workspace: Wo
     assert child.returncode == 0, child.stderr[-3000:]
     found = json.loads(child.stdout)
     catalog = kcatalog.load_catalog(cache=False)
-    declared = {f"{s.op} {s.backend}" for s in catalog.all_specs() if s.traceable}
+    declared = {f"{s.op} {s.backend}" for s in catalog.specs() if s.traceable}
     assert set(found) == declared and len(declared) == 8, found
     assert all(count >= 1 for count in found.values()), found
 

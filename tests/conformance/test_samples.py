@@ -14,7 +14,12 @@ from conformance_support import declare_op, run_cli
 import kcatalog
 from kcatalog import check_catalog
 from kcatalog.link.samples import evaluate, expression_names  # unit tests of sample expressions: internal on purpose
-from kcatalog.tools.inputs import build_call, size_sets  # and of the size sets and inputs built from samples: likewise
+from kcatalog.link.signature import read_parameters  # the parameters build_call reads, as the linker reads them
+from kcatalog.tools.inputs import (
+    build_call,
+    samples_of,
+    size_sets,
+)  # and of the size sets and inputs built from samples: likewise
 from kcatalog.validate.schema import Samples, TensorArg
 
 
@@ -108,13 +113,13 @@ def test_no_sizes_is_one_empty_size_set() -> None:
 
 def test_shipped_size_sets() -> None:
     catalog = kcatalog.load_catalog()
-    rotary = catalog.info("attention.rotary_embedding").samples
+    rotary = samples_of(catalog.info("attention.rotary_embedding"))
     assert rotary is not None
     assert len(size_sets(rotary)) == 2 * 2 * 2  # T x ROT x NEOX; the other sizes have one value
     assert size_sets(rotary, "decode") == [
         {"T": t, "HQ": 32, "HK": 8, "D": 128, "ROT": 128, "P": 4096, "NEOX": True} for t in (1, 8, 64)
     ]
-    gelu = catalog.info("activation.gelu_and_mul").samples
+    gelu = samples_of(catalog.info("activation.gelu_and_mul"))
     assert gelu is not None
     assert {s["APPROX"] for s in size_sets(gelu)} == {"none", "tanh"}
     assert {s["APPROX"] for s in size_sets(gelu, "prefill")} == {"tanh"}
@@ -125,9 +130,10 @@ def test_shipped_size_sets() -> None:
 
 def test_build_call_follows_the_tensor_specs() -> None:
     info = kcatalog.load_catalog().info("attention.rotary_embedding")
-    assert info.samples is not None
+    samples = samples_of(info)
+    assert samples is not None
     sizes = {"T": 33, "HQ": 4, "HK": 2, "D": 64, "ROT": 32, "P": 128, "NEOX": False}
-    call = build_call(info, info.samples, sizes, "bfloat16", "cpu", seed=1)
+    call = build_call(info, samples, sizes, "bfloat16", "cpu", seed=1)
     args = call.kwargs
     assert list(args) == ["positions", "query", "key", "head_size", "cos_sin_cache", "is_neox"]  # signature order
     assert (args["head_size"], args["is_neox"]) == (64, False)  # '$D' and '$NEOX'
@@ -141,8 +147,8 @@ def test_build_call_follows_the_tensor_specs() -> None:
 
 
 def fake_info(signature: str) -> Any:
-    """build_call reads only the signature of an op."""
-    return SimpleNamespace(signature=signature)
+    """build_call reads only the parameters of an op, which the linker reads from its signature."""
+    return SimpleNamespace(id="g.op", signature=signature, parameters=read_parameters(signature))
 
 
 def test_integer_ranges_include_low_and_exclude_high() -> None:

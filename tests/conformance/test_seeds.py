@@ -14,7 +14,7 @@ from conformance_support import run_cli
 
 import kcatalog
 from kcatalog.tools import conformance  # unit tests of the planner's case seeds: internal on purpose
-from kcatalog.tools.inputs import build_call, size_sets  # and of the inputs built from a seed: likewise
+from kcatalog.tools.inputs import build_call, samples_of, size_sets  # and of the inputs built from a seed: likewise
 
 # ATen's float16 softmax differs from the float32-accumulating reference in the last bits: figures
 # that are not zero, and so change with the data.
@@ -45,11 +45,12 @@ def test_another_seed_gives_other_inputs_and_figures() -> None:
 
 def test_build_call_is_a_function_of_the_seed() -> None:
     info = kcatalog.load_catalog().info("layernorm.fused_add_rms_norm")
-    assert info.samples is not None
-    sizes = size_sets(info.samples)[3]
+    samples = samples_of(info)
+    assert samples is not None
+    sizes = size_sets(samples)[3]
 
     def tensors(seed: int) -> dict[str, torch.Tensor]:
-        return build_call(info, info.samples, sizes, "bfloat16", "cpu", seed).tensors()
+        return build_call(info, samples, sizes, "bfloat16", "cpu", seed).tensors()
 
     first, again, other = tensors(99), tensors(99), tensors(100)
     assert list(first) == ["x", "residual", "weight"]

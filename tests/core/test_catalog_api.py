@@ -22,6 +22,7 @@ from kcatalog import (
     UnknownBackendError,
     UnknownOpError,
 )
+from kcatalog.compat import registry
 
 if TYPE_CHECKING:
     from catalog_builder import Workspace
@@ -106,15 +107,15 @@ def test_shipped_ops_are_sorted_and_iterable(shipped: Catalog) -> None:
 
 
 def test_get_lists_the_specs_in_declaration_order(shipped: Catalog) -> None:
-    specs = shipped.get("layernorm.rms_norm")
+    specs = shipped.specs("layernorm.rms_norm")
     assert all(isinstance(spec, KernelSpec) and spec.op == "layernorm.rms_norm" for spec in specs)
     assert [spec.backend for spec in specs] == list(shipped.info("layernorm.rms_norm").backends)
     assert specs[0].backend == "torch"
 
 
 def test_get_backend_and_has(shipped: Catalog) -> None:
-    spec = shipped.get_backend("layernorm.rms_norm", "torch")
-    assert spec.target == "kcatalog.kernels.torch.layernorm:rms_norm"
+    spec = shipped.info("layernorm.rms_norm").backends["torch"]
+    assert str(spec.target) == "kcatalog.kernels.torch.layernorm:rms_norm"
     assert spec.dtypes == shipped.info("layernorm.rms_norm").dtypes  # inherited from the op
     assert shipped.has("layernorm.rms_norm")
     assert shipped.has("layernorm.rms_norm", "torch")
@@ -124,7 +125,7 @@ def test_get_backend_and_has(shipped: Catalog) -> None:
 
 
 def test_all_specs_is_every_backend_of_every_op(shipped: Catalog) -> None:
-    assert shipped.all_specs() == [spec for op in shipped.ops() for spec in shipped.get(op)]
+    assert shipped.specs() == [spec for op in shipped.ops() for spec in shipped.specs(op)]
 
 
 def test_info_describes_the_op(shipped: Catalog) -> None:
@@ -141,7 +142,7 @@ def test_locations_point_at_the_declarations(shipped: Catalog) -> None:
     info = shipped.info("layernorm.rms_norm")
     assert Path(info.location.path).resolve() == manifest_path.resolve()
     assert (info.location.line, info.location.col) == (line_of(manifest_path, "  rms_norm:"), 3)
-    spec = shipped.get_backend("layernorm.rms_norm", "triton")
+    spec = shipped.info("layernorm.rms_norm").backends["triton"]
     assert spec.location.path == info.location.path
     assert (spec.location.line, spec.location.col) == (line_of(manifest_path, "      triton:", after="  rms_norm:"), 7)
 
@@ -160,7 +161,7 @@ def test_unknown_backend_names_the_available_ones_and_the_declaration(shipped: C
         f"available: {', '.join(info.backends)}"
     )
     with pytest.raises(UnknownBackendError) as excinfo:
-        shipped.get_backend("layernorm.rms_norm", "cuda")
+        registry(shipped).get_backend("layernorm.rms_norm", "cuda")
     assert str(excinfo.value) == message
 
 
@@ -170,7 +171,7 @@ def test_unknown_backend_names_the_available_ones_and_the_declaration(shipped: C
 def test_lookup_errors_are_key_errors_with_data(small_catalog: Callable[..., Catalog]) -> None:
     catalog = small_catalog()
     with pytest.raises(KeyError):
-        catalog.get("norm.nope")
+        catalog.specs("norm.nope")
     with pytest.raises(
         UnknownOpError,
         match=r"^no op 'norm\.rms_nrom' \(did you mean 'norm\.rms_norm'\?\)\. "
@@ -179,7 +180,7 @@ def test_lookup_errors_are_key_errors_with_data(small_catalog: Callable[..., Cat
         catalog.info("norm.rms_nrom")
     assert (excinfo.value.op, excinfo.value.available) == ("norm.rms_nrom", ("norm.layer_norm", "norm.rms_norm"))
     with pytest.raises(UnknownOpError, match=r"^no op 'softmax'\. Available: norm\.layer_norm, norm\.rms_norm$"):
-        catalog.get_backend("softmax", "torch")
+        catalog.info("softmax").backends["torch"]
 
 
 def test_unknown_backend_is_a_key_error_naming_the_declaration(small_catalog: Callable[..., Catalog]) -> None:
@@ -190,7 +191,7 @@ def test_unknown_backend_is_a_key_error_naming_the_declaration(small_catalog: Ca
         r"\(declared at norm\.yaml:4:3\) \(did you mean 'triton'\?\); "
         r"available: torch, triton$",
     ) as excinfo:
-        catalog.get_backend("norm.rms_norm", "tirton")
+        registry(catalog).get_backend("norm.rms_norm", "tirton")
     error = excinfo.value
     assert isinstance(error, KeyError)
     assert (error.op, error.backend, error.available) == ("norm.rms_norm", "tirton", ("torch", "triton"))
@@ -200,7 +201,7 @@ def test_unknown_backend_is_a_key_error_naming_the_declaration(small_catalog: Ca
         match=r"^no 'aten' backend for op 'norm\.layer_norm' "
         r"\(declared at norm\.yaml:14:3\); available: torch$",
     ):
-        catalog.get_backend("norm.layer_norm", "aten")
+        registry(catalog).get_backend("norm.layer_norm", "aten")
 
 
 def test_a_failed_load_raises_with_every_diagnostic(small_catalog: Callable[..., Catalog]) -> None:
@@ -231,7 +232,7 @@ def test_kernel_is_imported_on_first_use_and_cached(
     assert "kc_api_lazy" in sys.modules
     assert fn is sys.modules["kc_api_lazy"].rms_norm
     assert catalog.kernel("norm.rms_norm", backend="torch") is fn
-    assert catalog.get_backend("norm.rms_norm", "torch").load() is fn
+    assert catalog.info("norm.rms_norm").backends["torch"].load() is fn
 
 
 @pytest.mark.usefixtures("on_cpu")

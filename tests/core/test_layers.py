@@ -77,12 +77,12 @@ def test_two_distributions_extend_and_replace_the_shipped_catalog(site: Path) ->
     distribution(site, "kc-plugin-rocm", "kc_plugin_rocm", {"kcatalog.yaml": ROCM_SETTINGS, "rocm.yaml": ROCM_EXTENDS})
     distribution(site, "kc-plugin-fast", "kc_plugin_fast", {"fast.yaml": TRITON_REPLACES})
     catalog = kcatalog.load_catalog(cache=False)  # the default layers: shipped, then plugins
-    assert [(layer.name, layer.origin.split(":")[0]) for layer in catalog.catalog_layers] == [
+    assert [(layer.name, layer.origin.split(":")[0]) for layer in catalog.layers] == [
         ("shipped", "the catalog shipped with kcatalog"),
         ("kc-plugin-fast", "entry point kcatalog.catalogs"),
         ("kc-plugin-rocm", "entry point kcatalog.catalogs"),
     ]
-    specs = {spec.backend: (spec.target, spec.layer) for spec in catalog.get("layernorm.rms_norm")}
+    specs = {spec.backend: (str(spec.target), spec.layer) for spec in catalog.specs("layernorm.rms_norm")}
     assert specs["triton"] == ("kc_plugin_fast.kernels:rms_norm", "kc-plugin-fast")
     assert specs["rocm_lib"] == ("kc_plugin_rocm.kernels:rms_norm", "kc-plugin-rocm")
     assert specs["torch"] == ("kcatalog.kernels.torch.layernorm:rms_norm", "shipped")
@@ -92,8 +92,8 @@ def test_two_distributions_extend_and_replace_the_shipped_catalog(site: Path) ->
     assert chosen is not None and chosen.backend == "aten"
     # Each layer's allow-list applies to its own files only: the shipped one's is not widened, and the
     # plugin's own targets pass under theirs.
-    assert catalog.get_backend("layernorm.rms_norm", "rocm_lib").allowed_modules == (("kc_plugin_rocm",),)
-    assert catalog.get_backend("layernorm.rms_norm", "torch").allowed_modules == (
+    assert catalog.info("layernorm.rms_norm").backends["rocm_lib"].allowed_modules == (("kc_plugin_rocm",),)
+    assert catalog.info("layernorm.rms_norm").backends["torch"].allowed_modules == (
         ("kcatalog.kernels", "kcatalog.integrations"),
     )
 
@@ -130,7 +130,7 @@ def test_a_plugin_cannot_widen_the_shipped_allow_list(site: Path) -> None:
     widen = "kcatalog: 1\nallowed_modules: [kcatalog.kernels, kc_plugin_wide]\n"
     distribution(site, "kc-plugin-wide", "kc_plugin_wide", {"kcatalog.yaml": widen})
     catalog = kcatalog.load_catalog(cache=False)
-    assert catalog.get_backend("layernorm.rms_norm", "torch").allowed_modules == (
+    assert catalog.info("layernorm.rms_norm").backends["torch"].allowed_modules == (
         ("kcatalog.kernels", "kcatalog.integrations"),
     )
 
@@ -194,8 +194,10 @@ def test_kcatalog_path_adds_layers_on_top_of_the_default_ones(tmp_path: Path, mo
     )
     monkeypatch.setenv("KCATALOG_PATH", str(mine))
     catalog = kcatalog.load_catalog(cache=False)
-    assert [(layer.name, layer.origin) for layer in catalog.catalog_layers][1:] == [(str(mine), "KCATALOG_PATH")]
-    assert catalog.get_backend("layernorm.rms_norm", "torch").target == "kcatalog.kernels.aten.layernorm:rms_norm"
+    assert [(layer.name, layer.origin) for layer in catalog.layers][1:] == [(str(mine), "KCATALOG_PATH")]
+    assert (
+        str(catalog.info("layernorm.rms_norm").backends["torch"].target) == "kcatalog.kernels.aten.layernorm:rms_norm"
+    )
     # The shipped allow-list is its own layer's, not the catalog's: mine's targets are under none
     assert catalog.settings.allowed_modules is None
     assert kcatalog.load_catalog("shipped", cache=False).settings.allowed_modules == (
@@ -274,7 +276,7 @@ def test_the_cache_key_covers_every_layer(tmp_path: Path, monkeypatch: pytest.Mo
         CacheOutcome.WRITTEN,
         "files or versions changed",
     )
-    assert [layer.name for layer in renamed.catalog_layers] == ["layer0", "layer1", "layer2"]
+    assert [layer.name for layer in renamed.layers] == ["layer0", "layer1", "layer2"]
     swapped = kcatalog.load_catalog([layers[0], layers[2], layers[1]], cache=cache)
     assert swapped.cache_status.outcome is CacheOutcome.WRITTEN
     assert swapped.info("g2.op").layer == str(layers[2])

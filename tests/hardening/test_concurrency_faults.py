@@ -99,7 +99,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def _summary(catalog: kcatalog.Catalog) -> tuple[object, ...]:
-    specs = [(s.op, s.backend, s.target, s.location, s.capabilities, s.dtypes) for s in catalog.all_specs()]
+    specs = [(s.op, s.backend, s.target, s.location, s.capabilities, s.dtypes) for s in catalog.specs()]
     return catalog.ops(), specs, catalog.backends, [str(w) for w in catalog.warnings]
 
 
@@ -126,7 +126,7 @@ def test_first_calls_of_kernels_and_handles_racing_in_16_threads_agree(
         return {op: (catalog.kernel(f"g.{op}"), handles[op](x)) for op in order}
 
     results = race([lambda seed=seed: first_calls(seed) for seed in range(THREADS)])
-    kernels = {op: catalog.get_backend(f"g.{op}", "only").load() for op in ops}
+    kernels = {op: catalog.info(f"g.{op}").backends["only"].load() for op in ops}
     assert results == [{op: (kernels[op], op) for op in ops}] * THREADS
     assert sorted(imports) == names  # each kernel module imported exactly once
 
@@ -168,7 +168,9 @@ def test_racing_first_calls_fall_back_past_a_broken_import_alike(
     assert race([call] * THREADS) == ["good"] * THREADS
     selection = catalog.select("g.op", "cpu")
     assert selection.chosen is not None and selection.chosen.backend == "good"
-    assert selection.rejected == (Rejected("broken", f"import failed on first use: {FAILURE}", RejectKind.IMPORT_FAILED),)
+    assert selection.rejected == (
+        Rejected("broken", f"import failed on first use: {FAILURE}", RejectKind.IMPORT_FAILED),
+    )
     _assert_not_left_behind(name)
     # Threads already waiting on the broken kernel's lock retry its import: 1 to THREADS attempts.
     assert 1 <= imports.count(name) <= THREADS and imports.count("kc_hard_good") == 1

@@ -41,7 +41,7 @@ def test_an_object_defined_outside_the_allowed_modules_is_never_returned(allowed
     options = {"allowed_modules": ["kcatalog.kernels"]} if allowed_in == "caller" else {}
     # Static checks off: this is the import-time half of the guarantee, which holds on its own.
     catalog = kcatalog.load_catalog([directory], check_targets=False, cache=False, **options)
-    spec = catalog.get_backend("x.run", "torch")
+    spec = catalog.info("x.run").backends["torch"]
     with pytest.raises(KernelImportError, match=r"defined in module '(posix|nt)', outside the allowed modules"):
         spec.load()
     with pytest.raises(NoEligibleBackendError, match=r"PermissionError: the object is defined in module"):

@@ -514,7 +514,9 @@ def test_a_users_own_mapping_and_a_forward_that_fails_to_import_leaves_nothing_r
     broken = {"classes": ["kc_user_layers:Shift"], "forward": "kc_user_broken:forward", "ops": ["g.op"]}
     workspace.files({"user.layers.yaml": {"kcatalog": 1, "layers": {"scale": mapping, "shift": broken}}})
     catalog = workspace.load(check_targets=False)
-    with pytest.raises(kcatalog.KernelImportError, match=r"backend 'forward' of op 'layers:shift'"):
+    with pytest.raises(
+        kcatalog.KernelImportError, match=r"the forward of layer mapping 'shift' from 'kc_user_broken:forward'"
+    ):
         kcatalog.kernelize(model, catalog)
     assert not any("forward" in vars(module) for module in model.modules())
     assert kcatalog.unkernelize(model) == 0

@@ -13,6 +13,7 @@ import pytest
 from catalog_builder import child_env
 
 import kcatalog
+from kcatalog.model import TargetRole
 from kcatalog.validate.jsonschema import shipped_schema_dir
 
 if TYPE_CHECKING:
@@ -54,11 +55,11 @@ def test_the_shipped_mappings_as_the_catalog_holds_them() -> None:
     catalog = kcatalog.load_catalog(cache=False)
     mappings = {m.name: m for m in catalog.layer_mappings}
     llama = mappings["llama_rms_norm"]
-    assert [c.target for c in llama.classes][-1] == "transformers.models.qwen3.modeling_qwen3:Qwen3RMSNorm"
-    assert llama.forward.target == "kcatalog.integrations.transformers:rms_norm_forward"
-    assert llama.forward.op == "layers:llama_rms_norm" and llama.prepare is None
+    assert [str(c.target) for c in llama.classes][-1] == "transformers.models.qwen3.modeling_qwen3:Qwen3RMSNorm"
+    assert str(llama.forward.target) == "kcatalog.integrations.transformers:rms_norm_forward"
+    assert (llama.forward.role, llama.forward.owner) == (TargetRole.FORWARD, "llama_rms_norm") and llama.prepare is None
     mlp = mappings["silu_gated_mlp"]
-    assert mlp.prepare is not None and mlp.prepare.target == "kcatalog.integrations.transformers:fuse_gate_up"
+    assert mlp.prepare is not None and str(mlp.prepare.target) == "kcatalog.integrations.transformers:fuse_gate_up"
     assert [(c.attribute, c.allowed) for c in mlp.conditions] == [
         ("config.hidden_act", ("silu",)), ("gate_proj.bias", (None,)), ("up_proj.bias", (None,))
     ]  # fmt: skip
@@ -73,8 +74,8 @@ def test_the_shipped_mappings_as_the_catalog_holds_them() -> None:
         "attention.rotary_embedding",
     }
     attention = mappings["llama_attention"]
-    assert attention.prepare is not None and attention.prepare.target.endswith(":bind_rotary")
-    assert attention.classes[-1].target == "transformers.models.qwen3.modeling_qwen3:Qwen3Attention"
+    assert attention.prepare is not None and str(attention.prepare.target).endswith(":bind_rotary")
+    assert str(attention.classes[-1].target) == "transformers.models.qwen3.modeling_qwen3:Qwen3Attention"
     assert catalog.warnings == ()
 
 
@@ -113,5 +114,5 @@ def test_classes_of_an_absent_package_are_unavailable_and_looked_up_once(
         looked_up.clear()
         catalog = kcatalog.load_catalog(directory, cache=cache)
         assert catalog.warnings == ()
-        assert [c.target for m in catalog.layer_mappings for c in m.classes][-1].endswith(":Norm2")
+        assert [str(c.target) for m in catalog.layer_mappings for c in m.classes][-1].endswith(":Norm2")
         assert looked_up.count("kc_absent_models") == 1, cache

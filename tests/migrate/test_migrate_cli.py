@@ -152,8 +152,8 @@ def test_the_imported_catalog_round_trips_through_the_load_cache(
     cold = kcatalog.load_catalog(out, cache=cache)
     warm = kcatalog.load_catalog(out, cache=cache)
     assert warm.cache_status.outcome.value == "hit"
-    assert [(s.op, s.backend, s.target, s.capabilities, s.dtypes, s.auto) for s in warm.all_specs()] == [
-        (s.op, s.backend, s.target, s.capabilities, s.dtypes, s.auto) for s in cold.all_specs()
+    assert [(s.op, s.backend, s.target, s.capabilities, s.dtypes, s.auto) for s in warm.specs()] == [
+        (s.op, s.backend, s.target, s.capabilities, s.dtypes, s.auto) for s in cold.specs()
     ]
     assert warm.settings == cold.settings
     assert (

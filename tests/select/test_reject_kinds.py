@@ -25,7 +25,9 @@ def _catalog(workspace: Workspace) -> Path:
     workspace.module("kinds_ok", "def tag(x):\n    return 'ok'\n")
     # Defines `tag` (the static check sees it), but its import fails: a dependency is missing here.
     workspace.module("kinds_broken", "def tag(x):\n    return 'broken'\n\n\nimport kc_kinds_missing_dependency\n")
-    workspace.module("kinds_gate", "def wide_only(x):\n    return 'needs a wide last dim' if x.shape[-1] < 8 else True\n")
+    workspace.module(
+        "kinds_gate", "def wide_only(x):\n    return 'needs a wide last dim' if x.shape[-1] < 8 else True\n"
+    )
     backends: dict[str, Any] = {
         "broken": "kinds_broken:tag",
         "cu": {"target": "kinds_ok:tag", "capabilities": [{"device": "cuda"}]},
@@ -87,7 +89,9 @@ def test_every_kind_has_a_case_here(workspace: Workspace, capsys: pytest.Capture
     seen |= set(_explain(capsys, directory, "--backend", "ref").values())
     catalog = kcatalog.load_catalog(directory, cache=False)
     with catalog.use({"g.tag": "gated"}):
-        seen |= {r.kind.value for r in catalog.select("g.tag", "cpu", "float32", call=((torch.zeros(1, 2),), {})).rejected}
+        seen |= {
+            r.kind.value for r in catalog.select("g.tag", "cpu", "float32", call=((torch.zeros(1, 2),), {})).rejected
+        }
     assert seen == {kind.value for kind in RejectKind}
 
 

@@ -179,9 +179,9 @@ def test_nothing_eligible_json(nothing_on_cpu: Workspace, capsys: pytest.Capture
             "notes": [],
             "order": ["cu", "rocm", "f32"],
             "rejected": [
-                {"backend": "cu", "reason": "runs on cuda >= 8.0, not hip"},
-                {"backend": "rocm", "reason": "needs hip arch in gfx942; this is hip:gfx90a"},
-                {"backend": "f32", "reason": "runs on cpu, not hip"},
+                {"backend": "cu", "kind": "capability", "reason": "runs on cuda >= 8.0, not hip"},
+                {"backend": "rocm", "kind": "capability", "reason": "needs hip arch in gfx942; this is hip:gfx90a"},
+                {"backend": "f32", "kind": "capability", "reason": "runs on cpu, not hip"},
             ],
         }
     ]

@@ -53,7 +53,9 @@ def test_import_failure_falls_back_to_the_next_eligible_backend(
     ]
     selection = catalog.select("g.op", "cpu")
     assert selection.chosen.backend == "good"  # type: ignore[union-attr]
-    assert selection.rejected == (Rejected("broken", f"import failed on first use: {FAILURE}", RejectKind.IMPORT_FAILED),)
+    assert selection.rejected == (
+        Rejected("broken", f"import failed on first use: {FAILURE}", RejectKind.IMPORT_FAILED),
+    )
 
 
 def test_import_failure_raises_when_strict(catalog_dir: Workspace, caplog: pytest.LogCaptureFixture) -> None:
@@ -107,7 +109,11 @@ def test_when_every_import_fails_the_error_lists_every_failure(
         catalog.kernel("g.op")
     assert info.value.rejected == (
         Rejected("one", f"import failed on first use: {FAILURE}", RejectKind.IMPORT_FAILED),
-        Rejected("two", "import failed on first use: ModuleNotFoundError: No module named 'kc_sel_no_such_module'", RejectKind.IMPORT_FAILED),
+        Rejected(
+            "two",
+            "import failed on first use: ModuleNotFoundError: No module named 'kc_sel_no_such_module'",
+            RejectKind.IMPORT_FAILED,
+        ),
     )
     assert len(_warnings(caplog)) == 2
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kcatalog import CatalogError, NoEligibleBackendError
+from kcatalog import CatalogError, KernelSpec, NoEligibleBackendError
 
 if TYPE_CHECKING:
     from catalog_builder import Workspace
@@ -60,13 +60,13 @@ def by_dtype(workspace: Workspace) -> Workspace:
 def _spy_on_resolve(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
     """Record (platform, dtype) of every resolution the catalog makes."""
     calls: list[tuple[str, str | None]] = []
-    real = catalog.resolve
+    real = catalog.runtime.resolve_spec
 
-    def resolve(op: str, platform: Any = None, dtype: str | None = None, **kwargs: Any) -> Callable[..., Any]:
+    def resolve_spec(op: str, platform: Any = None, dtype: str | None = None, **kwargs: Any) -> KernelSpec:
         calls.append((str(platform), dtype))
         return real(op, platform, dtype, **kwargs)
 
-    monkeypatch.setattr(catalog, "resolve", resolve)
+    monkeypatch.setattr(catalog.runtime, "resolve_spec", resolve_spec)
     return calls
 
 
@@ -227,7 +227,7 @@ def test_first_handle_call_from_many_threads_imports_once(counted: tuple[Catalog
     results = _race(lambda: handle(x))
     assert imports == ["kc_sel_counted"]
     assert len({id(fn) for fn in results}) == 1
-    assert results[0] is catalog.get_backend("g.op", "only").load()
+    assert results[0] is catalog.info("g.op").backends["only"].load()
 
 
 def test_first_handle_call_from_many_threads_resolves_once(

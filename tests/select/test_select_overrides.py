@@ -316,7 +316,7 @@ def test_bad_use_raises_on_entry_and_changes_nothing(catalog_dir: Workspace, ove
         with catalog.use(overrides):
             pytest.fail("entered a scope with a bad override")
     assert _chosen(catalog)[0] == "a"
-    assert catalog._scopes.active == 0
+    assert catalog.runtime.scopes.active == 0
 
 
 # -- an override that cannot be honoured -------------------------------------------------------------

@@ -55,7 +55,7 @@ def test_prepare_imports_each_ops_chosen_backend(catalog_dir: Workspace, platfor
     assert {op: spec.backend for op, spec in specs.items()} == chosen
     assert _imported() == {f"kc_sel_prep_{op.removeprefix('g.')}_{backend}" for op, backend in chosen.items()}
     for spec in specs.values():
-        assert spec.load() is sys.modules[spec.target.partition(":")[0]].kernel  # already loaded: no import left
+        assert spec.load() is sys.modules[spec.target.module].kernel  # already loaded: no import left
 
 
 def test_prepare_only_the_given_ops(catalog_dir: Workspace) -> None:

@@ -163,13 +163,13 @@ def test_plan_records_the_buckets_and_pins_them(
     assert catalog.select("g.tag", "cpu", "float32", tokens=5).decided_by == f"plan {plan} T∈[5, 16]"
 
     # Ranks that keep the same plan at different paths run the same kernels: check_consistent sees no difference.
-    from kcatalog.select.consistency import resolved_selection
+    from kcatalog.runtime.startup import resolved_selection
 
     elsewhere = tmp_path / "elsewhere.yaml"
     elsewhere.write_text(plan.read_text())
     moved = kcatalog.load_catalog(tagged, cache=False, plan=elsewhere)
-    here = resolved_selection(catalog, kcatalog.Platform("cpu"))
-    assert here == resolved_selection(moved, kcatalog.Platform("cpu")) and "by plan T∈[5, 16]" in here["g.tag"]
+    here = resolved_selection(catalog.runtime, kcatalog.Platform("cpu"))
+    assert here == resolved_selection(moved.runtime, kcatalog.Platform("cpu")) and "by plan T∈[5, 16]" in here["g.tag"]
 
     # This machine (now without the table) would choose otherwise: exit 1, naming the op.
     code, out = _plan(capsys, "--check", str(plan), "--platform", "cpu", "--catalog", str(tagged))
@@ -273,7 +273,7 @@ def test_a_plan_from_other_contents_warns_and_strict_refuses(tagged: Path, tmp_p
 
 def test_ranks_compare_a_plans_buckets(tagged: Path, tmp_path: Path) -> None:
     """What check_consistent all-gathers covers each bucket of a plan, not only a tuned table's."""
-    from kcatalog.select.consistency import resolved_selection
+    from kcatalog.runtime.startup import resolved_selection
 
     plan = tmp_path / "plan.yaml"
     digest = kcatalog.load_catalog(tagged, cache=False).digest
@@ -283,7 +283,7 @@ def test_ranks_compare_a_plans_buckets(tagged: Path, tmp_path: Path) -> None:
     )
     (tagged / "tuned" / "cpu.yaml").unlink()
     catalog = kcatalog.load_catalog(tagged, cache=False, plan=plan)
-    assert resolved_selection(catalog, kcatalog.Platform("cpu"))["g.tag"] == (
+    assert resolved_selection(catalog.runtime, kcatalog.Platform("cpu"))["g.tag"] == (
         "float32 T=0: ref (by catalog default priority); "
         "float32 T=4: big (by plan T∈[1, 4]); "
         "float32 T=5: ref (by catalog default priority); "
@@ -404,7 +404,7 @@ def test_tune_writes_a_table_that_loads(tmp_path: Path, capsys: pytest.CaptureFi
     catalog = kcatalog.load_catalog(
         [kcatalog.load_catalog().info("layernorm.rms_norm").location.path, out / "cpu.yaml"]
     )
-    table = catalog.tuned("layernorm.rms_norm", "cpu", "float32")
+    table = catalog.tuning.table("layernorm.rms_norm", "cpu", "float32")
     assert table is not None
     assert [(b.low, b.high) for b in table.buckets] == [(1, 1), (2, None)]  # cut at isqrt(1 * 2) = 1
     assert all(set(b.medians_us) == {"torch", "aten"} and b.backend in b.medians_us for b in table.buckets)
@@ -422,7 +422,7 @@ def test_a_cached_load_keeps_the_tables(tagged: Path, tmp_path: Path) -> None:
     cold = kcatalog.load_catalog(tagged, cache=tmp_path / "cache")
     warm = kcatalog.load_catalog(tagged, cache=tmp_path / "cache")
     assert warm.cache_status.outcome is kcatalog.CacheOutcome.HIT
-    assert warm.tuned("g.tag", "cpu", "float32") == cold.tuned("g.tag", "cpu", "float32") is not None
+    assert warm.tuning.table("g.tag", "cpu", "float32") == cold.tuning.table("g.tag", "cpu", "float32") is not None
     assert warm.digest == cold.digest
 
 
