@@ -2,8 +2,8 @@
 
 The public API is what this module exports, plus `kcatalog.codes` (the diagnostic codes), `kcatalog.errors`,
 `kcatalog.model` (the typed model), `kcatalog.validate.schema` (the file format's models) and
-`kcatalog.testing`. The stage packages (read, validate, link, check, cache, registry, select, tools) are
-internal.
+`kcatalog.testing`. The stage packages (read, validate, link, check, cache, registry, select, tools) and
+the static resolver they share (pyresolve) are internal.
 """
 
 from .errors import (

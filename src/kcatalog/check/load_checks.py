@@ -11,7 +11,7 @@ from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing
 from ..model import KernelSpec, Layer, LinkedCatalog, TargetChecks, is_under
 from ..read.files import SETTINGS_FILE
-from .mappings import unavailable_class
+from .layer_classes import unavailable_class
 from .overrides import OverridesArg, check_layer, process_layers
 
 Require = Iterable[str] | Mapping[str, Sequence[str]]
@@ -98,7 +98,7 @@ def _check_targets(
     checks = _still_valid(known, targets) if not import_targets else None
     fresh = None
     if checks is None:
-        from .targets import TargetChecker  # reads module sources with ast: only fresh checks need it
+        from ..pyresolve import TargetChecker  # reads module sources with ast: only fresh checks need it
 
         checker = TargetChecker()
         problems: dict[str, Diagnostic | None] = {}
@@ -151,7 +151,7 @@ def _still_valid(known: TargetChecks | None, targets: list[str]) -> TargetChecks
     """The known checks, if they cover every wanted target and no module they read has changed."""
     if known is None or any(target not in known.problems for target in targets):
         return None
-    from .finder import current_fingerprint
+    from ..pyresolve import current_fingerprint
 
     if any(current_fingerprint(module.module) != module.found for module in known.modules):
         return None
