@@ -134,7 +134,7 @@ def test_a_warm_load_imports_neither_yaml_nor_pydantic(
         catalog = kcatalog.load_catalog([{str(catalog_dir)!r}], cache={str(cache_dir)!r})
         assert catalog.cache_status.outcome.value == "hit", catalog.cache_status
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("yaml", "pydantic", "pydantic_core", "torch")
-                     or m in ("kcatalog.validate.schema", "kcatalog.validate.validator", "kcatalog.check.targets")))
+                     or m in ("kcatalog.validate.schema", "kcatalog.validate.validator", "kcatalog.pyresolve.targets")))
         print(catalog.info("norm.rms_norm").samples.sizes)  # the model comes back when it is asked for
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

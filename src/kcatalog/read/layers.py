@@ -3,7 +3,7 @@
 A layer is the shipped catalog (the token `shipped`), a path given, a directory of KCATALOG_PATH, or a package
 of manifests that an installed distribution names under the entry-point group `kcatalog.catalogs` (the token
 `plugins`). Entry points are read from the distributions' metadata and their packages located with the finder
-that never imports (check/finder.py): no plugin code runs.
+that never imports (pyresolve/finder.py): no plugin code runs.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def _entry_point_layers(problems: list[Diagnostic]) -> list[CatalogLayer]:
     """One layer per `kcatalog.catalogs` entry point, sorted by distribution and entry name."""
     from importlib.metadata import entry_points
 
-    from ..check.finder import locate  # finds a package's directory without running its __init__
+    from ..pyresolve import locate  # finds a package's directory without running its __init__
 
     found = []
     for entry in entry_points(group=ENTRY_POINT_GROUP):

@@ -1,25 +1,7 @@
-"""ast.parse for every caller in kcatalog, behind one lock.
-
-CPython 3.11's AST constructor keeps its recursion depth in interpreter-wide state, so parses
-racing in several threads can fail with "SystemError: AST constructor recursion depth mismatch"
-(seen here with 16 threads loading catalogs at once). Parsing is a small part of a load.
-"""
+"""ast.parse for the link stage, behind the one lock every parse in kcatalog shares (pyresolve/parsing.py)."""
 
 from __future__ import annotations
 
-import ast
-import threading
+from ..pyresolve import parse, parse_expression
 
-_LOCK = threading.Lock()
-
-
-def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
-    """ast.parse of a module, one thread at a time."""
-    with _LOCK:
-        return ast.parse(source, filename=filename, mode="exec")
-
-
-def parse_expression(source: str) -> ast.Expression:
-    """ast.parse of one expression, one thread at a time."""
-    with _LOCK:
-        return ast.parse(source, mode="eval")
+__all__ = ["parse", "parse_expression"]
