@@ -19,7 +19,7 @@ from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, Targe
 from .platform import is_installed
 from .read.digest import content_digest
 from .read.files import PathLike, SourceFile, read_sources
-from .read.layers import layer_files, resolve_layers
+from .read.layer_sources import layer_files, resolve_layers
 from .registry.catalog import Catalog
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
     digest = content_digest(sources, leave_out=frozenset(linked.tuned_texts))
     plan = None
     if options.plan is not None and not any(d.is_error for d in diagnostics):
-        from .link.plan import read_plan
+        from .link.locked_plan import read_plan
 
         plan = read_plan(options.plan, linked.ops, digest, strict=options.strict, diagnostics=diagnostics)
     diagnostics.sort(key=Diagnostic.sort_key)

@@ -18,7 +18,7 @@ from .errors import Diagnostic, KernelImportError, Location
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .validate.schema import Samples
+    from .validate.schema import SamplesDecl
 
 
 @dataclass(frozen=True)
@@ -164,13 +164,13 @@ class OpInfo:
     layer: str = ""  # the name of the layer whose manifest declared it
 
     @functools.cached_property
-    def samples(self) -> Samples | None:
+    def samples(self) -> SamplesDecl | None:
         """The op's declared samples, validated (they were checked at load, so this cannot fail)."""
         if self.samples_json is None:
             return None
-        from .validate.schema import Samples
+        from .validate.schema import SamplesDecl
 
-        return Samples.model_validate_json(self.samples_json)
+        return SamplesDecl.model_validate_json(self.samples_json)
 
 
 @dataclass(frozen=True)

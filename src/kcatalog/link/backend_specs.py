@@ -13,7 +13,7 @@ from .. import codes
 from ..errors import did_you_mean
 from ..model import FAKE_REFERENCE, Capability, KernelSpec
 from ..read.yaml_nodes import children, find_node, node_location
-from ..validate.schema import Backend, Op
+from ..validate.schema import BackendDecl, OpDecl
 from ..validate.validator import ValidatedFile
 from .context import LinkContext
 
@@ -23,7 +23,7 @@ def backend_specs(
     file: ValidatedFile,
     op_id: str,
     op_dtypes: tuple[str, ...] | None,
-    backends: Mapping[str, Backend],
+    backends: Mapping[str, BackendDecl],
     op_node: yaml.Node,
     *,
     key: str = "backends",
@@ -84,7 +84,7 @@ def backend_specs(
     return specs
 
 
-def declare_fake(context: LinkContext, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node) -> None:
+def declare_fake(context: LinkContext, file: ValidatedFile, op_id: str, op: OpDecl, op_node: yaml.Node) -> None:
     """A fake given as a target is declared with the backends, so that it is checked as every target is."""
     if op.fake is None or op.fake == FAKE_REFERENCE:
         return

@@ -14,7 +14,7 @@ from ..model import CatalogLayer, CatalogSettings, KernelSpec
 from ..platform import DEVICES
 from ..read.yaml_nodes import children, node_location
 from ..validate.validator import ValidatedFile
-from .layers import layer_name
+from .merged_settings import layer_name
 
 
 @dataclass
@@ -23,7 +23,7 @@ class LinkContext:
 
     diagnostics: list[Diagnostic]
     layers: Sequence[CatalogLayer] = ()
-    settings: CatalogSettings | None = None  # every layer's settings merged (link/layers.py)
+    settings: CatalogSettings | None = None  # every layer's settings merged (link/merged_settings.py)
     known: tuple[str, ...] = ()
     devices: tuple[str, ...] = DEVICES  # the built-in device kinds, and those the settings declare
     # each layer's, for its own files' specs

@@ -19,13 +19,13 @@ from ..validate.validator import ValidatedFile
 from .backend_specs import backend_specs, declare_fake
 from .context import LinkContext
 from .extensions import link_extensions
-from .mappings import link_mappings
+from .layer_mappings import link_mappings
 from .op_fields import check_op_fields
 from .pending import PendingOp
 from .policy import check_policy
 from .priorities import resolve_priorities
 from .settings import link_settings
-from .torch_ops import check_torch_names, link_torch_op
+from .torch_op_checks import check_torch_names, link_torch_op
 
 
 def link_files(

@@ -14,7 +14,7 @@ from .. import codes
 from ..errors import Diagnostic, Location, did_you_mean
 from ..model import FAKE_REFERENCE, Policy
 from ..read.yaml_nodes import children, find_node, node_location
-from ..validate.schema import Op
+from ..validate.schema import OpDecl
 from ..validate.validator import ValidatedFile
 from .samples import sample_problems
 from .signature import signature_params, signature_positional
@@ -23,7 +23,7 @@ from .signature import signature_params, signature_positional
 def check_op_fields(
     file: ValidatedFile,
     op_id: str,
-    op: Op,
+    op: OpDecl,
     location: Location,
     op_node: yaml.Node,
     policy: Policy | None,
@@ -41,7 +41,7 @@ def check_op_fields(
 class _OpFields:
     file: ValidatedFile
     op_id: str
-    op: Op
+    op: OpDecl
     location: Location
     op_node: yaml.Node
     diagnostics: list[Diagnostic]

@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 from ..errors import Diagnostic, Location
 from ..model import KernelSpec, OpInfo
-from ..validate.schema import Op
+from ..validate.schema import OpDecl
 from ..validate.validator import ValidatedFile
 
 
@@ -18,7 +18,7 @@ class PendingOp:
     file: ValidatedFile
     name: str
     op_id: str
-    op: Op
+    op: OpDecl
     location: Location
     specs: dict[str, KernelSpec] = field(default_factory=dict)
     torch_schema: str | None = None

@@ -10,7 +10,7 @@ from typing import Any
 from .. import codes
 from ..errors import Diagnostic, Location, did_you_mean
 from ..read.python import parse_expression
-from ..validate.schema import Samples, TensorArg
+from ..validate.schema import SamplesDecl, TensorArgDecl
 from .signature import signature_arguments
 
 _BINARY = {
@@ -65,7 +65,7 @@ def sample_problems(
     info_id: str,
     signature: str,
     mutates: tuple[str, ...],
-    samples: Samples,
+    samples: SamplesDecl,
     where: Callable[[tuple[str, ...]], Location],
 ) -> Iterator[Diagnostic]:
     """Each static problem of an op's samples, located by `where` from its path inside `samples`."""
@@ -98,9 +98,9 @@ def sample_problems(
                     where((section, name)),
                 )
     for arg, value in samples.args.items():
-        exprs = [*value.shape, *value.range] if isinstance(value, TensorArg) else [value]
+        exprs = [*value.shape, *value.range] if isinstance(value, TensorArgDecl) else [value]
         for expr in exprs:
-            if not isinstance(expr, str) or (not isinstance(value, TensorArg) and not expr.startswith("$")):
+            if not isinstance(expr, str) or (not isinstance(value, TensorArgDecl) and not expr.startswith("$")):
                 continue  # a plain string argument, e.g. approximate: tanh
             try:
                 unknown = expression_names(expr) - defined

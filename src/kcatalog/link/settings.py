@@ -1,4 +1,4 @@
-"""The catalog settings files linked: one per layer, merged (link/layers.py) into the settings the ops are
+"""The catalog settings files linked: one per layer, merged (link/merged_settings.py) into the settings the ops are
 checked against, with the device kinds and required platforms they name checked."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from ..read.yaml_nodes import children, find_node, node_location
 from ..validate.schema import Settings
 from ..validate.validator import ValidatedFile
 from .context import LinkContext
-from .layers import known_backends, merge_settings
+from .merged_settings import known_backends, merge_settings
 
 
 def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings_found: bool) -> None:

@@ -11,7 +11,7 @@ from ..errors import Diagnostic, Location, did_you_mean, listing
 from ..model import OpInfo, TunedBucket, TunedOp
 from ..platform import Platform
 from ..read.yaml_nodes import find_node, node_location
-from ..validate.tables import Bucket, TunedTable
+from ..validate.tables import BucketDecl, TunedTable
 from ..validate.validator import ValidatedFile
 
 
@@ -108,13 +108,13 @@ def _parses(text: str) -> bool:
     return True
 
 
-def _bucket(bucket: Bucket, where: Location) -> TunedBucket:
+def _bucket(bucket: BucketDecl, where: Location) -> TunedBucket:
     low, high = bucket.tokens
     return TunedBucket(low, high, bucket.backend, MappingProxyType(dict(bucket.medians_us)), where)
 
 
 def _bucket_problem(
-    bucket: Bucket, info: OpInfo, platform: Platform, dtype: str
+    bucket: BucketDecl, info: OpInfo, platform: Platform, dtype: str
 ) -> tuple[str, str, tuple[str, ...]] | None:
     """What is wrong with one bucket's backends: (code, message, where in the bucket), or None."""
     for name, field in [(bucket.backend, ("backend",)), *((n, ("medians_us", n)) for n in bucket.medians_us)]:

@@ -25,7 +25,7 @@ class CatalogFile:
 
     path: Path
     is_settings: bool
-    layer: int = 0  # its layer's number in the catalog's list of layers (read/layers.py)
+    layer: int = 0  # its layer's number in the catalog's list of layers (read/layer_sources.py)
 
 
 @dataclass(frozen=True)

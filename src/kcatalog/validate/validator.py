@@ -15,7 +15,7 @@ from .. import codes
 from ..errors import Diagnostic, did_you_mean
 from ..read.files import SourceFile
 from ..read.yaml_nodes import ParsedFile, find_key_node, find_node, node_location, parse_yaml
-from .mappings import LAYERS_KEY, LayersFile
+from .mappings_schema import LAYERS_KEY, LayersFile
 from .schema import (
     BACKEND_PATTERN,
     FORMAT_VERSION,
@@ -41,7 +41,7 @@ class ValidatedFile:
 
     parsed: ParsedFile
     model: Manifest | Settings | LayersFile | TunedTable | Plan
-    layer: int = 0  # its layer's number (read/layers.py)
+    layer: int = 0  # its layer's number (read/layer_sources.py)
 
     @property
     def path(self) -> str:

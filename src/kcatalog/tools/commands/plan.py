@@ -60,7 +60,7 @@ def _runs_here(platform: Platform, detected: Platform) -> bool:
 
 def _check(options: argparse.Namespace, catalog: Catalog, platform: Platform) -> int:
     from ...errors import CatalogError, Diagnostic
-    from ...link.plan import read_plan
+    from ...link.locked_plan import read_plan
     from ...select.plan import differences, locked_choices, resolve_plan
 
     found: list[Diagnostic] = []

@@ -11,7 +11,7 @@ from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing
 from ..model import KernelSpec, LayerClass, LayerCondition, LayerMapping, OpInfo
 from ..read.yaml_nodes import children, node_location
-from ..validate.mappings import LAYERS_KEY, LayersFile
+from ..validate.mappings_schema import LAYERS_KEY, LayersFile
 from ..validate.validator import ValidatedFile
 
 FORWARD_BACKEND = "forward"
