@@ -35,7 +35,7 @@ def backend_specs(
         key_node, value_node = backend_nodes[name]
         location = node_location(file.path, key_node)
         if context.settings is not None and name not in context.known:
-            context.error(
+            context.diagnostics.error(
                 codes.UNKNOWN_BACKEND,
                 f"unknown backend '{name}' in op '{op_id}'{did_you_mean(name, context.known)}; "
                 f"known: {', '.join(context.known)}",

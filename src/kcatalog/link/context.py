@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import yaml
 
 from .. import codes
-from ..errors import Diagnostic, Location, did_you_mean
+from ..diagnostics import Diagnostics
+from ..errors import did_you_mean
 from ..model import CatalogLayer, CatalogSettings, KernelSpec
 from ..platform import DEVICES
 from ..read.yaml_nodes import children, node_location
@@ -21,7 +22,7 @@ from .merged_settings import layer_name
 class LinkContext:
     """Collects diagnostics while assembling ops from validated files; link/settings.py fills in the settings."""
 
-    diagnostics: list[Diagnostic]
+    diagnostics: Diagnostics  # where every link stage writes what it finds
     layers: Sequence[CatalogLayer] = ()
     settings: CatalogSettings | None = None  # every layer's settings merged (link/merged_settings.py)
     known: tuple[str, ...] = ()
@@ -38,11 +39,8 @@ class LinkContext:
     def layer(self, file: ValidatedFile) -> str:
         return layer_name(self.layers, file.layer)
 
-    def error(self, code: str, message: str, location: Location | None) -> None:
-        self.diagnostics.append(Diagnostic(code, message, location))
-
     def error_at(self, file: ValidatedFile, node: yaml.Node | None, code: str, message: str) -> None:
-        self.error(code, message, node_location(file.path, node))
+        self.diagnostics.error(code, message, node_location(file.path, node))
 
     def check_names(
         self,
@@ -67,7 +65,7 @@ class LinkContext:
                 message = (
                     f"unknown backend '{name}' in {what}{did_you_mean(name, allowed)}; known: {', '.join(allowed)}"
                 )
-            self.error(codes.UNKNOWN_BACKEND, message, node_location(file.path, item))
+            self.diagnostics.error(codes.UNKNOWN_BACKEND, message, node_location(file.path, item))
 
     def check_device(self, device: str, file: ValidatedFile, node: yaml.Node | None) -> None:
         """A device kind must be built in or declared in the settings' `devices`; the error points at `node`."""

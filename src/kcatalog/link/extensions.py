@@ -42,7 +42,7 @@ def _extend(
         pending = pending_ops.get(op_id)
         if pending is None:
             if not replacing:
-                context.error(
+                context.diagnostics.error(
                     codes.EXTENDS_UNKNOWN_OP,
                     f"extends op '{op_id}', which no manifest declares{did_you_mean(op_id, pending_ops)}",
                     node_location(file.path, key_node),
@@ -62,7 +62,7 @@ def _extend(
                     if earlier.layer != spec.layer
                     else ""
                 )
-                context.error(
+                context.diagnostics.error(
                     codes.DUPLICATE_BACKEND,
                     f"backend '{name}' of op '{op_id}' already declared at {earlier.location}{across}",
                     spec.location,
@@ -77,7 +77,7 @@ def _replace(
     """`spec` takes the place of the op's backend of its name; one backend is replaced at most once."""
     op_id, name, specs = pending.op_id, spec.backend, pending.specs
     if name not in specs:
-        context.error(
+        context.diagnostics.error(
             codes.REPLACES_UNKNOWN_BACKEND,
             f"replaces backend '{name}' of op '{op_id}', which the op does not have"
             f"{did_you_mean(name, specs)}; its backends: {', '.join(specs)}",
@@ -86,7 +86,7 @@ def _replace(
         return
     earlier = replaced.get((op_id, name))
     if earlier is not None:
-        context.error(
+        context.diagnostics.error(
             codes.DUPLICATE_BACKEND,
             f"backend '{name}' of op '{op_id}' already replaced at {earlier.location}"
             + (

@@ -8,7 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 import yaml
 
 from .. import codes
-from ..errors import Diagnostic, did_you_mean, listing
+from ..diagnostics import Diagnostics
+from ..errors import did_you_mean, listing
 from ..model import KernelSpec, LayerClass, LayerCondition, LayerMapping, OpInfo
 from ..read.yaml_nodes import children, node_location
 from ..validate.mappings_schema import LAYERS_KEY, LayersFile
@@ -27,7 +28,7 @@ def link_mappings(
     files: Sequence[ValidatedFile],
     ops: Mapping[str, OpInfo],
     allow_lists: Callable[[ValidatedFile], tuple[tuple[str, ...], ...]],
-    diagnostics: list[Diagnostic],
+    diagnostics: Diagnostics,
 ) -> tuple[LayerMapping, ...]:
     """Every layers file's mappings, in file then declaration order; problems are added to `diagnostics`."""
     mappings: dict[str, LayerMapping] = {}
@@ -41,24 +42,20 @@ def link_mappings(
             location = node_location(file.path, key_node)
             first = mappings.get(name)
             if first is not None:
-                diagnostics.append(
-                    Diagnostic(
-                        codes.DUPLICATE_LAYER_MAPPING,
-                        f"layer mapping '{name}' already declared at {first.location}",
-                        location,
-                    )
+                diagnostics.error(
+                    codes.DUPLICATE_LAYER_MAPPING,
+                    f"layer mapping '{name}' already declared at {first.location}",
+                    location,
                 )
                 continue
             fields = children(value_node)
             for index, op_id in enumerate(entry.ops):
                 if op_id not in ops:
-                    diagnostics.append(
-                        Diagnostic(
-                            codes.LAYER_OP_UNKNOWN,
-                            f"layer mapping '{name}' names op '{op_id}', which no manifest declares"
-                            f"{did_you_mean(op_id, ops)}; available: {listing(ops)}",
-                            node_location(file.path, _item(fields["ops"][1], index)),
-                        )
+                    diagnostics.error(
+                        codes.LAYER_OP_UNKNOWN,
+                        f"layer mapping '{name}' names op '{op_id}', which no manifest declares"
+                        f"{did_you_mean(op_id, ops)}; available: {listing(ops)}",
+                        node_location(file.path, _item(fields["ops"][1], index)),
                     )
             forward = _target_spec(file, name, FORWARD_BACKEND, entry.forward, fields, allow_lists(file))
             prepare = None

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from .. import codes
-from ..errors import Diagnostic
+from ..diagnostics import Diagnostics
 from ..model import CatalogLayer, LinkedCatalog, OpInfo
 from ..read.yaml_nodes import children, node_location
 from ..validate.schema import Manifest
@@ -30,7 +30,7 @@ from .torch_op_checks import check_torch_names, link_torch_op
 
 def link_files(
     files: Sequence[ValidatedFile],
-    diagnostics: list[Diagnostic],
+    diagnostics: Diagnostics,
     *,
     settings_found: bool = False,
     layers: Sequence[CatalogLayer] = (),
@@ -44,7 +44,7 @@ def link_files(
     check_policy(context, ops)
     mappings = link_mappings(files, ops, context.allow_lists, diagnostics)
     settings = context.settings
-    warnings = tuple(d for d in diagnostics[start:] if not d.is_error)
+    warnings = tuple(d for d in diagnostics.since(start) if not d.is_error)
     declared = (
         *context.declared,
         *(spec for mapping in mappings for spec in (mapping.forward, mapping.prepare) if spec),
@@ -69,7 +69,7 @@ def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str,
             check_op_fields(file, op_id, op, location, value_node, policy, context.diagnostics)
             if op_id in pending_ops:
                 earlier = pending_ops[op_id]
-                context.error(
+                context.diagnostics.error(
                     codes.DUPLICATE_OP,
                     f"op '{op_id}' already declared at {earlier.location}{_across(context, earlier.file, file)}",
                     location,

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 import yaml
 
 from .. import codes
-from ..errors import Diagnostic, Location, did_you_mean
+from ..diagnostics import Diagnostics
+from ..errors import Location, did_you_mean
 from ..model import FAKE_REFERENCE, Policy
 from ..read.yaml_nodes import children, find_node, node_location
 from ..validate.schema import OpDecl
 from ..validate.validator import ValidatedFile
-from .samples import sample_problems
+from .samples import check_samples
 from .signature import signature_params, signature_positional
 
 
@@ -27,7 +28,7 @@ def check_op_fields(
     location: Location,
     op_node: yaml.Node,
     policy: Policy | None,
-    diagnostics: list[Diagnostic],
+    diagnostics: Diagnostics,
 ) -> None:
     """Add what is wrong with the op's fields (declared in `file` at `location`, its mapping `op_node`)."""
     checks = _OpFields(file, op_id, op, location, op_node, diagnostics)
@@ -44,10 +45,10 @@ class _OpFields:
     op: OpDecl
     location: Location
     op_node: yaml.Node
-    diagnostics: list[Diagnostic]
+    diagnostics: Diagnostics
 
     def error(self, code: str, message: str, location: Location | None) -> None:
-        self.diagnostics.append(Diagnostic(code, message, location))
+        self.diagnostics.error(code, message, location)
 
     def error_at(self, file: ValidatedFile, node: yaml.Node | None, code: str, message: str) -> None:
         self.error(code, message, node_location(file.path, node))
@@ -96,7 +97,7 @@ class _OpFields:
             return node_location(file.path, find_node(op_node, ["samples", *path], key=True))
 
         try:
-            self.diagnostics.extend(list(sample_problems(op_id, op.signature, op.mutates, op.samples, where)))
+            check_samples(op_id, op.signature, op.mutates, op.samples, where, self.diagnostics)
         except ValueError:
             return  # an invalid signature is reported by arguments()
 

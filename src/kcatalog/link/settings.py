@@ -21,7 +21,7 @@ def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings
     if not found and settings_found:
         return  # the settings file's own diagnostics say what is wrong with it
     if not found:
-        context.error(
+        context.diagnostics.error(
             codes.SETTINGS_FILE,
             "no catalog settings file (kcatalog.yaml) among the paths; it declares the known "
             "backends, their priority and the policy",
@@ -32,7 +32,7 @@ def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings
     for extra in found:
         first = chosen.setdefault(extra.layer, extra)
         if first is not extra:
-            context.error(
+            context.diagnostics.error(
                 codes.SETTINGS_FILE,
                 f"second catalog settings file; the first is {first.path}",
                 node_location(extra.path, extra.parsed.root),
@@ -42,7 +42,7 @@ def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings
     merged = merge_settings(layer_files, context.layers, context.known, context.check_names, context.diagnostics)
     context.settings, context.layer_allow_lists = merged.settings, merged.allow_lists
     if not context.known:
-        context.error(
+        context.diagnostics.error(
             codes.SETTINGS_FILE,
             "no settings file among the layers declares a backend; at least one must declare the known "
             "backends, their priority and the policy",
@@ -60,4 +60,4 @@ def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings
                 Platform.parse(text, context.devices)
             except ValueError as exc:
                 item = platforms_node.value[index] if platforms_node is not None else None
-                context.error(codes.INVALID_VALUE, str(exc), node_location(file.path, item))
+                context.diagnostics.error(codes.INVALID_VALUE, str(exc), node_location(file.path, item))

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import typing
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Union
 
 import pydantic
 
 from .. import codes
+from ..diagnostics import Diagnostics
 from ..errors import Diagnostic, did_you_mean
 from ..read.files import SourceFile
 from ..read.yaml_nodes import ParsedFile, find_key_node, find_node, node_location, parse_yaml
@@ -48,19 +48,26 @@ class ValidatedFile:
         return self.parsed.path
 
 
-def validate_sources(sources: Iterable[SourceFile]) -> Iterator[ValidatedFile | Diagnostic]:
-    """Each file parsed and validated, or the diagnostics that stop it; one bad file never hides the rest."""
+def validate_sources(sources: Iterable[SourceFile], diagnostics: Diagnostics) -> list[ValidatedFile]:
+    """The files that parse and pass the schema; what stops the others goes to `diagnostics`, so that one bad file
+    never hides the rest."""
+    validated = []
     for source in sources:
         parsed = parse_yaml(source.shown, source.text)
         if isinstance(parsed, Diagnostic):
-            yield parsed
+            diagnostics.add(parsed)
             continue
-        for item in validate(parsed, is_settings=source.is_settings):
-            yield dataclasses.replace(item, layer=source.layer) if isinstance(item, ValidatedFile) else item
+        file = validate(parsed, is_settings=source.is_settings, diagnostics=diagnostics, layer=source.layer)
+        if file is not None:
+            validated.append(file)
+    return validated
 
 
-def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile | Diagnostic]:
-    """Check one parsed file against its model, mapping every schema error to a position."""
+def validate(
+    parsed: ParsedFile, *, is_settings: bool, diagnostics: Diagnostics, layer: int = 0
+) -> ValidatedFile | None:
+    """One parsed file checked against its model; None when it fails, every schema error added to `diagnostics`
+    at its position."""
     data = parsed.data
     model_cls: type[Manifest] | type[Settings] | type[LayersFile] | type[TunedTable] | type[Plan] = (
         Settings if is_settings else Manifest
@@ -70,42 +77,42 @@ def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
         what = "settings file" if is_settings else "manifest"
-        yield Diagnostic(
+        diagnostics.error(
             codes.INVALID_VALUE,
             f"file is {kind}; a {what} is a mapping starting with 'kcatalog: {FORMAT_VERSION}'",
             node_location(parsed.path, parsed.root),
         )
-        return
+        return None
     version = data.get("kcatalog")
     if version is not None and (type(version) is not int or version != FORMAT_VERSION):
         where = node_location(parsed.path, find_node(parsed.root, ["kcatalog"]))
         if type(version) is not int:  # also refuses `true` and `1.0`, which Python compares equal to 1
-            yield Diagnostic(
+            diagnostics.error(
                 codes.INVALID_VALUE,
                 f"'kcatalog': format version should be the number {FORMAT_VERSION}, got {_describe_input(version)}",
                 where,
             )
         elif version > FORMAT_VERSION:
-            yield Diagnostic(
+            diagnostics.error(
                 codes.UNSUPPORTED_VERSION,
                 f"format version {version} is newer than this kcatalog reads "
                 f"({FORMAT_VERSION}); upgrade kcatalog to load it",
                 where,
             )
         else:
-            yield Diagnostic(
+            diagnostics.error(
                 codes.UNSUPPORTED_VERSION,
                 f"format version {version} is not supported; this kcatalog reads version {FORMAT_VERSION}",
                 where,
             )
-        return
+        return None
     try:
         model = model_cls.model_validate(data)
     except pydantic.ValidationError as exc:
         for error in exc.errors(include_url=False):
-            yield _schema_diagnostic(parsed, model_cls, error)
-        return
-    yield ValidatedFile(parsed, model)
+            diagnostics.add(_schema_diagnostic(parsed, model_cls, error))
+        return None
+    return ValidatedFile(parsed, model, layer)
 
 
 _PATTERN_MEANING = {
