@@ -7,12 +7,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-import yaml
-
 from .. import codes
 from ..errors import did_you_mean
 from ..model import FAKE_REFERENCE, Capability, KernelSpec
-from ..read.yaml_nodes import children, find_node, node_location
 from ..validate.schema import BackendDecl, OpDecl
 from ..validate.validator import ValidatedFile
 from .context import LinkContext
@@ -24,16 +21,17 @@ def backend_specs(
     op_id: str,
     op_dtypes: tuple[str, ...] | None,
     backends: Mapping[str, BackendDecl],
-    op_node: yaml.Node,
+    op_path: tuple[str, ...],
     *,
     key: str = "backends",
 ) -> dict[str, KernelSpec]:
-    """The specs of `backends`, written under `key` in `op_node`; each, and its gate, is added to the declared."""
+    """The specs of `backends`, written under `key` in the op at `op_path` in the file; each, and its gate, is
+    added to the declared."""
     specs: dict[str, KernelSpec] = {}
-    backend_nodes = children(children(op_node).get(key, (None, None))[1])
+    at = file.locations
     for name, backend in backends.items():
-        key_node, value_node = backend_nodes[name]
-        location = node_location(file.path, key_node)
+        path = (*op_path, key, name)
+        location = at.key(path)
         if context.settings is not None and name not in context.known:
             context.diagnostics.error(
                 codes.UNKNOWN_BACKEND,
@@ -43,15 +41,14 @@ def backend_specs(
             )
         extra = [d for d in backend.dtypes or () if op_dtypes is not None and d not in op_dtypes]
         if extra and op_dtypes is not None:
-            context.error_at(
-                file,
-                children(value_node)["dtypes"][1],
+            context.diagnostics.error(
                 codes.DTYPE_NOT_OF_OP,
                 f"backend '{name}' of op '{op_id}' lists {', '.join(extra)}, not among the op's "
                 f"dtypes ({', '.join(op_dtypes)})",
+                at.value((*path, "dtypes")),
             )
         for index, capability in enumerate(backend.capabilities):
-            context.check_device(capability.device, file, find_node(value_node, ["capabilities", index, "device"]))
+            context.check_device(capability.device, at.value((*path, "capabilities", index, "device")))
         info = context.settings.backends.get(name) if context.settings is not None else None
         specs[name] = KernelSpec(
             op=op_id,
@@ -61,7 +58,7 @@ def backend_specs(
             capabilities=tuple(Capability(c.device, c.min_arch, c.max_arch, c.archs) for c in backend.capabilities),
             dtypes=backend.dtypes or op_dtypes,
             location=location,
-            target_location=node_location(file.path, children(value_node)["target"][1]),
+            target_location=at.value((*path, "target")),
             allowed_modules=context.allow_lists(file),
             auto=backend.auto if backend.auto is not None else info is None or info.auto,
             layer=context.layer(file),
@@ -70,25 +67,24 @@ def backend_specs(
         )
         context.declared.append(specs[name])
         if backend.eligible is not None:  # the gate's target is checked statically like every target
-            gate_key, gate_value = children(value_node)["eligible"]
             context.declared.append(
                 dataclasses.replace(
                     specs[name],
                     backend=f"{name} (eligible)",
                     target=backend.eligible,
-                    location=node_location(file.path, gate_key),
-                    target_location=node_location(file.path, gate_value),
+                    location=at.key((*path, "eligible")),
+                    target_location=at.value((*path, "eligible")),
                     eligible=None,
                 )
             )
     return specs
 
 
-def declare_fake(context: LinkContext, file: ValidatedFile, op_id: str, op: OpDecl, op_node: yaml.Node) -> None:
+def declare_fake(context: LinkContext, file: ValidatedFile, op_id: str, op: OpDecl, op_path: tuple[str, ...]) -> None:
     """A fake given as a target is declared with the backends, so that it is checked as every target is."""
     if op.fake is None or op.fake == FAKE_REFERENCE:
         return
-    key_node, value_node = children(op_node)["fake"]
+    path = (*op_path, "fake")
     context.declared.append(
         KernelSpec(
             op=op_id,
@@ -97,8 +93,8 @@ def declare_fake(context: LinkContext, file: ValidatedFile, op_id: str, op: OpDe
             requires=(),
             capabilities=(),
             dtypes=op.dtypes,
-            location=node_location(file.path, key_node),
-            target_location=node_location(file.path, value_node),
+            location=file.locations.key(path),
+            target_location=file.locations.value(path),
             allowed_modules=context.allow_lists(file),
             layer=context.layer(file),
         )

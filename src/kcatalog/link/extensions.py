@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from .. import codes
 from ..errors import did_you_mean
 from ..model import KernelSpec
-from ..read.yaml_nodes import children, node_location
 from ..validate.schema import Manifest
 from ..validate.validator import ValidatedFile
 from .backend_specs import backend_specs
@@ -36,21 +35,19 @@ def _extend(
     replacing: bool,
 ) -> None:
     """An extension's added backends (or, `replacing`, its replacements) merged into the op it extends."""
-    ext_nodes = children(children(file.parsed.root).get("extends", (None, None))[1])
     for op_id, extension in manifest.extends.items():
-        key_node, value_node = ext_nodes[op_id]
         pending = pending_ops.get(op_id)
         if pending is None:
             if not replacing:
                 context.diagnostics.error(
                     codes.EXTENDS_UNKNOWN_OP,
                     f"extends op '{op_id}', which no manifest declares{did_you_mean(op_id, pending_ops)}",
-                    node_location(file.path, key_node),
+                    file.locations.key(("extends", op_id)),
                 )
             continue
         given = extension.replaces if replacing else extension.backends
         key = "replaces" if replacing else "backends"
-        added = backend_specs(context, file, op_id, pending.op.dtypes, given, value_node, key=key)
+        added = backend_specs(context, file, op_id, pending.op.dtypes, given, ("extends", op_id), key=key)
         specs = pending.specs
         for name, spec in added.items():
             if replacing:

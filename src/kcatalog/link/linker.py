@@ -13,7 +13,6 @@ from types import MappingProxyType
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..model import CatalogLayer, LinkedCatalog, OpInfo
-from ..read.yaml_nodes import children, node_location
 from ..validate.schema import Manifest
 from ..validate.validator import ValidatedFile
 from .backend_specs import backend_specs, declare_fake
@@ -58,15 +57,14 @@ def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str,
     groups: dict[str, str] = {}
     pending_ops: dict[str, PendingOp] = {}
     for file, manifest in manifests:
-        op_nodes = children(children(file.parsed.root).get("ops", (None, None))[1])
         for name, op in manifest.ops.items():
-            key_node, value_node = op_nodes[name]
+            op_path = ("ops", name)
             op_id = f"{manifest.group}.{name}"
-            location = node_location(file.path, key_node)
-            specs = backend_specs(context, file, op_id, op.dtypes, op.backends, value_node)
-            declare_fake(context, file, op_id, op, value_node)
+            location = file.locations.key(op_path)
+            specs = backend_specs(context, file, op_id, op.dtypes, op.backends, op_path)
+            declare_fake(context, file, op_id, op, op_path)
             policy = context.settings.policy if context.settings is not None else None
-            check_op_fields(file, op_id, op, location, value_node, policy, context.diagnostics)
+            check_op_fields(file, op_id, op, location, op_path, policy, context.diagnostics)
             if op_id in pending_ops:
                 earlier = pending_ops[op_id]
                 context.diagnostics.error(
@@ -76,7 +74,7 @@ def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str,
                 )
                 continue
             pending = pending_ops[op_id] = PendingOp(file, name, op_id, op, location, specs)
-            link_torch_op(pending, value_node)
+            link_torch_op(pending)
             groups[op_id] = manifest.group
     link_extensions(context, manifests, pending_ops)
     for pending in pending_ops.values():  # after extensions, which may add the backends an order names

@@ -11,7 +11,6 @@ from ..diagnostics import Diagnostics
 from ..errors import Diagnostic, Location, Severity, did_you_mean, listing
 from ..model import LockedPlan, OpInfo, PlanEntry, TunedBucket
 from ..read.files import CatalogFile, PathLike, read_sources
-from ..read.yaml_nodes import find_node, node_location
 from .tuned import order_problem
 
 
@@ -40,13 +39,14 @@ def read_plan(
     if validated is None:
         return None
     if not isinstance(validated.model, Plan):
-        where = node_location(parsed.path, parsed.root)
+        where = validated.locations.value(())
         diagnostics.error(codes.MISSING_FIELD, "missing required field 'plan': not a plan file", where)
         return None
     body = validated.model.plan
 
     def at(*loc: object, key: bool = False) -> Location:
-        return node_location(parsed.path, find_node(parsed.root, ["plan", *loc], key=key))
+        path = ("plan", *loc)
+        return validated.locations.key(path) if key else validated.locations.value(path)
 
     start = len(diagnostics)
     if body.digest != digest:

@@ -11,7 +11,6 @@ from types import MappingProxyType
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..model import BackendInfo, CatalogLayer, CatalogSettings, Policy
-from ..read.yaml_nodes import children, find_node, node_location
 from ..validate.schema import Settings
 from ..validate.validator import ValidatedFile
 
@@ -39,7 +38,6 @@ def known_backends(
     first: dict[str, ValidatedFile] = {}
     for file in files:
         assert isinstance(file.model, Settings)
-        entries = children(children(file.parsed.root).get("backends", (None, None))[1])
         for name in file.model.backends:
             earlier = first.setdefault(name, file)
             if earlier is not file:
@@ -47,7 +45,7 @@ def known_backends(
                     codes.BACKEND_REDECLARED,
                     f"backend '{name}' is already declared by layer '{layer_name(layers, earlier.layer)}' "
                     f"({earlier.path}); a layer uses the backends of earlier layers without declaring them",
-                    node_location(file.path, entries[name][0]),
+                    file.locations.key(("backends", name)),
                 )
     return list(first)
 
@@ -130,7 +128,7 @@ def _merge_order(
             codes.LAYER_PRIORITY_CONFLICT,
             f"{what} ranks {', '.join(earlier)} in another order than the earlier layers ({', '.join(merged)}); "
             "a layer places its own backends among the earlier ones but cannot reorder those",
-            node_location(file.path, find_node(file.parsed.root, list(path))),
+            file.locations.value(path),
         )
         return merged
     result = list(merged)

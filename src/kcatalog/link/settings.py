@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 from .. import codes
 from ..platform import DEVICES, Platform
-from ..read.yaml_nodes import children, find_node, node_location
 from ..validate.schema import Settings
 from ..validate.validator import ValidatedFile
 from .context import LinkContext
@@ -35,7 +34,7 @@ def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings
             context.diagnostics.error(
                 codes.SETTINGS_FILE,
                 f"second catalog settings file; the first is {first.path}",
-                node_location(extra.path, extra.parsed.root),
+                extra.locations.value(()),
             )
     layer_files = [chosen[number] for number in sorted(chosen)]
     context.known = tuple(known_backends(layer_files, context.layers, context.diagnostics))
@@ -52,12 +51,10 @@ def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings
     for file in layer_files:
         assert isinstance(file.model, Settings)
         for device in file.model.platform_priority:
-            context.check_device(device, file, find_node(file.parsed.root, ["platform_priority", device], key=True))
-        policy_node = children(file.parsed.root).get("policy", (None, None))[1]
-        platforms_node = children(policy_node).get("required_platforms", (None, None))[1]
+            context.check_device(device, file.locations.key(("platform_priority", device)))
         for index, text in enumerate(file.model.policy.required_platforms):
             try:
                 Platform.parse(text, context.devices)
             except ValueError as exc:
-                item = platforms_node.value[index] if platforms_node is not None else None
-                context.diagnostics.error(codes.INVALID_VALUE, str(exc), node_location(file.path, item))
+                where = file.locations.value(("policy", "required_platforms", index))
+                context.diagnostics.error(codes.INVALID_VALUE, str(exc), where)

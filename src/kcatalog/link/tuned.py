@@ -11,7 +11,6 @@ from ..diagnostics import Diagnostics
 from ..errors import Location, did_you_mean, listing
 from ..model import OpInfo, TunedBucket, TunedOp
 from ..platform import Platform
-from ..read.yaml_nodes import find_node, node_location
 from ..validate.tables import BucketDecl, TunedTable
 from ..validate.validator import ValidatedFile
 
@@ -38,7 +37,8 @@ def _link_table(
     body = table.tuned
 
     def at(*loc: Any, key: bool = False) -> Location:
-        return node_location(file.path, find_node(file.parsed.root, ["tuned", *loc], key=key))
+        path = ("tuned", *loc)
+        return file.locations.key(path) if key else file.locations.value(path)
 
     platform = Platform.parse(body.platform) if _parses(body.platform) else None
     if platform is None:

@@ -14,6 +14,7 @@ from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Diagnostic, did_you_mean
 from ..read.files import SourceFile
+from ..read.location_table import LocationTable
 from ..read.yaml_nodes import ParsedFile, find_key_node, find_node, node_location, parse_yaml
 from .mappings_schema import LAYERS_KEY, LayersFile
 from .schema import (
@@ -46,6 +47,11 @@ class ValidatedFile:
     @property
     def path(self) -> str:
         return self.parsed.path
+
+    @property
+    def locations(self) -> LocationTable:
+        """Where each key and value of the file is written: what the link stages locate their diagnostics by."""
+        return self.parsed.locations
 
 
 def validate_sources(sources: Iterable[SourceFile], diagnostics: Diagnostics) -> list[ValidatedFile]:
