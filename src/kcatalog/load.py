@@ -240,17 +240,7 @@ def _open_cache(
 
 def _link(sources: list[SourceFile], layers: list[CatalogLayer], diagnostics: Diagnostics) -> LinkedCatalog:
     """Validate and link the files, adding what is wrong to `diagnostics`."""
-    from .link.linker import link_files  # PyYAML and pydantic: imported only when files must be parsed
-    from .validate.tables import TunedTable
+    from .link.catalog import link_catalog  # PyYAML and pydantic: imported only when files must be parsed
     from .validate.validator import validate_sources
 
-    validated = validate_sources(sources, diagnostics)
-    linked = link_files(validated, diagnostics, settings_found=any(s.is_settings for s in sources), layers=layers)
-    if not any(isinstance(file.model, TunedTable) for file in validated):
-        return linked
-    from .link.tuned import link_tuned
-    from .read.digest import text_digest
-
-    texts = {source.shown: source.text for source in sources}
-    tuned_texts = tuple(text_digest(texts[f.path]) for f in validated if isinstance(f.model, TunedTable))
-    return dataclasses.replace(linked, tuned=link_tuned(validated, linked.ops, diagnostics), tuned_texts=tuned_texts)
+    return link_catalog(sources, validate_sources(sources, diagnostics), layers, diagnostics)

@@ -29,7 +29,7 @@ class LocationTable:
     where what it holds starts. A path that goes further than the file stops at the deepest part written, so a
     field left out points at the mapping it would be in."""
 
-    __slots__ = ("_data", "_mappings", "_path", "_root", "_sequences")
+    __slots__ = ("_found", "_mappings", "_path", "_sequences")
 
     def __init__(
         self,
@@ -40,36 +40,40 @@ class LocationTable:
         sequences: Mapping[int, Sequence[_Node]],
     ) -> None:
         self._path = path
-        self._data = data
-        self._root = root
         self._mappings = mappings
         self._sequences = sequences
+        # Each path asked about (and its prefixes) -> (key node, value node, plain value, whether all of it is
+        # written): the link stages ask about many paths below one op, so each prefix is followed once.
+        self._found: dict[tuple[Any, ...], tuple[_Node | None, _Node | None, Any, bool]] = {
+            (): (root, root, data, True)
+        }
 
     def key(self, path: Path) -> Location:
         """Where the key that ends `path` is written (a list item: where the item starts)."""
-        return self._at(self._find(path, key=True))
+        return self._at(self._entry(path if type(path) is tuple else tuple(path))[0])
 
     def value(self, path: Path) -> Location:
         """Where the value at `path` starts (`()`: the whole document)."""
-        return self._at(self._find(path, key=False))
+        return self._at(self._entry(path if type(path) is tuple else tuple(path))[1])
 
-    def _find(self, path: Path, *, key: bool) -> _Node | None:
-        data, node = self._data, self._root
-        last = len(path) - 1
-        for index, part in enumerate(path):
+    def _entry(self, path: tuple[Any, ...]) -> tuple[_Node | None, _Node | None, Any, bool]:
+        found = self._found.get(path)
+        if found is not None:
+            return found
+        _, node, data, complete = self._entry(path[:-1])
+        part = path[-1]
+        found = (node, node, None, False)  # stops at the deepest part written
+        if complete:
             if type(data) is dict:
                 entries = self._mappings.get(id(data))
                 entry = entries.get(part) if entries is not None else None
-                if entry is None:
-                    return node
-                node = entry[0] if (key and index == last) else entry[1]
-                data = data[part]
+                if entry is not None:
+                    found = (entry[0], entry[1], data[part], True)
             elif type(data) is list and type(part) is int and 0 <= part < len(data):
-                node = self._sequences[id(data)][part]
-                data = data[part]
-            else:
-                return node
-        return node
+                item = self._sequences[id(data)][part]
+                found = (item, item, data[part], True)
+        self._found[path] = found
+        return found
 
     def _at(self, node: _Node | None) -> Location:
         if node is None:
