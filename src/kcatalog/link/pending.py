@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 from ..errors import Diagnostic, Location
 from ..model import Importable, KernelSpec, OpInfo
-from ..validate.schema import FAKE_REFERENCE, Op
+from ..validate.schema import FAKE_REFERENCE, OpDecl
 from ..validate.validator import ValidatedFile
 from .signature import dispatch_of, read_parameters
 
@@ -19,7 +19,7 @@ class PendingOp:
     file: ValidatedFile
     name: str
     op_id: str
-    op: Op
+    op: OpDecl
     location: Location
     specs: dict[str, KernelSpec] = field(default_factory=dict)
     fake: Importable | None = None  # a fake given as a target (declare_fake)

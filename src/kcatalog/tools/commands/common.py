@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...platform import Platform
-from ...read.layers import PLUGINS, SHIPPED
+from ...read.layer_sources import PLUGINS, SHIPPED
 
 if TYPE_CHECKING:
     from ...registry.catalog import Catalog
