@@ -9,13 +9,12 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from .check.load_checks import Require, check_linked
 from .diagnostics import Diagnostics
 from .errors import CatalogError, Diagnostic
-from .model import CacheOutcome, CacheStatus, CatalogLayer, KernelSpec, LinkedCatalog, TargetChecks
+from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
 from .platform import is_installed
 from .read.digest import content_digest
 from .read.files import PathLike, SourceFile, read_sources
@@ -170,7 +169,7 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
     if settings is None or diagnostics.has_errors:
         return CheckResult(None, ordered)
     if options.allowed_modules is not None:
-        linked = _with_allow_list(linked, tuple(options.allowed_modules))
+        linked = linked.with_allow_list(tuple(options.allowed_modules))
     warnings = tuple(d for d in ordered if not d.is_error)
     catalog = Catalog(
         linked.ops,
@@ -185,30 +184,6 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         digest=digest,
     )
     return CheckResult(catalog, ordered)
-
-
-def _with_allow_list(linked: LinkedCatalog, prefixes: tuple[str, ...]) -> LinkedCatalog:
-    """The caller's allow-list added to every target the catalog imports, so that importing checks it too."""
-
-    def spec(spec: KernelSpec) -> KernelSpec:
-        gate = spec.gate and spec.gate.with_allow_list(prefixes)
-        return dataclasses.replace(spec, allowed_modules=(*spec.allowed_modules, prefixes), gate=gate)
-
-    ops = {
-        op_id: dataclasses.replace(
-            info,
-            backends=MappingProxyType({name: spec(s) for name, s in info.backends.items()}),
-            fake=info.fake and info.fake.with_allow_list(prefixes),
-        )
-        for op_id, info in linked.ops.items()
-    }
-    mappings = tuple(
-        dataclasses.replace(
-            m, forward=m.forward.with_allow_list(prefixes), prepare=m.prepare and m.prepare.with_allow_list(prefixes)
-        )
-        for m in linked.layer_mappings
-    )
-    return dataclasses.replace(linked, ops=MappingProxyType(ops), layer_mappings=mappings)
 
 
 def _cache_outcome(
