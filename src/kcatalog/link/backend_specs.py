@@ -11,7 +11,7 @@ from ..errors import did_you_mean
 from ..model import Capability, Importable, KernelSpec, Target, TargetRole
 from ..validate.schema import FAKE_REFERENCE, BackendDecl, OpDecl
 from ..validate.validator import ValidatedFile
-from .context import LinkContext
+from .context import LinkContext, declared_at
 
 
 def backend_specs(
@@ -49,9 +49,12 @@ def backend_specs(
         for index, capability in enumerate(backend.capabilities):
             context.check_device(capability.device, at.value((*path, "capabilities", index, "device")))
         info = context.settings.backends.get(name) if context.settings is not None else None
+        lists, layer = context.allow_lists(file), context.layer(file)
         gate = None
         if backend.eligible is not None:  # the gate's target is checked statically like every target
-            gate = _declared(context, file, (*path, "eligible"), backend.eligible, TargetRole.GATE, op_id, name)
+            gate = declared_at(
+                file, (*path, "eligible"), backend.eligible, TargetRole.GATE, op_id, lists, layer=layer, backend=name
+            )
         specs[name] = KernelSpec(
             op=op_id,
             backend=name,
@@ -79,28 +82,7 @@ def declare_fake(
     """A fake given as a target, declared with the backends so that it is checked as every target is."""
     if op.fake is None or op.fake == FAKE_REFERENCE:
         return None
-    fake = _declared(context, file, (*op_path, "fake"), op.fake, TargetRole.FAKE, op_id)
+    lists, layer = context.allow_lists(file), context.layer(file)
+    fake = declared_at(file, (*op_path, "fake"), op.fake, TargetRole.FAKE, op_id, lists, layer=layer)
     context.declared.append(fake)
     return fake
-
-
-def _declared(
-    context: LinkContext,
-    file: ValidatedFile,
-    path: tuple[str | int, ...],
-    target: str,
-    role: TargetRole,
-    op_id: str,
-    backend: str = "",
-) -> Importable:
-    """A gate's or a fake's target at `path` in the file, imported under its layer's allow-lists."""
-    return Importable(
-        Target.parse(target),
-        role,
-        op_id,
-        file.locations.key(path),
-        file.locations.value(path),
-        context.allow_lists(file),
-        context.layer(file),
-        backend,
-    )

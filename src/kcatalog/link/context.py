@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Location, did_you_mean
-from ..model import CatalogLayer, CatalogSettings, Importable
+from ..model import CatalogLayer, CatalogSettings, Importable, Target, TargetRole
 from ..platform import DEVICES
 from ..validate.validator import ValidatedFile
 from .merged_settings import layer_name
@@ -67,3 +67,20 @@ class LinkContext:
             "(declare more under 'devices' in the catalog settings)",
             location,
         )
+
+
+def declared_at(
+    file: ValidatedFile,
+    path: tuple[str | int, ...],
+    target: str,
+    role: TargetRole,
+    owner: str,
+    allow_lists: tuple[tuple[str, ...], ...],
+    *,
+    layer: str = "",
+    backend: str = "",
+) -> Importable:
+    """The target written at `path` in the file (a gate, a fake, a layer forward), to be checked and imported under
+    `allow_lists` as every kernel target is."""
+    at = file.locations
+    return Importable(Target.parse(target), role, owner, at.key(path), at.value(path), allow_lists, layer, backend)

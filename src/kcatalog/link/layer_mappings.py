@@ -8,9 +8,10 @@ from collections.abc import Callable, Mapping, Sequence
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import did_you_mean, listing
-from ..model import Importable, LayerClass, LayerCondition, LayerMapping, OpInfo, Target, TargetRole
+from ..model import LayerClass, LayerCondition, LayerMapping, OpInfo, Target, TargetRole
 from ..validate.mappings_schema import LAYERS_KEY, LayersFile
 from ..validate.validator import ValidatedFile
+from .context import declared_at
 
 
 def link_mappings(
@@ -45,10 +46,12 @@ def link_mappings(
                         f"{did_you_mean(op_id, ops)}; available: {listing(ops)}",
                         at.value((*path, "ops", index)),
                     )
-            forward = _importable(file, name, TargetRole.FORWARD, entry.forward, allow_lists(file))
+            forward = declared_at(file, (*path, "forward"), entry.forward, TargetRole.FORWARD, name, allow_lists(file))
             prepare = None
             if entry.prepare is not None:
-                prepare = _importable(file, name, TargetRole.PREPARE, entry.prepare, allow_lists(file))
+                prepare = declared_at(
+                    file, (*path, "prepare"), entry.prepare, TargetRole.PREPARE, name, allow_lists(file)
+                )
             classes = tuple(
                 LayerClass(Target.parse(target), at.value((*path, "classes", index)))
                 for index, target in enumerate(entry.classes)
@@ -61,22 +64,3 @@ def link_mappings(
                 name, entry.description, classes, forward, prepare, entry.ops, conditions, location
             )
     return tuple(mappings.values())
-
-
-def _importable(
-    file: ValidatedFile,
-    name: str,
-    role: TargetRole,
-    target: str,
-    allow_lists: tuple[tuple[str, ...], ...],
-) -> Importable:
-    """A mapping's `forward` or `prepare`: checked, allow-listed and imported like every kernel target."""
-    path = (LAYERS_KEY, name, role.value)
-    return Importable(
-        Target.parse(target),
-        role,
-        name,
-        file.locations.key(path),
-        file.locations.value(path),
-        allow_lists,
-    )
