@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ..errors import Diagnostic, Location
-from ..model import Importable, KernelSpec, OpInfo
+from ..model import Importable, KernelSpec, OpInfo, Parameters
 from ..validate.schema import FAKE_REFERENCE, OpDecl
 from ..validate.validator import ValidatedFile
 from .signature import dispatch_of, read_parameters
@@ -31,7 +31,7 @@ class PendingOp:
 
     def freeze(self, group: str, layer: str) -> OpInfo:
         op = self.op
-        parameters = None if op.signature is None else read_parameters(op.signature)  # checked by op_fields
+        parameters = None if op.signature is None else _parameters(op.signature)
         return OpInfo(
             id=self.op_id,
             group=group,
@@ -55,3 +55,11 @@ class PendingOp:
             torch_problems=tuple(self.torch_problems),
             layer=layer,
         )
+
+
+def _parameters(signature: str) -> Parameters | None:
+    """The signature's parameters; None where it does not parse (op_fields has reported why: KC103)."""
+    try:
+        return read_parameters(signature)
+    except ValueError:
+        return None
