@@ -124,10 +124,10 @@ profiler.enable()
 kcatalog.load_catalog([sys.argv[1]], cache=False)
 profiler.disable()
 stages = {}
-# check/target: targets.py and the target_*.py modules it is split into; check/finder.py and the modules split
-# from it (what it finds, the file system, import hooks, fingerprints)
-TARGET_CHECK_FILES = ("check/target", "check/finder.py", "check/locations.py", "check/filesystem.py",
-                      "check/import_hooks.py", "check/fingerprints.py", "/ast.py")
+# pyresolve/target: targets.py and the target_*.py modules it is split into; pyresolve/finder.py and the modules
+# split from it (what it finds, the file system, import hooks, fingerprints)
+TARGET_CHECK_FILES = ("pyresolve/target", "pyresolve/finder.py", "pyresolve/locations.py", "pyresolve/filesystem.py",
+                      "pyresolve/import_hooks.py", "pyresolve/fingerprints.py", "/ast.py")
 def stage(filename, name):
     if "pydantic_core" in name or "/pydantic/" in filename or "schema.py" in filename:
         return "validate (pydantic)"

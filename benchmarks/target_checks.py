@@ -18,7 +18,7 @@ Each figure is a fresh process, `kcatalog validate DIR` (cold: validate never us
 alternated round by round (A A' B A A' B ...), after one uncounted warm-up of each:
 
 (A)  the package on PYTHONPATH, byte-compiled as pip installs it (`compileall`): the bytecode vouches that
-     every module compiles, so modules are parsed without their function bodies (check/skeleton.py);
+     every module compiles, so modules are parsed without their function bodies (pyresolve/skeleton.py);
 (A') the same package with no bytecode (a tree never imported): each module's syntax is also checked whole;
 (B)  the package absent: every target into it is a KC303 warning (looked for, not found), nothing is read.
 
@@ -286,7 +286,7 @@ INSTALLED, SOURCE_ONLY, ABSENT = "installed (byte-compiled)", "installed, no byt
 BREAKDOWN = r"""
 import cProfile, json, pstats, sys, time
 from pathlib import Path
-from kcatalog.check.targets import TargetChecker
+from kcatalog.pyresolve import TargetChecker
 targets = [t for path in sorted(Path(sys.argv[1]).glob("group*.yaml")) for t in
            (line.split("target: ", 1)[1].strip() for line in path.read_text().splitlines() if "target: " in line)]
 checker = TargetChecker()
@@ -389,7 +389,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"and chains of modules) and {pkg['ops']} into a package not installed (KC303 in every run).",
         "",
         f"- **{INSTALLED}**: as pip installs it, with its bytecode compiled; the bytecode shows every module "
-        "compiles, so function bodies are left out of parsing (check/skeleton.py).",
+        "compiles, so function bodies are left out of parsing (pyresolve/skeleton.py).",
         f"- **{SOURCE_ONLY}**: the same tree with no bytecode (never imported): every module is parsed whole, "
         "so that a syntax error anywhere in it is found (KC306).",
         f"- **{ABSENT}**: the catalog's targets into it are KC303 warnings; nothing is read.",

@@ -7,7 +7,7 @@ Run from the repository root (the GPU machine's ``python3``)::
     PYTHONPATH=src python3 benchmarks/tune_gpu.py --out out/      # about 3 minutes on an H200
 
 1. tune: `kcatalog tune --device cuda --dtype bfloat16` over every shipped op, at the manifests' decode and prefill
-   sizes (tools/tune.py; timing as tools/bench.py times: CUDA-graph replays over 8 rotating input sets for decode,
+   sizes (tools/tuning.py; timing as tools/timing.py times: CUDA-graph replays over 8 rotating input sets for decode,
    CUDA events with L2 flushed for prefill; medians, inputs made once per shape); writes the table ``cuda_9.0.yaml``;
 2. the three arms at every bucket from this run's medians (benchmarks/tune_compare.py): (a) the tuned selection,
    (b) the op's best single backend, (c) the catalog's default priority;
@@ -54,10 +54,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import kcatalog
     from kcatalog.read.files import shipped_catalog_dir
-    from kcatalog.tools import bench, tune
-    from kcatalog.tools.bench import BenchResult
+    from kcatalog.tools import timing, tuning
     from kcatalog.tools.conformance import select_ops
     from kcatalog.tools.inputs import build_call, describe, platform_of, samples_of
+    from kcatalog.tools.timing import BenchResult
 
     # The shipped catalog without any tuned table: what default priority means.
     plain_dir = Path(tempfile.mkdtemp()) / "catalog"
@@ -70,17 +70,17 @@ def main(argv: list[str] | None = None) -> int:
 
     # 1. tune
     dtype = "bfloat16" if device == "cuda" else "float32"
-    jobs, notes = tune.tune_jobs(plain, ops, platform=platform, dtypes=[dtype])
+    jobs, notes = tuning.tune_jobs(plain, ops, platform=platform, dtypes=[dtype])
     log(f"tune: {len(jobs)} timings")
 
     # Inputs are made once per shape (on the CPU, from a seed: seconds for the largest) and shared by every
-    # candidate and by the re-timing below; timing is tools/bench.py's (graph replays for decode, events else).
+    # candidate and by the re-timing below; timing is tools/timing.py's (graph replays for decode, events else).
     inputs: dict[tuple[str, str], list[Any]] = {}
 
-    def calls_for(job: bench.Job) -> list[Any]:
+    def calls_for(job: timing.Job) -> list[Any]:
         key = (job.info.id, describe(job.sizes))
         if key not in inputs:
-            count = bench.GRAPH_INPUT_SETS if device == "cuda" and job.shapes == "decode" else 1
+            count = timing.GRAPH_INPUT_SETS if device == "cuda" and job.shapes == "decode" else 1
             samples = samples_of(job.info)
             assert samples is not None
             inputs[key] = [build_call(job.info, samples, job.sizes, job.dtype, device, i) for i in range(count)]
@@ -89,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     def seconds(fn: Any, calls: list[Any]) -> float:
         calls[0].invoke(fn)  # warm-up: imports, JIT and torch.compile stay out of the timing
         if len(calls) > 1:
-            return float(bench._time_graph(fn, calls))
-        timer = bench._time_cuda if device == "cuda" else bench._time_cpu
+            return float(timing._time_graph(fn, calls))
+        timer = timing._time_cuda if device == "cuda" else timing._time_cpu
         return float(timer(lambda: calls[0].invoke(fn)))
 
-    def timer(job: bench.Job) -> BenchResult:
+    def timer(job: timing.Job) -> BenchResult:
         untimed = BenchResult(
             job.info.id, job.spec.backend, job.dtype, job.shapes, describe(job.sizes), "", None, 0, None, None, None
         )
@@ -110,13 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         if done % 25 == 0 or done == total:
             log(f"tune: {done}/{total} {label}")
 
-    measured = tune.measure(jobs, device, timer=timer, progress=progress)
+    measured = tuning.measure(jobs, device, timer=timer, progress=progress)
     log(f"tune: done in {time.perf_counter() - started:.0f} s")
     command = "kcatalog tune --device cuda --dtype bfloat16 --out tuned/ (benchmarks/tune_gpu.py)"
-    table = tune.table_text(str(platform), tune.provenance(device, command), measured)
+    table = tuning.table_text(str(platform), tuning.provenance(device, command), measured)
     table_path = options.out / f"{str(platform).replace(':', '_')}.yaml"
     table_path.write_text(table, encoding="utf-8")
-    print(tune.format_table(measured), flush=True)
+    print(tuning.format_table(measured), flush=True)
 
     # 2. the three arms at every bucket, from the medians of this run (benchmarks/tune_compare.py)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines)
     print(text, flush=True)
     (options.out / "tune_retimed.txt").write_text(
-        table_note(torch, device) + "\n" + tune.format_table(measured) + "\n\n" + text + "\n"
+        table_note(torch, device) + "\n" + tuning.format_table(measured) + "\n\n" + text + "\n"
     )
     document = {
         "device": _device_name(torch, device),
@@ -210,7 +210,7 @@ def table_note(torch: Any, device: str) -> str:
 
 def summarise(measured: list[Any], records: list[dict[str, Any]]) -> list[str]:
     """Per op and bucket: each arm's geometric mean over the bucket's shapes, and the ratios."""
-    from kcatalog.tools.report import text_table
+    from kcatalog.tools.formats import text_table
 
     rows = [
         ["op", "T", "tuned", "best single", "default", "tuned us", "single us", "default us", "x single", "x default"]

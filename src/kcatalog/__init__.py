@@ -3,7 +3,7 @@
 The public API is what this module exports, plus `kcatalog.codes` (the diagnostic codes), `kcatalog.errors`,
 `kcatalog.model` (the typed model), `kcatalog.validate.schema` (the file format's models), `kcatalog.compat`
 (SGLang-style registry names) and `kcatalog.testing`. The stage packages (read, validate, link, check, cache,
-select, runtime, registry, tools) are internal.
+select, runtime, registry, tools) and the static resolver they share (pyresolve) are internal.
 """
 
 from .errors import (

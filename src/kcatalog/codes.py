@@ -35,7 +35,7 @@ UNKNOWN_DEVICE: Final = "KC215"
 UNKNOWN_PRIORITY_LIST: Final = "KC216"
 DUPLICATE_LAYER_MAPPING: Final = "KC217"
 LAYER_OP_UNKNOWN: Final = "KC218"
-# KC22x link: layers together (read/layers.py, link/layers.py, link/extensions.py).
+# KC22x link: layers together (read/layer_sources.py, link/merged_settings.py, link/extensions.py).
 BACKEND_REDECLARED: Final = "KC220"
 LAYER_PRIORITY_CONFLICT: Final = "KC221"
 REPLACES_UNKNOWN_BACKEND: Final = "KC222"

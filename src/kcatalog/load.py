@@ -9,16 +9,16 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from .check.load_checks import Require, check_linked
+from .diagnostics import Diagnostics
 from .errors import CatalogError, Diagnostic
-from .model import CacheOutcome, CacheStatus, CatalogLayer, KernelSpec, LinkedCatalog, TargetChecks
+from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
 from .platform import is_installed
 from .read.digest import content_digest
 from .read.files import PathLike, SourceFile, read_sources
-from .read.layers import layer_files, resolve_layers
+from .read.layer_sources import layer_files, resolve_layers
 from .registry.catalog import Catalog
 from .select.buckets import Tuning
 from .select.overrides import OverridesArg
@@ -132,23 +132,17 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
     is_installed.cache_clear()  # distributions come and go between loads; within one they are looked up once
     if isinstance(paths, (str, os.PathLike)):  # one path, not the characters of one
         paths = [paths]
-    resolved = resolve_layers(paths)
-    found = layer_files(resolved.layers)
-    files, diagnostics = found.files, [*resolved.problems, *found.problems]
-    sources: list[SourceFile] = []
-    for item in read_sources(files):
-        if isinstance(item, Diagnostic):
-            diagnostics.append(item)
-        else:
-            sources.append(item)
-    store = _open_cache(sources, resolved.layers, diagnostics, options.cache)
+    diagnostics = Diagnostics()
+    layers = resolve_layers(paths, diagnostics)
+    sources = read_sources(layer_files(layers, diagnostics), diagnostics)
+    store = _open_cache(sources, layers, diagnostics, options.cache)
     read = None if isinstance(store, CacheStatus) else store.read()
     if read is not None and read.entry is not None:
         linked, known_targets = read.entry.linked, read.entry.targets
         diagnostics.extend(linked.warnings)  # what linking warned about, as a cold load would report it
     else:
-        linked, known_targets = _link(sources, resolved.layers, diagnostics), None
-    linked_clean = not any(d.is_error for d in diagnostics)
+        linked, known_targets = _link(sources, layers, diagnostics), None
+    linked_clean = not diagnostics.has_errors
     checks = check_linked(
         linked,
         require=options.require,
@@ -166,17 +160,17 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
     diagnostics.extend(checks.diagnostics)
     digest = content_digest(sources, leave_out=frozenset(linked.tuned_texts))
     plan = None
-    if options.plan is not None and not any(d.is_error for d in diagnostics):
-        from .link.plan import read_plan
+    if options.plan is not None and not diagnostics.has_errors:
+        from .link.locked_plan import read_plan
 
         plan = read_plan(options.plan, linked.ops, digest, strict=options.strict, diagnostics=diagnostics)
-    diagnostics.sort(key=Diagnostic.sort_key)
+    ordered = diagnostics.sorted()
     settings = linked.settings
-    if settings is None or any(d.is_error for d in diagnostics):
-        return CheckResult(None, diagnostics)
+    if settings is None or diagnostics.has_errors:
+        return CheckResult(None, ordered)
     if options.allowed_modules is not None:
-        linked = _with_allow_list(linked, tuple(options.allowed_modules))
-    warnings = tuple(d for d in diagnostics if not d.is_error)
+        linked = linked.with_allow_list(tuple(options.allowed_modules))
+    warnings = tuple(d for d in ordered if not d.is_error)
     catalog = Catalog(
         linked.ops,
         settings,
@@ -184,36 +178,12 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         overrides=tuple(checks.overrides),
         strict=options.strict,
         cache_status=status,
-        layers=tuple(resolved.layers),
+        layers=tuple(layers),
         layer_mappings=linked.layer_mappings,
         tuning=Tuning.of(linked.tuned, plan),
         digest=digest,
     )
-    return CheckResult(catalog, diagnostics)
-
-
-def _with_allow_list(linked: LinkedCatalog, prefixes: tuple[str, ...]) -> LinkedCatalog:
-    """The caller's allow-list added to every target the catalog imports, so that importing checks it too."""
-
-    def spec(spec: KernelSpec) -> KernelSpec:
-        gate = spec.gate and spec.gate.with_allow_list(prefixes)
-        return dataclasses.replace(spec, allowed_modules=(*spec.allowed_modules, prefixes), gate=gate)
-
-    ops = {
-        op_id: dataclasses.replace(
-            info,
-            backends=MappingProxyType({name: spec(s) for name, s in info.backends.items()}),
-            fake=info.fake and info.fake.with_allow_list(prefixes),
-        )
-        for op_id, info in linked.ops.items()
-    }
-    mappings = tuple(
-        dataclasses.replace(
-            m, forward=m.forward.with_allow_list(prefixes), prepare=m.prepare and m.prepare.with_allow_list(prefixes)
-        )
-        for m in linked.layer_mappings
-    )
-    return dataclasses.replace(linked, ops=MappingProxyType(ops), layer_mappings=mappings)
+    return CheckResult(catalog, ordered)
 
 
 def _cache_outcome(
@@ -230,7 +200,7 @@ def _cache_outcome(
 
 
 def _open_cache(
-    sources: list[SourceFile], layers: list[CatalogLayer], diagnostics: list[Diagnostic], cache: bool | PathLike
+    sources: list[SourceFile], layers: list[CatalogLayer], diagnostics: Diagnostics, cache: bool | PathLike
 ) -> Cache | CacheStatus:
     """The cache entry for these files, or the status saying why the cache is off."""
     if cache is False:
@@ -248,24 +218,9 @@ def _open_cache(
         return CacheStatus(CacheOutcome.OFF, f"cannot fingerprint kcatalog's code ({exc})")
 
 
-def _link(sources: list[SourceFile], layers: list[CatalogLayer], diagnostics: list[Diagnostic]) -> LinkedCatalog:
+def _link(sources: list[SourceFile], layers: list[CatalogLayer], diagnostics: Diagnostics) -> LinkedCatalog:
     """Validate and link the files, adding what is wrong to `diagnostics`."""
-    from .link.linker import link_files  # PyYAML and pydantic: imported only when files must be parsed
-    from .validate.tables import TunedTable
+    from .link.catalog import link_catalog  # PyYAML and pydantic: imported only when files must be parsed
     from .validate.validator import validate_sources
 
-    validated = []
-    for item in validate_sources(sources):
-        if isinstance(item, Diagnostic):
-            diagnostics.append(item)
-        else:
-            validated.append(item)
-    linked = link_files(validated, diagnostics, settings_found=any(s.is_settings for s in sources), layers=layers)
-    if not any(isinstance(file.model, TunedTable) for file in validated):
-        return linked
-    from .link.tuned import link_tuned
-    from .read.digest import text_digest
-
-    texts = {source.shown: source.text for source in sources}
-    tuned_texts = tuple(text_digest(texts[f.path]) for f in validated if isinstance(f.model, TunedTable))
-    return dataclasses.replace(linked, tuned=link_tuned(validated, linked.ops, diagnostics), tuned_texts=tuned_texts)
+    return link_catalog(sources, validate_sources(sources, diagnostics), layers, diagnostics)

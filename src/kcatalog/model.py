@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from .errors import Diagnostic, KernelImportError, Location
@@ -430,6 +431,31 @@ class LinkedCatalog:
     def known(self) -> tuple[str, ...]:
         """The backend names the settings file declares."""
         return tuple(self.settings.backends) if self.settings is not None else ()
+
+    def with_allow_list(self, prefixes: tuple[str, ...]) -> LinkedCatalog:
+        """The caller's allow-list added to every target the catalog imports, so that importing checks it too."""
+
+        def spec(spec: KernelSpec) -> KernelSpec:
+            gate = spec.gate and spec.gate.with_allow_list(prefixes)
+            return dataclasses.replace(spec, allowed_modules=(*spec.allowed_modules, prefixes), gate=gate)
+
+        ops = {
+            op_id: dataclasses.replace(
+                info,
+                backends=MappingProxyType({name: spec(s) for name, s in info.backends.items()}),
+                fake=info.fake and info.fake.with_allow_list(prefixes),
+            )
+            for op_id, info in self.ops.items()
+        }
+        mappings = tuple(
+            dataclasses.replace(
+                m,
+                forward=m.forward.with_allow_list(prefixes),
+                prepare=m.prepare and m.prepare.with_allow_list(prefixes),
+            )
+            for m in self.layer_mappings
+        )
+        return dataclasses.replace(self, ops=MappingProxyType(ops), layer_mappings=mappings)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import torch
 from catalog_builder import Workspace
 from conformance_support import Run, declare_op, one_torch_thread, run_cli
 
-from kcatalog.tools.bench import bytes_moved  # unit test of the byte count: internal on purpose
 from kcatalog.tools.inputs import Call  # its input, as the bench builds it
+from kcatalog.tools.timing import bytes_moved  # unit test of the byte count: internal on purpose
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -15,12 +15,8 @@ import kcatalog
 from kcatalog import check_catalog
 from kcatalog.link.samples import evaluate, expression_names  # unit tests of sample expressions: internal on purpose
 from kcatalog.link.signature import read_parameters  # the parameters build_call reads, as the linker reads them
-from kcatalog.tools.inputs import (
-    build_call,
-    samples_of,
-    size_sets,
-)  # and of the size sets and inputs built from samples: likewise
-from kcatalog.validate.schema import Samples, TensorArg
+from kcatalog.tools.inputs import build_call, samples_of, size_sets  # and of the size sets and inputs from samples
+from kcatalog.validate.schema import SamplesDecl, TensorArgDecl
 
 
 @pytest.mark.parametrize(
@@ -81,7 +77,7 @@ def test_evaluate_refuses_a_call_even_unchecked() -> None:
 
 # -- size sets ------------------------------------------------------------------------------------------
 
-SAMPLES = Samples(
+SAMPLES = SamplesDecl(
     sizes={"T": (1, 7), "H": (64, 1000), "NEOX": (True,)},
     args={},
     decode={"T": (8,)},
@@ -108,7 +104,7 @@ def test_decode_and_prefill_override_only_the_sizes_they_name() -> None:
 
 
 def test_no_sizes_is_one_empty_size_set() -> None:
-    assert size_sets(Samples(args={"x": TensorArg(shape=(4,))})) == [{}]
+    assert size_sets(SamplesDecl(args={"x": TensorArgDecl(shape=(4,))})) == [{}]
 
 
 def test_shipped_size_sets() -> None:
@@ -152,11 +148,11 @@ def fake_info(signature: str) -> Any:
 
 
 def test_integer_ranges_include_low_and_exclude_high() -> None:
-    samples = Samples(
+    samples = SamplesDecl(
         sizes={"N": (4000,), "P": (3,)},
         args={
-            "p": TensorArg(shape=("N",), dtype="int32", range=(0, "P")),
-            "q": TensorArg(shape=("N",), dtype="int64", range=("P-5", "P-2")),
+            "p": TensorArgDecl(shape=("N",), dtype="int32", range=(0, "P")),
+            "q": TensorArgDecl(shape=("N",), dtype="int64", range=("P-5", "P-2")),
         },
     )
     call = build_call(
@@ -168,9 +164,9 @@ def test_integer_ranges_include_low_and_exclude_high() -> None:
 
 
 def test_float_ranges_and_expressions_in_shapes() -> None:
-    samples = Samples(
+    samples = SamplesDecl(
         sizes={"T": (5,), "I": (32,), "W": (2,)},
-        args={"x": TensorArg(shape=("T", "2*I"), range=("W/2", "W*3")), "scale": "$W"},
+        args={"x": TensorArgDecl(shape=("T", "2*I"), range=("W/2", "W*3")), "scale": "$W"},
     )
     call = build_call(
         fake_info("(x: Tensor, scale: float) -> Tensor"), samples, size_sets(samples)[0], "float64", "cpu", seed=0
@@ -184,14 +180,14 @@ def test_float_ranges_and_expressions_in_shapes() -> None:
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_float_ranges_stay_half_open_after_rounding_to_the_dtype(dtype: str) -> None:
-    samples = Samples(args={"x": TensorArg(shape=(20000,), range=(-1.0, 1.0))})
+    samples = SamplesDecl(args={"x": TensorArgDecl(shape=(20000,), range=(-1.0, 1.0))})
     x = build_call(fake_info("(x: Tensor) -> Tensor"), samples, {}, dtype, "cpu", seed=0).kwargs["x"]
     assert float(x.min()) >= -1.0
     assert float(x.max()) < 1.0
 
 
 def test_keyword_only_parameters_are_passed_by_name() -> None:
-    samples = Samples(args={"x": TensorArg(shape=(3,)), "eps": 0.5})
+    samples = SamplesDecl(args={"x": TensorArgDecl(shape=(3,)), "eps": 0.5})
     call = build_call(fake_info("(x: Tensor, *, eps: float = 1.0) -> Tensor"), samples, {}, "float32", "cpu", 0)
 
     def kernel(x: torch.Tensor, *, eps: float = 1.0) -> torch.Tensor:
@@ -201,7 +197,7 @@ def test_keyword_only_parameters_are_passed_by_name() -> None:
 
 
 def test_an_omitted_optional_parameter_does_not_shift_the_next() -> None:
-    samples = Samples(args={"x": TensorArg(shape=(3,)), "bias": 0.5})  # scale left to its default
+    samples = SamplesDecl(args={"x": TensorArgDecl(shape=(3,)), "bias": 0.5})  # scale left to its default
     call = build_call(
         fake_info("(x: Tensor, scale: float = 2.0, bias: float = 0.0) -> Tensor"), samples, {}, "float32", "cpu", 0
     )

@@ -135,7 +135,7 @@ def test_a_warm_load_imports_neither_yaml_nor_pydantic(
         catalog = kcatalog.load_catalog([{str(catalog_dir)!r}], cache={str(cache_dir)!r})
         assert catalog.cache_status.outcome.value == "hit", catalog.cache_status
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("yaml", "pydantic", "pydantic_core", "torch")
-                     or m in ("kcatalog.validate.schema", "kcatalog.validate.validator", "kcatalog.check.targets")))
+                     or m in ("kcatalog.validate.schema", "kcatalog.validate.validator", "kcatalog.pyresolve.targets")))
         from kcatalog.tools.inputs import samples_of
         print(samples_of(catalog.info("norm.rms_norm")).sizes)  # the model comes back when it is asked for
     """)

@@ -27,22 +27,22 @@ MODELS = sorted(
 )
 # The smallest valid instance of each model, as YAML would give it.
 MINIMAL: dict[str, dict[str, object]] = {
-    "Capability": {"device": "cuda"},
-    "Backend": {"target": "pkg.mod:fn"},
-    "Op": {
+    "CapabilityDecl": {"device": "cuda"},
+    "BackendDecl": {"target": "pkg.mod:fn"},
+    "OpDecl": {
         "description": "d",
         "signature": "(x: Tensor) -> Tensor",
         "reference": "torch",
         "dtypes": ["float32"],
         "backends": {"torch": {"target": "pkg.mod:fn"}},
     },
-    "OpExtension": {"backends": {"torch": {"target": "pkg.mod:fn"}}},
+    "OpExtensionDecl": {"backends": {"torch": {"target": "pkg.mod:fn"}}},
     "Manifest": {"kcatalog": 1, "group": "norm"},
-    "Policy": {},
-    "BackendInfo": {"description": "d"},
+    "PolicyDecl": {},
+    "KnownBackendDecl": {"description": "d"},
     "Settings": {"kcatalog": 1, "backends": {"torch": {"description": "d"}}, "priority": ["torch"]},
-    "Samples": {"args": {"x": {"shape": ["T"]}}},
-    "TensorArg": {"shape": [4]},
+    "SamplesDecl": {"args": {"x": {"shape": ["T"]}}},
+    "TensorArgDecl": {"shape": [4]},
 }
 
 

@@ -81,7 +81,7 @@ def test_the_shipped_mappings_as_the_catalog_holds_them() -> None:
 
 def test_the_layers_schema_is_generated_and_names_the_fields() -> None:
     schema = json.loads((shipped_schema_dir() / "layers.v1.json").read_text(encoding="utf-8"))
-    mapping = schema["$defs"]["LayerMapping"]
+    mapping = schema["$defs"]["LayerMappingDecl"]
     assert set(mapping["properties"]) == {"description", "classes", "forward", "prepare", "ops", "when"}
     assert set(mapping["required"]) == {"classes", "forward", "ops"}
     assert schema["required"] == ["kcatalog", "layers"]

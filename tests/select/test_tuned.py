@@ -442,7 +442,7 @@ def test_a_table_may_choose_a_backend_priority_never_does(workspace: Workspace) 
 def test_tune_times_a_backend_priority_never_picks_only_when_named(workspace: Workspace) -> None:
     """A table would choose an `auto: false` backend (one that compiles, say) with no one asking for it."""
     from kcatalog.platform import Platform
-    from kcatalog.tools.tune import tune_jobs
+    from kcatalog.tools.tuning import tune_jobs
 
     catalog = kcatalog.load_catalog(cache=False)
     args = {"platform": Platform.parse("cuda:9.0"), "dtypes": ["bfloat16"], "buckets": [1]}

@@ -37,7 +37,7 @@ class Site:
 
     def expected(self, name: str = "expected.txt") -> list[str]:
         """The committed expected output, with this copy's paths filled in."""
-        from kcatalog.check.finder import locate
+        from kcatalog.pyresolve import locate
 
         math = locate("math").location
         text = (FIXTURE / "catalog" / name).read_text(encoding="utf-8")

@@ -19,9 +19,8 @@ import pytest
 from conftest import Site
 
 import kcatalog
-from kcatalog.check import finder
-from kcatalog.check.finder import BUILTIN, EXTENSION, FROZEN, NAMESPACE, SOURCE, Finder, current_fingerprint
-from kcatalog.check.targets import TargetChecker
+from kcatalog.pyresolve import TargetChecker, current_fingerprint, finder, kinds
+from kcatalog.pyresolve.finder import Finder
 
 
 def where(name: str) -> tuple[str | None, str | None, tuple[str, ...] | None]:
@@ -31,11 +30,11 @@ def where(name: str) -> tuple[str | None, str | None, tuple[str, ...] | None]:
 
 def test_regular_packages_namespace_portions_and_plain_modules(site: Site) -> None:
     root = str(site.root)
-    assert where("kcfx") == (SOURCE, f"{root}/kcfx/__init__.py", (f"{root}/kcfx",))
-    assert where("kcfx.ns") == (NAMESPACE, None, (f"{root}/kcfx/ns",))  # a directory without __init__.py
-    assert where("kcfx.ns.deep.mod") == (SOURCE, f"{root}/kcfx/ns/deep/mod.py", None)
-    assert where("kcfx_ns.sub") == (NAMESPACE, None, (f"{root}/kcfx_ns/sub",))
-    assert where("kcfx.fast")[:2] == (EXTENSION, f"{root}/kcfx/fast{importlib.machinery.EXTENSION_SUFFIXES[0]}")
+    assert where("kcfx") == (kinds.SOURCE, f"{root}/kcfx/__init__.py", (f"{root}/kcfx",))
+    assert where("kcfx.ns") == (kinds.NAMESPACE, None, (f"{root}/kcfx/ns",))  # a directory without __init__.py
+    assert where("kcfx.ns.deep.mod") == (kinds.SOURCE, f"{root}/kcfx/ns/deep/mod.py", None)
+    assert where("kcfx_ns.sub") == (kinds.NAMESPACE, None, (f"{root}/kcfx_ns/sub",))
+    assert where("kcfx.fast")[:2] == (kinds.EXTENSION, f"{root}/kcfx/fast{importlib.machinery.EXTENSION_SUFFIXES[0]}")
     assert site.imported() == []
 
 
@@ -63,13 +62,15 @@ def test_a_package_wins_over_a_module_and_an_earlier_entry_over_a_later_one(
     monkeypatch.syspath_prepend(str(second))
     monkeypatch.syspath_prepend(str(first))
     assert where("kcfx_order")[1] == str(first / "kcfx_order" / "__init__.py")
-    assert where("kcfx_shadowed")[:2] == (SOURCE, str(second / "kcfx_shadowed.py"))
+    assert where("kcfx_shadowed")[:2] == (kinds.SOURCE, str(second / "kcfx_shadowed.py"))
 
 
 def test_built_in_frozen_and_aliased_modules() -> None:
-    assert where("sys")[0] == BUILTIN
+    assert where("sys")[0] == kinds.BUILTIN
     kind, origin, _ = where("os")
-    assert kind in (FROZEN, SOURCE) and origin is not None and origin.endswith("os.py")  # frozen: read from os.py
+    assert (
+        kind in (kinds.FROZEN, kinds.SOURCE) and origin is not None and origin.endswith("os.py")
+    )  # frozen: read from os.py
     assert TargetChecker().check("os:makedirs") is None
     alias = finder.locate("os.path").location  # os.path is posixpath (or ntpath), set by os at import
     assert alias is not None and alias.via == os.path.__name__
@@ -84,7 +85,7 @@ def test_kcatalog_itself_is_found_by_plain_path_search() -> None:
     assert where("kcatalog.kernels.torch.layernorm")[1] == str(package / "kernels" / "torch" / "layernorm.py")
     script = (
         "import sys\n"
-        "from kcatalog.check.finder import locate\n"
+        "from kcatalog.pyresolve import locate\n"
         "print(locate('kcatalog.kernels.torch.layernorm').location.origin)\n"
         "print([type(f).__name__ for f in sys.meta_path if type(f).__name__.startswith('_Editable')])\n"
     )
@@ -100,7 +101,7 @@ def test_zip_archives_on_sys_path_are_read(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.syspath_prepend(str(archive))
     kind, origin, search = where("kcfx_zipped")
     assert (kind, origin, search) == (
-        SOURCE,
+        kinds.SOURCE,
         str(archive / "kcfx_zipped" / "__init__.py"),
         (str(archive / "kcfx_zipped"),),
     )
@@ -218,7 +219,7 @@ def test_setuptools_distutils_shim_is_never_called() -> None:
     pytest.importorskip("_distutils_hack")
     script = (
         "import sys\n"
-        "from kcatalog.check.targets import TargetChecker\n"
+        "from kcatalog.pyresolve import TargetChecker\n"
         "shims = [f for f in sys.meta_path if type(f).__name__ == 'DistutilsMetaFinder']\n"
         "if not shims:\n"
         "    print('no shim'); raise SystemExit\n"
@@ -371,7 +372,7 @@ def test_a_module_loaded_from_a_file_the_walk_does_not_reach_is_read_from_that_f
     checker = TargetChecker()
     assert checker.check("kcfx_plugin:kernel") is None
     assert (checker.check("kcfx_plugin:other") or pytest.fail()).code == "KC302"
-    assert where("kcfx_plugin")[:2] == (SOURCE, str(path))
+    assert where("kcfx_plugin")[:2] == (kinds.SOURCE, str(path))
 
 
 def test_a_packages_modules_leave_out_its_bytecode_directory(tmp_path: Path) -> None:

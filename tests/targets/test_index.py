@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from kcatalog.check.index import CLASS, DEF, FROM, MODULE, VALUE, ModuleIndex, Star, decide, index_module
+from kcatalog.pyresolve.index import CLASS, DEF, FROM, MODULE, VALUE, ModuleIndex, Star, decide, index_module
 
 
 def index(source: str, name: str = "pkg.mod", is_package: bool = False) -> ModuleIndex:

@@ -15,8 +15,7 @@ import pytest
 from conftest import Site
 
 import kcatalog
-from kcatalog.check import target_modules
-from kcatalog.check.targets import TargetChecker
+from kcatalog.pyresolve import TargetChecker, target_modules
 
 Write = Callable[..., None]
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from kcatalog.check.index import ModuleIndex, index_module
-from kcatalog.check.skeleton import _compiles, without_bodies
-from kcatalog.check.targets import TargetChecker
+from kcatalog.pyresolve import TargetChecker
+from kcatalog.pyresolve.index import ModuleIndex, index_module
+from kcatalog.pyresolve.skeleton import _compiles, without_bodies
 
 
 def summary(result: ModuleIndex) -> Any:

@@ -3,7 +3,7 @@
 An entry holds what linking yields, which depends on nothing but the files' contents; it is used only
 when its key still matches: the files (paths and exact text), kcatalog's own code, and the installed
 PyYAML and pydantic. It also holds the static target checks, reused only while every module they read
-is found at the same place with the same source (see check/finder.py). The other checks that depend on this
+is found at the same place with the same source (see pyresolve/fingerprints.py). The other checks that depend on this
 machine or the caller run on every load. Only catalogs that link without errors are stored, and only
 target checks without errors. One entry per set of catalog paths and Python environment: an edit
 replaces it.
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..check.finder import digest, find_spec
 from ..model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
+from ..pyresolve import digest, find_spec
 from ..read.files import SourceFile
 from .codec import Codec
 

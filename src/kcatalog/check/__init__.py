@@ -1,1 +1,2 @@
-"""Stage 4, check: what depends on the machine or the caller, on every load: targets, allow-list, require, overrides."""
+"""Stage 4, check: what depends on the machine or the caller, on every load: targets (resolved by pyresolve),
+allow-list, require, overrides."""

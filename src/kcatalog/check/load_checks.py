@@ -12,7 +12,7 @@ from ..errors import Diagnostic, did_you_mean, listing
 from ..model import Importable, LinkedCatalog, OverrideSet, TargetChecks, TargetRole, is_under
 from ..read.files import SETTINGS_FILE
 from ..select.overrides import OverridesArg, check_overrides, process_overrides
-from .mappings import unavailable_class
+from .layer_classes import unavailable_class
 
 Require = Iterable[str] | Mapping[str, Sequence[str]]
 _MAPPING_ROLES = frozenset({TargetRole.FORWARD, TargetRole.PREPARE})  # their owner is a layer mapping, not an op
@@ -99,7 +99,7 @@ def _check_targets(
     checks = _still_valid(known, targets) if not import_targets else None
     fresh = None
     if checks is None:
-        from .targets import TargetChecker  # reads module sources with ast: only fresh checks need it
+        from ..pyresolve import TargetChecker  # reads module sources with ast: only fresh checks need it
 
         checker = TargetChecker()
         problems: dict[str, Diagnostic | None] = {}
@@ -152,7 +152,7 @@ def _still_valid(known: TargetChecks | None, targets: list[str]) -> TargetChecks
     """The known checks, if they cover every wanted target and no module they read has changed."""
     if known is None or any(target not in known.problems for target in targets):
         return None
-    from .finder import current_fingerprint
+    from ..pyresolve import current_fingerprint
 
     if any(current_fingerprint(module.module) != module.found for module in known.modules):
         return None

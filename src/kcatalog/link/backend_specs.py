@@ -6,15 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import yaml
-
 from .. import codes
 from ..errors import did_you_mean
 from ..model import Capability, Importable, KernelSpec, Target, TargetRole
-from ..read.yaml_nodes import children, find_node, node_location
-from ..validate.schema import FAKE_REFERENCE, Backend, Op
+from ..validate.schema import FAKE_REFERENCE, BackendDecl, OpDecl
 from ..validate.validator import ValidatedFile
-from .context import LinkContext
+from .context import LinkContext, declared_at
 
 
 def backend_specs(
@@ -22,19 +19,20 @@ def backend_specs(
     file: ValidatedFile,
     op_id: str,
     op_dtypes: tuple[str, ...] | None,
-    backends: Mapping[str, Backend],
-    op_node: yaml.Node,
+    backends: Mapping[str, BackendDecl],
+    op_path: tuple[str, ...],
     *,
     key: str = "backends",
 ) -> dict[str, KernelSpec]:
-    """The specs of `backends`, written under `key` in `op_node`; each, and its gate, is added to the declared."""
+    """The specs of `backends`, written under `key` in the op at `op_path` in the file; each, and its gate, is
+    added to the declared."""
     specs: dict[str, KernelSpec] = {}
-    backend_nodes = children(children(op_node).get(key, (None, None))[1])
+    at = file.locations
     for name, backend in backends.items():
-        key_node, value_node = backend_nodes[name]
-        location = node_location(file.path, key_node)
+        path = (*op_path, key, name)
+        location = at.key(path)
         if context.settings is not None and name not in context.known:
-            context.error(
+            context.diagnostics.error(
                 codes.UNKNOWN_BACKEND,
                 f"unknown backend '{name}' in op '{op_id}'{did_you_mean(name, context.known)}; "
                 f"known: {', '.join(context.known)}",
@@ -42,28 +40,20 @@ def backend_specs(
             )
         extra = [d for d in backend.dtypes or () if op_dtypes is not None and d not in op_dtypes]
         if extra and op_dtypes is not None:
-            context.error_at(
-                file,
-                children(value_node)["dtypes"][1],
+            context.diagnostics.error(
                 codes.DTYPE_NOT_OF_OP,
                 f"backend '{name}' of op '{op_id}' lists {', '.join(extra)}, not among the op's "
                 f"dtypes ({', '.join(op_dtypes)})",
+                at.value((*path, "dtypes")),
             )
         for index, capability in enumerate(backend.capabilities):
-            context.check_device(capability.device, file, find_node(value_node, ["capabilities", index, "device"]))
+            context.check_device(capability.device, at.value((*path, "capabilities", index, "device")))
         info = context.settings.backends.get(name) if context.settings is not None else None
+        lists, layer = context.allow_lists(file), context.layer(file)
         gate = None
         if backend.eligible is not None:  # the gate's target is checked statically like every target
-            gate_key, gate_value = children(value_node)["eligible"]
-            gate = Importable(
-                Target.parse(backend.eligible),
-                TargetRole.GATE,
-                op_id,
-                node_location(file.path, gate_key),
-                node_location(file.path, gate_value),
-                context.allow_lists(file),
-                context.layer(file),
-                name,
+            gate = declared_at(
+                file, (*path, "eligible"), backend.eligible, TargetRole.GATE, op_id, lists, layer=layer, backend=name
             )
         specs[name] = KernelSpec(
             op=op_id,
@@ -73,7 +63,7 @@ def backend_specs(
             capabilities=tuple(Capability(c.device, c.min_arch, c.max_arch, c.archs) for c in backend.capabilities),
             dtypes=backend.dtypes or op_dtypes,
             location=location,
-            target_location=node_location(file.path, children(value_node)["target"][1]),
+            target_location=at.value((*path, "target")),
             allowed_modules=context.allow_lists(file),
             auto=backend.auto if backend.auto is not None else info is None or info.auto,
             layer=context.layer(file),
@@ -87,20 +77,12 @@ def backend_specs(
 
 
 def declare_fake(
-    context: LinkContext, file: ValidatedFile, op_id: str, op: Op, op_node: yaml.Node
+    context: LinkContext, file: ValidatedFile, op_id: str, op: OpDecl, op_path: tuple[str, ...]
 ) -> Importable | None:
     """A fake given as a target, declared with the backends so that it is checked as every target is."""
     if op.fake is None or op.fake == FAKE_REFERENCE:
         return None
-    key_node, value_node = children(op_node)["fake"]
-    fake = Importable(
-        Target.parse(op.fake),
-        TargetRole.FAKE,
-        op_id,
-        node_location(file.path, key_node),
-        node_location(file.path, value_node),
-        context.allow_lists(file),
-        context.layer(file),
-    )
+    lists, layer = context.allow_lists(file), context.layer(file)
+    fake = declared_at(file, (*op_path, "fake"), op.fake, TargetRole.FAKE, op_id, lists, layer=layer)
     context.declared.append(fake)
     return fake

@@ -6,24 +6,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import yaml
-
 from .. import codes
-from ..errors import Diagnostic, Location, did_you_mean
-from ..model import CatalogLayer, CatalogSettings, Importable
+from ..diagnostics import Diagnostics
+from ..errors import Location, did_you_mean
+from ..model import CatalogLayer, CatalogSettings, Importable, Target, TargetRole
 from ..platform import DEVICES
-from ..read.yaml_nodes import children, node_location
 from ..validate.validator import ValidatedFile
-from .layers import layer_name
+from .merged_settings import layer_name
 
 
 @dataclass
 class LinkContext:
     """Collects diagnostics while assembling ops from validated files; link/settings.py fills in the settings."""
 
-    diagnostics: list[Diagnostic]
+    diagnostics: Diagnostics  # where every link stage writes what it finds
     layers: Sequence[CatalogLayer] = ()
-    settings: CatalogSettings | None = None  # every layer's settings merged (link/layers.py)
+    settings: CatalogSettings | None = None  # every layer's settings merged (link/merged_settings.py)
     known: tuple[str, ...] = ()
     devices: tuple[str, ...] = DEVICES  # the built-in device kinds, and those the settings declare
     # each layer's, for its own files' specs
@@ -38,12 +36,6 @@ class LinkContext:
     def layer(self, file: ValidatedFile) -> str:
         return layer_name(self.layers, file.layer)
 
-    def error(self, code: str, message: str, location: Location | None) -> None:
-        self.diagnostics.append(Diagnostic(code, message, location))
-
-    def error_at(self, file: ValidatedFile, node: yaml.Node | None, code: str, message: str) -> None:
-        self.error(code, message, node_location(file.path, node))
-
     def check_names(
         self,
         names: Sequence[str],
@@ -54,29 +46,41 @@ class LinkContext:
     ) -> None:
         """Every name must be a known backend (or one of `allowed`); the error points at the list item."""
         allowed = self.known if allowed is None else allowed
-        node = file.parsed.root
-        for part in path:
-            node = children(node).get(part, (None, None))[1]
         for index, name in enumerate(names):
             if name in allowed:
                 continue
-            item = node.value[index] if node is not None and index < len(node.value) else node
             if allowed is not self.known and name in self.known:
                 message = f"backend '{name}' in {what} is not a backend of the op; its backends: {', '.join(allowed)}"
             else:
                 message = (
                     f"unknown backend '{name}' in {what}{did_you_mean(name, allowed)}; known: {', '.join(allowed)}"
                 )
-            self.error(codes.UNKNOWN_BACKEND, message, node_location(file.path, item))
+            self.diagnostics.error(codes.UNKNOWN_BACKEND, message, file.locations.value((*path, index)))
 
-    def check_device(self, device: str, file: ValidatedFile, node: yaml.Node | None) -> None:
-        """A device kind must be built in or declared in the settings' `devices`; the error points at `node`."""
+    def check_device(self, device: str, location: Location) -> None:
+        """A device kind must be built in or declared in the settings' `devices`; the error points at `location`."""
         if device in self.devices:
             return
-        self.error_at(
-            file,
-            node,
+        self.diagnostics.error(
             codes.UNKNOWN_DEVICE,
             f"unknown device '{device}'{did_you_mean(device, self.devices)}; known: {', '.join(self.devices)} "
             "(declare more under 'devices' in the catalog settings)",
+            location,
         )
+
+
+def declared_at(
+    file: ValidatedFile,
+    path: tuple[str | int, ...],
+    target: str,
+    role: TargetRole,
+    owner: str,
+    allow_lists: tuple[tuple[str, ...], ...],
+    *,
+    layer: str = "",
+    backend: str = "",
+) -> Importable:
+    """The target written at `path` in the file (a gate, a fake, a layer forward), to be checked and imported under
+    `allow_lists` as every kernel target is."""
+    at = file.locations
+    return Importable(Target.parse(target), role, owner, at.key(path), at.value(path), allow_lists, layer, backend)

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from .. import codes
 from ..errors import did_you_mean
 from ..model import KernelSpec
-from ..read.yaml_nodes import children, node_location
 from ..validate.schema import Manifest
 from ..validate.validator import ValidatedFile
 from .backend_specs import backend_specs
@@ -36,21 +35,19 @@ def _extend(
     replacing: bool,
 ) -> None:
     """An extension's added backends (or, `replacing`, its replacements) merged into the op it extends."""
-    ext_nodes = children(children(file.parsed.root).get("extends", (None, None))[1])
     for op_id, extension in manifest.extends.items():
-        key_node, value_node = ext_nodes[op_id]
         pending = pending_ops.get(op_id)
         if pending is None:
             if not replacing:
-                context.error(
+                context.diagnostics.error(
                     codes.EXTENDS_UNKNOWN_OP,
                     f"extends op '{op_id}', which no manifest declares{did_you_mean(op_id, pending_ops)}",
-                    node_location(file.path, key_node),
+                    file.locations.key(("extends", op_id)),
                 )
             continue
         given = extension.replaces if replacing else extension.backends
         key = "replaces" if replacing else "backends"
-        added = backend_specs(context, file, op_id, pending.op.dtypes, given, value_node, key=key)
+        added = backend_specs(context, file, op_id, pending.op.dtypes, given, ("extends", op_id), key=key)
         specs = pending.specs
         for name, spec in added.items():
             if replacing:
@@ -62,7 +59,7 @@ def _extend(
                     if earlier.layer != spec.layer
                     else ""
                 )
-                context.error(
+                context.diagnostics.error(
                     codes.DUPLICATE_BACKEND,
                     f"backend '{name}' of op '{op_id}' already declared at {earlier.location}{across}",
                     spec.location,
@@ -77,7 +74,7 @@ def _replace(
     """`spec` takes the place of the op's backend of its name; one backend is replaced at most once."""
     op_id, name, specs = pending.op_id, spec.backend, pending.specs
     if name not in specs:
-        context.error(
+        context.diagnostics.error(
             codes.REPLACES_UNKNOWN_BACKEND,
             f"replaces backend '{name}' of op '{op_id}', which the op does not have"
             f"{did_you_mean(name, specs)}; its backends: {', '.join(specs)}",
@@ -86,7 +83,7 @@ def _replace(
         return
     earlier = replaced.get((op_id, name))
     if earlier is not None:
-        context.error(
+        context.diagnostics.error(
             codes.DUPLICATE_BACKEND,
             f"backend '{name}' of op '{op_id}' already replaced at {earlier.location}"
             + (

@@ -11,26 +11,25 @@ from collections.abc import Sequence
 from types import MappingProxyType
 
 from .. import codes
-from ..errors import Diagnostic
+from ..diagnostics import Diagnostics
 from ..model import CatalogLayer, LinkedCatalog, OpInfo
-from ..read.yaml_nodes import children, node_location
 from ..validate.schema import Manifest
 from ..validate.validator import ValidatedFile
 from .backend_specs import backend_specs, declare_fake
 from .context import LinkContext
 from .extensions import link_extensions
-from .mappings import link_mappings
+from .layer_mappings import link_mappings
 from .op_fields import check_op_fields
 from .pending import PendingOp
 from .policy import check_policy
 from .priorities import resolve_priorities
 from .settings import link_settings
-from .torch_ops import check_torch_names, link_torch_op
+from .torch_op_checks import check_torch_names, link_torch_op
 
 
 def link_files(
     files: Sequence[ValidatedFile],
-    diagnostics: list[Diagnostic],
+    diagnostics: Diagnostics,
     *,
     settings_found: bool = False,
     layers: Sequence[CatalogLayer] = (),
@@ -44,7 +43,7 @@ def link_files(
     check_policy(context, ops)
     mappings = link_mappings(files, ops, context.allow_lists, diagnostics)
     settings = context.settings
-    warnings = tuple(d for d in diagnostics[start:] if not d.is_error)
+    warnings = tuple(d for d in diagnostics.since(start) if not d.is_error)
     declared = (*context.declared, *(t for mapping in mappings for t in (mapping.forward, mapping.prepare) if t))
     return LinkedCatalog(settings, MappingProxyType(ops), declared, warnings, mappings)
 
@@ -55,25 +54,24 @@ def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str,
     groups: dict[str, str] = {}
     pending_ops: dict[str, PendingOp] = {}
     for file, manifest in manifests:
-        op_nodes = children(children(file.parsed.root).get("ops", (None, None))[1])
         for name, op in manifest.ops.items():
-            key_node, value_node = op_nodes[name]
+            op_path = ("ops", name)
             op_id = f"{manifest.group}.{name}"
-            location = node_location(file.path, key_node)
-            specs = backend_specs(context, file, op_id, op.dtypes, op.backends, value_node)
-            fake = declare_fake(context, file, op_id, op, value_node)
+            location = file.locations.key(op_path)
+            specs = backend_specs(context, file, op_id, op.dtypes, op.backends, op_path)
+            fake = declare_fake(context, file, op_id, op, op_path)
             policy = context.settings.policy if context.settings is not None else None
-            check_op_fields(file, op_id, op, location, value_node, policy, context.diagnostics)
+            check_op_fields(file, op_id, op, location, op_path, policy, context.diagnostics)
             if op_id in pending_ops:
                 earlier = pending_ops[op_id]
-                context.error(
+                context.diagnostics.error(
                     codes.DUPLICATE_OP,
                     f"op '{op_id}' already declared at {earlier.location}{_across(context, earlier.file, file)}",
                     location,
                 )
                 continue
             pending = pending_ops[op_id] = PendingOp(file, name, op_id, op, location, specs, fake)
-            link_torch_op(pending, value_node)
+            link_torch_op(pending)
             groups[op_id] = manifest.group
     link_extensions(context, manifests, pending_ops)
     for pending in pending_ops.values():  # after extensions, which may add the backends an order names

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ..errors import Diagnostic, Location
-from ..model import Importable, KernelSpec, OpInfo
-from ..validate.schema import FAKE_REFERENCE, Op
+from ..model import Importable, KernelSpec, OpInfo, Parameters
+from ..validate.schema import FAKE_REFERENCE, OpDecl
 from ..validate.validator import ValidatedFile
 from .signature import dispatch_of, read_parameters
 
@@ -19,7 +19,7 @@ class PendingOp:
     file: ValidatedFile
     name: str
     op_id: str
-    op: Op
+    op: OpDecl
     location: Location
     specs: dict[str, KernelSpec] = field(default_factory=dict)
     fake: Importable | None = None  # a fake given as a target (declare_fake)
@@ -31,7 +31,7 @@ class PendingOp:
 
     def freeze(self, group: str, layer: str) -> OpInfo:
         op = self.op
-        parameters = None if op.signature is None else read_parameters(op.signature)  # checked by op_fields
+        parameters = None if op.signature is None else _parameters(op.signature)
         return OpInfo(
             id=self.op_id,
             group=group,
@@ -55,3 +55,11 @@ class PendingOp:
             torch_problems=tuple(self.torch_problems),
             layer=layer,
         )
+
+
+def _parameters(signature: str) -> Parameters | None:
+    """The signature's parameters; None where it does not parse (op_fields has reported why: KC103)."""
+    try:
+        return read_parameters(signature)
+    except ValueError:
+        return None

@@ -26,7 +26,7 @@ def check_policy(context: LinkContext, ops: Mapping[str, OpInfo]) -> None:
         specs = info.backends
         missing = [b for b in policy.required_backends if b in context.known and b not in specs]
         if missing:
-            context.error(
+            context.diagnostics.error(
                 codes.POLICY_BACKEND_MISSING,
                 f"op '{op_id}' lacks the {', '.join(missing)} backend the policy requires; it has {', '.join(specs)}",
                 info.location,
@@ -39,7 +39,7 @@ def check_policy(context: LinkContext, ops: Mapping[str, OpInfo]) -> None:
             }
             if all(reasons.values()):
                 detail = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
-                context.error(
+                context.diagnostics.error(
                     codes.POLICY_PLATFORM_UNSERVED,
                     f"op '{op_id}' has no backend for required platform {platform} ({detail})",
                     info.location,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from .. import codes
 from ..errors import did_you_mean
-from ..read.yaml_nodes import find_node
 from .context import LinkContext
 from .pending import PendingOp
 
@@ -18,8 +17,7 @@ def resolve_priorities(context: LinkContext, pending: PendingOp) -> None:
         context, pending, op.priority, ("ops", name, "priority"), f"priority of op '{op_id}'", backends
     )
     for device, order in op.platform_priority.items():
-        key = find_node(pending.file.parsed.root, ["ops", name, "platform_priority", device], key=True)
-        context.check_device(device, pending.file, key)
+        context.check_device(device, pending.file.locations.key(("ops", name, "platform_priority", device)))
         resolved = _priority_list(
             context,
             pending,
@@ -46,11 +44,10 @@ def _priority_list(
         return order
     named = context.settings.priorities if context.settings is not None else {}
     if order not in named and context.settings is not None:
-        context.error_at(
-            pending.file,
-            find_node(pending.file.parsed.root, list(path)),
+        context.diagnostics.error(
             codes.UNKNOWN_PRIORITY_LIST,
             f"{what} names priority list '{order}', which the settings do not declare"
             f"{did_you_mean(order, named)}; declared: {', '.join(named) or 'none'}",
+            pending.file.locations.value(path),
         )
     return named.get(order)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ast
 import operator
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import codes
-from ..errors import Diagnostic, Location, did_you_mean
-from ..read.python import parse_expression
-from ..validate.schema import Samples, TensorArg
+from ..diagnostics import Diagnostics
+from ..errors import Location, did_you_mean
+from ..pyresolve import parse_expression
+from ..validate.schema import SamplesDecl, TensorArgDecl
 from .signature import signature_arguments
 
 _BINARY = {
@@ -61,18 +62,20 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
     raise ValueError(f"unsupported expression node {type(node).__name__}")
 
 
-def sample_problems(
+def check_samples(
     info_id: str,
     signature: str,
     mutates: tuple[str, ...],
-    samples: Samples,
+    samples: SamplesDecl,
     where: Callable[[tuple[str, ...]], Location],
-) -> Iterator[Diagnostic]:
-    """Each static problem of an op's samples, located by `where` from its path inside `samples`."""
+    diagnostics: Diagnostics,
+) -> None:
+    """Add each static problem of an op's samples, located by `where` from its path inside `samples`; ValueError
+    (and nothing added) when the signature does not parse."""
     arguments = dict(signature_arguments(signature))
     for name in samples.args:
         if name not in arguments:
-            yield Diagnostic(
+            diagnostics.error(
                 codes.SAMPLE_ARGUMENTS,
                 (
                     f"samples of op '{info_id}' give '{name}', not a parameter"
@@ -82,7 +85,7 @@ def sample_problems(
             )
     for name, required in arguments.items():
         if required and name not in samples.args:
-            yield Diagnostic(
+            diagnostics.error(
                 codes.SAMPLE_ARGUMENTS,
                 f"samples of op '{info_id}' give no value for required parameter '{name}'",
                 where(("args",)),
@@ -91,26 +94,26 @@ def sample_problems(
     for section in ("decode", "prefill"):
         for name in getattr(samples, section):
             if name not in defined:
-                yield Diagnostic(
+                diagnostics.error(
                     codes.SAMPLE_SIZE,
                     f"samples of op '{info_id}': {section} sets size '{name}', which 'sizes' does not "
                     f"define ({', '.join(sorted(defined)) or 'none'})",
                     where((section, name)),
                 )
     for arg, value in samples.args.items():
-        exprs = [*value.shape, *value.range] if isinstance(value, TensorArg) else [value]
+        exprs = [*value.shape, *value.range] if isinstance(value, TensorArgDecl) else [value]
         for expr in exprs:
-            if not isinstance(expr, str) or (not isinstance(value, TensorArg) and not expr.startswith("$")):
+            if not isinstance(expr, str) or (not isinstance(value, TensorArgDecl) and not expr.startswith("$")):
                 continue  # a plain string argument, e.g. approximate: tanh
             try:
                 unknown = expression_names(expr) - defined
             except ValueError as exc:
-                yield Diagnostic(
+                diagnostics.error(
                     codes.SAMPLE_SIZE, f"samples of op '{info_id}', argument '{arg}': {exc}", where(("args", arg))
                 )
                 continue
             if unknown:
-                yield Diagnostic(
+                diagnostics.error(
                     codes.SAMPLE_SIZE,
                     f"samples of op '{info_id}', argument '{arg}': unknown size "
                     f"{', '.join(sorted(unknown))} (sizes: {', '.join(sorted(defined)) or 'none'})",
@@ -121,7 +124,7 @@ def sample_problems(
         for part in selector.split("*"):
             base, _, index = part.partition(".")
             if base not in outputs or (index and (base != "return" or not index.isdigit())):
-                yield Diagnostic(
+                diagnostics.error(
                     codes.SAMPLE_COMPARE,
                     f"samples of op '{info_id}' compare '{part}', not an output; outputs: "
                     f"{', '.join(outputs)} (and return.N for tuples)",

@@ -1,4 +1,4 @@
-"""The catalog settings files linked: one per layer, merged (link/layers.py) into the settings the ops are
+"""The catalog settings files linked: one per layer, merged (link/merged_settings.py) into the settings the ops are
 checked against, with the device kinds and required platforms they name checked."""
 
 from __future__ import annotations
@@ -7,11 +7,10 @@ from collections.abc import Sequence
 
 from .. import codes
 from ..platform import DEVICES, Platform
-from ..read.yaml_nodes import children, find_node, node_location
 from ..validate.schema import Settings
 from ..validate.validator import ValidatedFile
 from .context import LinkContext
-from .layers import known_backends, merge_settings
+from .merged_settings import known_backends, merge_settings
 
 
 def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings_found: bool) -> None:
@@ -21,7 +20,7 @@ def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings
     if not found and settings_found:
         return  # the settings file's own diagnostics say what is wrong with it
     if not found:
-        context.error(
+        context.diagnostics.error(
             codes.SETTINGS_FILE,
             "no catalog settings file (kcatalog.yaml) among the paths; it declares the known "
             "backends, their priority and the policy",
@@ -32,17 +31,17 @@ def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings
     for extra in found:
         first = chosen.setdefault(extra.layer, extra)
         if first is not extra:
-            context.error(
+            context.diagnostics.error(
                 codes.SETTINGS_FILE,
                 f"second catalog settings file; the first is {first.path}",
-                node_location(extra.path, extra.parsed.root),
+                extra.locations.value(()),
             )
     layer_files = [chosen[number] for number in sorted(chosen)]
     context.known = tuple(known_backends(layer_files, context.layers, context.diagnostics))
     merged = merge_settings(layer_files, context.layers, context.known, context.check_names, context.diagnostics)
     context.settings, context.layer_allow_lists = merged.settings, merged.allow_lists
     if not context.known:
-        context.error(
+        context.diagnostics.error(
             codes.SETTINGS_FILE,
             "no settings file among the layers declares a backend; at least one must declare the known "
             "backends, their priority and the policy",
@@ -52,12 +51,10 @@ def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings
     for file in layer_files:
         assert isinstance(file.model, Settings)
         for device in file.model.platform_priority:
-            context.check_device(device, file, find_node(file.parsed.root, ["platform_priority", device], key=True))
-        policy_node = children(file.parsed.root).get("policy", (None, None))[1]
-        platforms_node = children(policy_node).get("required_platforms", (None, None))[1]
+            context.check_device(device, file.locations.key(("platform_priority", device)))
         for index, text in enumerate(file.model.policy.required_platforms):
             try:
                 Platform.parse(text, context.devices)
             except ValueError as exc:
-                item = platforms_node.value[index] if platforms_node is not None else None
-                context.error(codes.INVALID_VALUE, str(exc), node_location(file.path, item))
+                where = file.locations.value(("policy", "required_platforms", index))
+                context.diagnostics.error(codes.INVALID_VALUE, str(exc), where)

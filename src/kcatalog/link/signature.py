@@ -7,7 +7,7 @@ import functools
 from types import MappingProxyType
 
 from ..model import Dispatch, LiteralValue, Parameters
-from ..read.python import parse
+from ..pyresolve import parse
 
 
 @functools.lru_cache(maxsize=4096)  # catalogs repeat a handful of signatures across many ops

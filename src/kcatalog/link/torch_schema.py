@@ -14,7 +14,7 @@ import math
 import string
 from dataclasses import dataclass
 
-from ..read.python import parse
+from ..pyresolve import parse
 from .signature import parse_signature
 
 _SCALARS = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool", "str": "str", "dtype": "ScalarType"}

@@ -7,16 +7,16 @@ from types import MappingProxyType
 from typing import Any
 
 from .. import codes
-from ..errors import Diagnostic, Location, did_you_mean, listing
+from ..diagnostics import Diagnostics
+from ..errors import Location, did_you_mean, listing
 from ..model import OpInfo, TunedBucket, TunedOp
 from ..platform import Platform
-from ..read.yaml_nodes import find_node, node_location
-from ..validate.tables import Bucket, TunedTable
+from ..validate.tables import BucketDecl, TunedTable
 from ..validate.validator import ValidatedFile
 
 
 def link_tuned(
-    files: Sequence[ValidatedFile], ops: Mapping[str, OpInfo], diagnostics: list[Diagnostic]
+    files: Sequence[ValidatedFile], ops: Mapping[str, OpInfo], diagnostics: Diagnostics
 ) -> tuple[TunedOp, ...]:
     """Every table's choices, in file order; what is wrong is added to `diagnostics` and left out."""
     linked: list[TunedOp] = []
@@ -32,23 +32,23 @@ def _link_table(
     table: TunedTable,
     ops: Mapping[str, OpInfo],
     seen: dict[tuple[str, str, str], Location],
-    diagnostics: list[Diagnostic],
+    diagnostics: Diagnostics,
 ) -> list[TunedOp]:
     body = table.tuned
 
     def at(*loc: Any, key: bool = False) -> Location:
-        return node_location(file.path, find_node(file.parsed.root, ["tuned", *loc], key=key))
-
-    def error(code: str, message: str, where: Location) -> None:
-        diagnostics.append(Diagnostic(code, message, where))
+        path = ("tuned", *loc)
+        return file.locations.key(path) if key else file.locations.value(path)
 
     platform = Platform.parse(body.platform) if _parses(body.platform) else None
     if platform is None:
-        error(codes.TUNED_PLATFORM_MISMATCH, f"platform '{body.platform}' is not a platform", at("platform"))
+        diagnostics.error(
+            codes.TUNED_PLATFORM_MISMATCH, f"platform '{body.platform}' is not a platform", at("platform")
+        )
         return []
     measured = body.provenance.capability
     if measured is not None and measured != platform.arch:  # 'cuda' alone would match no machine's lookup
-        error(
+        diagnostics.error(
             codes.TUNED_PLATFORM_MISMATCH,
             f"table claims platform {platform} but was measured on {platform.device}:{measured} "
             f"({body.provenance.device}); tune again on {platform} or fix 'platform'",
@@ -59,7 +59,7 @@ def _link_table(
     for op_id, by_dtype in body.ops.items():
         info = ops.get(op_id)
         if info is None:
-            error(
+            diagnostics.error(
                 codes.TUNED_UNKNOWN_OP,
                 f"tuned table names unknown op '{op_id}'{did_you_mean(op_id, ops)}",
                 at("ops", op_id, key=True),
@@ -69,7 +69,7 @@ def _link_table(
             where = at("ops", op_id, dtype, key=True)
             key = (op_id, str(platform), dtype)
             if key in seen:
-                error(
+                diagnostics.error(
                     codes.TUNED_BUCKETS,
                     f"op '{op_id}' on {platform} {dtype} is tuned twice (first at {seen[key]})",
                     where,
@@ -78,7 +78,7 @@ def _link_table(
             seen[key] = where
             problems = len(diagnostics)
             if info.dtypes is not None and dtype not in info.dtypes:
-                error(
+                diagnostics.error(
                     codes.TUNED_NOT_ELIGIBLE,
                     f"op '{op_id}' does not declare dtype {dtype} (it has {', '.join(info.dtypes or ())})",
                     where,
@@ -89,12 +89,12 @@ def _link_table(
                 problem = _bucket_problem(bucket, info, platform, dtype)
                 if problem is not None:
                     code, message, field = problem
-                    error(code, message, at("ops", op_id, dtype, index, *field))
+                    diagnostics.error(code, message, at("ops", op_id, dtype, index, *field))
                 else:
                     kept.append(_bucket(bucket, at("ops", op_id, dtype, index)))
             order = order_problem(kept)
             if order is not None:
-                error(codes.TUNED_BUCKETS, order[0], order[1])
+                diagnostics.error(codes.TUNED_BUCKETS, order[0], order[1])
             if len(diagnostics) == problems:
                 linked.append(TunedOp(op_id, str(platform), dtype, tuple(kept)))
     return linked
@@ -108,13 +108,13 @@ def _parses(text: str) -> bool:
     return True
 
 
-def _bucket(bucket: Bucket, where: Location) -> TunedBucket:
+def _bucket(bucket: BucketDecl, where: Location) -> TunedBucket:
     low, high = bucket.tokens
     return TunedBucket(low, high, bucket.backend, MappingProxyType(dict(bucket.medians_us)), where)
 
 
 def _bucket_problem(
-    bucket: Bucket, info: OpInfo, platform: Platform, dtype: str
+    bucket: BucketDecl, info: OpInfo, platform: Platform, dtype: str
 ) -> tuple[str, str, tuple[str, ...]] | None:
     """What is wrong with one bucket's backends: (code, message, where in the bucket), or None."""
     for name, field in [(bucket.backend, ("backend",)), *((n, ("medians_us", n)) for n in bucket.medians_us)]:

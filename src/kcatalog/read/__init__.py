@@ -1,1 +1,1 @@
-"""Stage 1, read: finding catalog files, reading their text, parsing YAML with positions; Python source too."""
+"""Stage 1, read: finding catalog files, reading their text, parsing YAML with positions."""

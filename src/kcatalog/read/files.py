@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
 from .. import codes
-from ..errors import Diagnostic, Location
+from ..diagnostics import Diagnostics
+from ..errors import Location
 
 SETTINGS_FILE = "kcatalog.yaml"
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -25,7 +26,7 @@ class CatalogFile:
 
     path: Path
     is_settings: bool
-    layer: int = 0  # its layer's number in the catalog's list of layers (read/layers.py)
+    layer: int = 0  # its layer's number in the catalog's list of layers (read/layer_sources.py)
 
 
 @dataclass(frozen=True)
@@ -72,38 +73,31 @@ def _walk(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def discover(paths: Iterable[PathLike]) -> tuple[list[CatalogFile], list[Diagnostic]]:
-    """Catalog files under the given files and directories, in a stable order, plus problems found."""
+def discover(paths: Iterable[PathLike], diagnostics: Diagnostics) -> list[CatalogFile]:
+    """Catalog files under the given files and directories, in a stable order; problems go to `diagnostics`."""
     files: dict[Path, bool] = {}  # resolved path -> is the settings file
-    problems: list[Diagnostic] = []
     for raw in paths:
         given = Path(raw)
         if given.is_dir():
             root = given.resolve()
             found = _walk(root)
             if not found:
-                problems.append(
-                    Diagnostic(codes.PATH_NOT_FOUND, f"no catalog files (*.yaml, *.yml) in directory '{given}'")
-                )
+                diagnostics.error(codes.PATH_NOT_FOUND, f"no catalog files (*.yaml, *.yml) in directory '{given}'")
             for path in found:
                 try:
                     real = path.resolve(strict=True)
                 except (OSError, RuntimeError):  # dangling, or a loop (RuntimeError before Python 3.13)
-                    problems.append(
-                        Diagnostic(
-                            codes.FILE_UNREADABLE,
-                            "cannot read file: symlink is dangling or loops",
-                            Location(display_path(path), 1, 1),
-                        )
+                    diagnostics.error(
+                        codes.FILE_UNREADABLE,
+                        "cannot read file: symlink is dangling or loops",
+                        Location(display_path(path), 1, 1),
                     )
                     continue
                 if not real.is_relative_to(root):
-                    problems.append(
-                        Diagnostic(
-                            codes.FILE_UNREADABLE,
-                            f"symlink leaves the catalog directory (points to '{real}'); refused",
-                            Location(display_path(path), 1, 1),
-                        )
+                    diagnostics.error(
+                        codes.FILE_UNREADABLE,
+                        f"symlink leaves the catalog directory (points to '{real}'); refused",
+                        Location(display_path(path), 1, 1),
                     )
                     continue
                 if real.is_file():  # not a link to a directory or a special file
@@ -116,34 +110,40 @@ def discover(paths: Iterable[PathLike]) -> tuple[list[CatalogFile], list[Diagnos
             if beside.is_file():
                 files.setdefault(beside, True)
         else:
-            problems.append(Diagnostic(codes.PATH_NOT_FOUND, f"path '{given}' does not exist"))
-    return [CatalogFile(path, is_settings) for path, is_settings in files.items()], problems
+            diagnostics.error(codes.PATH_NOT_FOUND, f"path '{given}' does not exist")
+    return [CatalogFile(path, is_settings) for path, is_settings in files.items()]
 
 
-def read_sources(files: Iterable[CatalogFile]) -> Iterator[SourceFile | Diagnostic]:
-    """Each file's text, or the diagnostic that stops it."""
+def read_sources(files: Iterable[CatalogFile], diagnostics: Diagnostics) -> list[SourceFile]:
+    """Each file's text; a file that cannot be read is left out, and what stops it goes to `diagnostics`."""
+    sources = []
     for file in files:
         shown = display_path(file.path)
-        text = _read_text(file.path, shown)
-        yield text if isinstance(text, Diagnostic) else SourceFile(file.path, shown, text, file.is_settings, file.layer)
+        text = _read_text(file.path, shown, diagnostics)
+        if text is not None:
+            sources.append(SourceFile(file.path, shown, text, file.is_settings, file.layer))
+    return sources
 
 
-def _read_text(path: Path, shown: str) -> str | Diagnostic:
+def _read_text(path: Path, shown: str, diagnostics: Diagnostics) -> str | None:
     start = Location(shown, 1, 1)
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
-            return Diagnostic(codes.FILE_REFUSED, f"file is {size} bytes, over the {MAX_FILE_BYTES}-byte limit", start)
+            diagnostics.error(codes.FILE_REFUSED, f"file is {size} bytes, over the {MAX_FILE_BYTES}-byte limit", start)
+            return None
         raw = path.read_bytes()
     except OSError as exc:
-        return Diagnostic(codes.FILE_UNREADABLE, f"cannot read file: {exc.strerror or exc}", start)
+        diagnostics.error(codes.FILE_UNREADABLE, f"cannot read file: {exc.strerror or exc}", start)
+        return None
     try:
         return raw.decode("utf-8-sig")  # a UTF-8 byte-order mark is harmless; drop it
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        return Diagnostic(
+        diagnostics.error(
             codes.FILE_UNREADABLE,
             f"file is not UTF-8: byte 0x{raw[exc.start]:02x} cannot be decoded",
             Location(shown, line, col),
         )
+        return None

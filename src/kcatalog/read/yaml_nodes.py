@@ -1,4 +1,4 @@
-"""YAML text to plain Python data, keeping the node tree for positions; strict and bounded."""
+"""YAML text to plain Python data, keeping the node tree and a table of positions; strict and bounded."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import yaml
 from .. import codes
 from ..errors import Diagnostic, Location
 from .files import MAX_FILE_BYTES
+from .location_table import LocationTable
 
 try:  # libyaml's C parser is several times faster; fall back to pure Python where absent.
     from yaml._yaml import CParser as _Parser
@@ -100,11 +101,13 @@ class _Loader(_Parser, _PlainResolver):
 
 @dataclass(frozen=True)
 class ParsedFile:
-    """A YAML file read into plain data, plus its node tree for looking up positions."""
+    """A YAML file read into plain data, its node tree (for positions in what fails the schema), and the table of
+    where each key and value is written (for the stages after it)."""
 
     path: str
     data: Any
     root: yaml.Node | None
+    locations: LocationTable
 
 
 class _Refused(Exception):
@@ -148,12 +151,13 @@ def parse_yaml(path: str, text: str) -> ParsedFile | Diagnostic:
             codes.FILE_REFUSED, f"nesting deeper than the parser can follow (limit {MAX_DEPTH})", Location(path, 1, 1)
         )
     if root is None:
-        return ParsedFile(path, None, None)
+        return ParsedFile(path, None, None, LocationTable(path, None, None, {}, {}))
+    converter = _Converter(path)
     try:
-        data = _Converter(path).convert(root, 0)
+        data = converter.convert(root, 0)
     except _Refused as refused:
         return refused.diagnostic
-    return ParsedFile(path, data, root)
+    return ParsedFile(path, data, root, LocationTable(path, data, root, converter.mappings, converter.sequences))
 
 
 def _syntax_diagnostic(path: str, text: str, exc: yaml.MarkedYAMLError) -> Diagnostic:
@@ -224,6 +228,9 @@ class _Converter:
         # Collections already converted, by node identity: an alias reuses the value and is
         # charged its expanded size (nodes and characters), so alias bombs are refused in linear time.
         self.done: dict[int, tuple[Any, int, int]] = {}
+        # Each container's nodes, by the identity of the plain value it became: the file's LocationTable.
+        self.mappings: dict[int, dict[Any, tuple[yaml.Node, yaml.Node]]] = {}
+        self.sequences: dict[int, list[yaml.Node]] = {}
 
     def refuse(self, code: str, message: str, node: yaml.Node) -> _Refused:
         return _Refused(Diagnostic(code, message, node_location(self.path, node)))
@@ -272,6 +279,7 @@ class _Converter:
                 value = self._mapping(node, depth + 1)
             else:
                 value = [self.convert(item, depth + 1) for item in node.value]
+                self.sequences[id(value)] = node.value
             self.done[id(node)] = (value, before - self.budget + 1, chars_before - self.chars)
             self.budget -= 1
         if self.budget < 0:
@@ -284,7 +292,8 @@ class _Converter:
 
     def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
-        key_nodes: dict[Any, yaml.Node] = {}  # where each key was first defined
+        entries: dict[Any, tuple[yaml.Node, yaml.Node]] = {}  # each key's (key node, value node)
+        self.mappings[id(result)] = entries
         convert = self.convert
         for key_node, value_node in node.value:
             if key_node.tag == _STR and type(key_node) is yaml.ScalarNode:
@@ -300,10 +309,10 @@ class _Converter:
                 if isinstance(key, (dict, list)):
                     raise self.refuse(codes.UNSUPPORTED_YAML, "mapping keys must be scalars", key_node)
             if key in result:  # a key repeated through an alias is the very same node: look it up, not for it
-                first = key_nodes[key].start_mark
+                first = entries[key][0].start_mark
                 where = f"line {first.line + 1}, column {first.column + 1}"
                 raise self.refuse(codes.DUPLICATE_KEY, f"duplicate key '{key}' (first defined at {where})", key_node)
-            key_nodes[key] = key_node
+            entries[key] = (key_node, value_node)
             result[key] = convert(value_node, depth)
         return result
 
@@ -328,13 +337,6 @@ def find_node(root: yaml.Node | None, loc: Sequence[Any], *, key: bool = False) 
         else:
             return node
     return node
-
-
-def children(node: yaml.Node | None) -> dict[str, tuple[yaml.Node, yaml.Node]]:
-    """A mapping node's entries by key: (key node, value node)."""
-    if not isinstance(node, yaml.MappingNode):
-        return {}
-    return {key.value: (key, value) for key, value in node.value}
 
 
 def find_key_node(mapping: yaml.Node | None, key: Any) -> yaml.Node | None:

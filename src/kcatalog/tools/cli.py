@@ -9,8 +9,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
-from types import ModuleType
+from collections.abc import Sequence
 from typing import NoReturn
 
 from ..errors import CatalogError
@@ -29,10 +28,10 @@ from .commands import (
     tune,
     validate,
 )
-from .commands.common import UsageError
+from .commands.common import Command, UsageError
 
 # name -> the module declaring and running it; a new command is one module and one line here.
-COMMANDS: dict[str, ModuleType] = {
+COMMANDS: dict[str, Command] = {
     "validate": validate,
     "list": matrix,
     "layers": layers,
@@ -90,9 +89,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return int(exc.code or 0) if exc.code in (0, None) else 2
     # Library warnings (fallbacks, ignored overrides) reach the user through the command's own output.
     logging.getLogger("kcatalog").addHandler(logging.NullHandler())
-    run: Callable[[argparse.Namespace], int] = COMMANDS[options.command].run
     try:
-        return run(options)
+        return COMMANDS[options.command].run(options)
     except UsageError as exc:
         commands[options.command].print_usage(sys.stderr)
         return _fail(options, str(exc), 2)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UnknownOpError
 from ..platform import Platform
 from ..select.selection import ineligibility
+from .formats import text_table
 from .inputs import (
     DEFAULT_TOLERANCE,
     build_call,
@@ -24,7 +25,6 @@ from .inputs import (
     size_sets,
     with_samples,
 )
-from .report import text_table
 
 if TYPE_CHECKING:
     from ..model import KernelSpec, OpInfo

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..errors import Location
 from ..platform import Platform
 from ..read.files import display_path
-from .report import plural
+from .formats import plural
 
 if TYPE_CHECKING:
     from ..registry.catalog import Catalog
@@ -147,7 +147,7 @@ def _policy(catalog: Catalog) -> list[str]:
 
 
 def _layers(catalog: Catalog) -> list[str]:
-    from .commands.layers import contributions
+    from .layer_summary import contributions
 
     e = html.escape
     added = contributions(catalog)

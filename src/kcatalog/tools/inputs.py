@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..link.samples import evaluate
 from ..platform import Platform
 from ..runtime.dispatch import dtype_name
-from ..validate.schema import Samples, TensorArg
+from ..validate.schema import SamplesDecl, TensorArgDecl
 
 if TYPE_CHECKING:
     import torch
@@ -27,15 +27,15 @@ def platform_of(catalog: Catalog, device: str) -> Platform:
     return Platform(device) if device == "cpu" else catalog.platform()
 
 
-def samples_of(info: OpInfo) -> Samples | None:
+def samples_of(info: OpInfo) -> SamplesDecl | None:
     """The op's declared samples, validated (they were checked at load, so this cannot fail); the typed model
     keeps them as JSON text, so that a cached catalog loads without pydantic."""
-    return None if info.samples_json is None else Samples.model_validate_json(info.samples_json)
+    return None if info.samples_json is None else SamplesDecl.model_validate_json(info.samples_json)
 
 
 def with_samples(
     catalog: Catalog, ops: Sequence[str], purpose: str, notes: list[str]
-) -> Iterator[tuple[OpInfo, Samples]]:
+) -> Iterator[tuple[OpInfo, SamplesDecl]]:
     """Each op with the samples it declares; a note for each op that declares none (nothing to `purpose`)."""
     for op in ops:
         info = catalog.info(op)
@@ -46,7 +46,7 @@ def with_samples(
             yield info, samples
 
 
-def size_sets(samples: Samples, shapes: str = "test") -> list[dict[str, Any]]:
+def size_sets(samples: SamplesDecl, shapes: str = "test") -> list[dict[str, Any]]:
     """Every combination of sizes: `sizes` alone for tests, overridden by `decode`/`prefill` for benchmarks."""
     sizes = dict(samples.sizes)
     if shapes in ("decode", "prefill"):
@@ -95,7 +95,7 @@ class Call:
         return fn(*(value for _, value in items[:count]), **dict(items[count:]))
 
 
-def build_call(info: OpInfo, samples: Samples, env: Mapping[str, Any], dtype: str, device: str, seed: int) -> Call:
+def build_call(info: OpInfo, samples: SamplesDecl, env: Mapping[str, Any], dtype: str, device: str, seed: int) -> Call:
     """Fresh random inputs for one size set: made on the CPU from `seed`, then moved to `device`."""
     import torch
 
@@ -112,7 +112,7 @@ def build_call(info: OpInfo, samples: Samples, env: Mapping[str, Any], dtype: st
         if name not in samples.args:
             continue  # optional parameters left out use their defaults; the order stays the signature's
         spec = samples.args[name]
-        if isinstance(spec, TensorArg):
+        if isinstance(spec, TensorArgDecl):
             values[name] = _tensor(spec, env, dtype, generator).to(device)
         elif isinstance(spec, str) and spec.startswith("$"):
             values[name] = evaluate(spec, env)
@@ -121,7 +121,7 @@ def build_call(info: OpInfo, samples: Samples, env: Mapping[str, Any], dtype: st
     return Call(values, positional)
 
 
-def _tensor(spec: TensorArg, env: Mapping[str, Any], dtype: str, generator: torch.Generator) -> torch.Tensor:
+def _tensor(spec: TensorArgDecl, env: Mapping[str, Any], dtype: str, generator: torch.Generator) -> torch.Tensor:
     import torch
 
     shape = [int(evaluate(dim, env)) for dim in spec.shape]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from .mappings import LayersFile
+from .mappings_schema import LayersFile
 from .schema import Manifest, Settings
 from .tables import Plan, TunedTable
 

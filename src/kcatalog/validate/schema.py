@@ -110,7 +110,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Capability(_Strict):
+class CapabilityDecl(_Strict):
     """Where a backend runs: a device kind and, optionally, an architecture window."""
 
     device: Device
@@ -121,7 +121,7 @@ class Capability(_Strict):
     )
 
     @model_validator(mode="after")
-    def _arch_window_is_cuda_only(self) -> Capability:
+    def _arch_window_is_cuda_only(self) -> CapabilityDecl:
         if self.device != "cuda" and (self.min_arch is not None or self.max_arch is not None):
             raise ValueError(
                 f"min_arch and max_arch apply to cuda only; for {self.device}, list exact architectures in 'archs'"
@@ -131,14 +131,14 @@ class Capability(_Strict):
         return self
 
 
-class Backend(_Strict):
+class BackendDecl(_Strict):
     """One implementation of an op."""
 
     target: Target
     requires: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")], ...] = Field(
         (), description="distributions that must be installed (found, never imported, when selecting)"
     )
-    capabilities: tuple[Capability, ...] = Field((), description="where it runs, any of these; empty: anywhere")
+    capabilities: tuple[CapabilityDecl, ...] = Field((), description="where it runs, any of these; empty: anywhere")
     dtypes: tuple[DType, ...] | None = Field(
         None, min_length=1, description="dtypes it supports; default (left out): all of the op's"
     )
@@ -163,7 +163,7 @@ SizeValue = Union[StrictBool, StrictInt, StrictFloat, str]
 Dim = Union[StrictInt, Annotated[str, Field(pattern=r"^[A-Za-z0-9_+*/() -]+$")]]
 
 
-class TensorArg(_Strict):
+class TensorArgDecl(_Strict):
     """A tensor argument built for tests and benchmarks: uniform random values of a shape and dtype."""
 
     shape: tuple[Dim, ...] = Field(description="sizes: numbers, size names, or expressions such as '2*H'")
@@ -173,10 +173,12 @@ class TensorArg(_Strict):
     )
 
 
-ArgValue = Annotated[Union[TensorArg, StrictBool, StrictInt, StrictFloat, str, None], Field(union_mode="left_to_right")]
+ArgValue = Annotated[
+    Union[TensorArgDecl, StrictBool, StrictInt, StrictFloat, str, None], Field(union_mode="left_to_right")
+]
 
 
-class Samples(_Strict):
+class SamplesDecl(_Strict):
     """How to build an op's inputs and which outputs to compare: the basis of `kcatalog test` and `bench`."""
 
     sizes: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], tuple[SizeValue, ...]] = Field(
@@ -198,7 +200,7 @@ class Samples(_Strict):
     )
 
 
-class Op(_Strict):
+class OpDecl(_Strict):
     """An operation and its implementations."""
 
     description: str | None = None
@@ -227,26 +229,26 @@ class Op(_Strict):
         description="argument whose device and dtype select the backend in op handles: a parameter name or a "
         "position (default: the first)",
     )
-    samples: Samples | None = Field(None, description="test and benchmark inputs for this op")
+    samples: SamplesDecl | None = Field(None, description="test and benchmark inputs for this op")
     fake: Fake | None = None
-    backends: dict[BackendName, Backend] = Field(min_length=1)
+    backends: dict[BackendName, BackendDecl] = Field(min_length=1)
 
 
-class OpExtension(_Strict):
+class OpExtensionDecl(_Strict):
     """More backends for an op declared in another manifest or layer (e.g. a vendor's package), or backends that
     replace the op's backends of the same names."""
 
-    backends: dict[BackendName, Backend] = Field(
+    backends: dict[BackendName, BackendDecl] = Field(
         default_factory=dict, min_length=1, description="backends added to the op"
     )
-    replaces: dict[BackendName, Backend] = Field(
+    replaces: dict[BackendName, BackendDecl] = Field(
         default_factory=dict,
         min_length=1,
         description="backends that replace the op's backends of these names (declared in another layer, say)",
     )
 
     @model_validator(mode="after")
-    def _adds_or_replaces(self) -> OpExtension:
+    def _adds_or_replaces(self) -> OpExtensionDecl:
         if not self.backends and not self.replaces:
             raise ValueError("an extension adds 'backends', 'replaces' some, or both")
         return self
@@ -258,11 +260,13 @@ class Manifest(_Strict):
     kcatalog: Literal[1] = Field(description="format version")
     group: Name
     description: str | None = None
-    ops: dict[Name, Op] = Field(default_factory=dict)
-    extends: dict[OpId, OpExtension] = Field(default_factory=dict, description="backends added to other groups' ops")
+    ops: dict[Name, OpDecl] = Field(default_factory=dict)
+    extends: dict[OpId, OpExtensionDecl] = Field(
+        default_factory=dict, description="backends added to other groups' ops"
+    )
 
 
-class Policy(_Strict):
+class PolicyDecl(_Strict):
     """Rules every op of the catalog must satisfy."""
 
     required_backends: tuple[BackendName, ...] = Field((), description="backends every op must have")
@@ -280,7 +284,7 @@ class Policy(_Strict):
     )
 
 
-class BackendInfo(_Strict):
+class KnownBackendDecl(_Strict):
     """A backend the catalog knows about."""
 
     description: str | None = None
@@ -296,7 +300,7 @@ class Settings(_Strict):
     targets of that layer's files may name."""
 
     kcatalog: Literal[1] = Field(description="format version")
-    backends: dict[BackendName, BackendInfo] = Field(
+    backends: dict[BackendName, KnownBackendDecl] = Field(
         default_factory=dict, min_length=1, description="backends this layer declares (a layer may declare none)"
     )
     priority: tuple[BackendName, ...] = Field(
@@ -315,7 +319,7 @@ class Settings(_Strict):
     devices: tuple[Device, ...] = Field(
         (), description="device kinds beyond the built-in ones (cuda, hip, cpu, npu, xpu, mps, musa)"
     )
-    policy: Policy = Field(default_factory=Policy)
+    policy: PolicyDecl = Field(default_factory=PolicyDecl)
     allowed_modules: tuple[Annotated[str, Field(pattern=rf"^{_IDENT}(\.{_IDENT})*$")], ...] | None = Field(
         None,
         description="module prefixes the targets declared in this layer's files may name (e.g. [kcatalog.kernels]); "

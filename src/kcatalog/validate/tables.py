@@ -13,7 +13,7 @@ Platform = Annotated[str, Field(pattern=r"^[a-z]+(:[A-Za-z0-9_.+-]+)?$", descrip
 Tokens = Annotated[int, Field(ge=1)]
 
 
-class Bucket(_Strict):
+class BucketDecl(_Strict):
     """One bucket of token counts (the dispatch argument's leading dimension) and the backend chosen there."""
 
     tokens: tuple[Tokens, Union[Tokens, None]] = Field(
@@ -27,14 +27,14 @@ class Bucket(_Strict):
     shapes: tuple[str, ...] = Field((), description="the shapes measured, e.g. 'T=64 H=4096'")
 
     @model_validator(mode="after")
-    def _low_not_above_high(self) -> Bucket:
+    def _low_not_above_high(self) -> BucketDecl:
         low, high = self.tokens
         if high is not None and low > high:
             raise ValueError(f"bucket [{low}, {high}] is empty: low is above high")
         return self
 
 
-class Provenance(_Strict):
+class ProvenanceDecl(_Strict):
     """Where and how a table was measured."""
 
     device: str = Field(description="the GPU's name, e.g. 'NVIDIA H200'")
@@ -47,33 +47,33 @@ class Provenance(_Strict):
     command: str | None = None
 
 
-class TunedTableBody(_Strict):
+class TunedTableBodyDecl(_Strict):
     """One platform's measured selection: op -> dtype -> buckets, best backend per bucket."""
 
     platform: Platform
-    provenance: Provenance
-    ops: dict[OpId, dict[DType, tuple[Bucket, ...]]] = Field(min_length=1)
+    provenance: ProvenanceDecl
+    ops: dict[OpId, dict[DType, tuple[BucketDecl, ...]]] = Field(min_length=1)
 
 
 class TunedTable(_Strict):
     """A tuned table file (tuned/*.yaml in a catalog directory)."""
 
     kcatalog: Literal[1] = Field(description="format version")
-    tuned: TunedTableBody
+    tuned: TunedTableBodyDecl
 
 
-class PlanBody(_Strict):
+class PlanBodyDecl(_Strict):
     """The fully resolved selection of a catalog on one platform: op -> dtype -> one backend, or buckets."""
 
     platform: Platform
     digest: str = Field(pattern=r"^[0-9a-f]{16,64}$", description="content digest of the catalog it was made from")
     kcatalog: str | None = Field(None, description="the kcatalog version that wrote it")
     command: str | None = None
-    ops: dict[OpId, dict[DType, Union[Name, tuple[Bucket, ...]]]] = Field(min_length=1)
+    ops: dict[OpId, dict[DType, Union[Name, tuple[BucketDecl, ...]]]] = Field(min_length=1)
 
 
 class Plan(_Strict):
     """A plan file: load_catalog(plan='plan.yaml') pins it, `kcatalog plan --check` compares it with this machine."""
 
     kcatalog: Literal[1] = Field(description="format version")
-    plan: PlanBody
+    plan: PlanBodyDecl

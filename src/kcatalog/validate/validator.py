@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import typing
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Union
 
 import pydantic
 
 from .. import codes
+from ..diagnostics import Diagnostics
 from ..errors import Diagnostic, did_you_mean
 from ..read.files import SourceFile
+from ..read.location_table import LocationTable
 from ..read.yaml_nodes import ParsedFile, find_key_node, find_node, node_location, parse_yaml
-from .mappings import LAYERS_KEY, LayersFile
+from .mappings_schema import LAYERS_KEY, LayersFile
 from .schema import (
     BACKEND_PATTERN,
     FORMAT_VERSION,
@@ -41,26 +42,38 @@ class ValidatedFile:
 
     parsed: ParsedFile
     model: Manifest | Settings | LayersFile | TunedTable | Plan
-    layer: int = 0  # its layer's number (read/layers.py)
+    layer: int = 0  # its layer's number (read/layer_sources.py)
 
     @property
     def path(self) -> str:
         return self.parsed.path
 
+    @property
+    def locations(self) -> LocationTable:
+        """Where each key and value of the file is written: what the link stages locate their diagnostics by."""
+        return self.parsed.locations
 
-def validate_sources(sources: Iterable[SourceFile]) -> Iterator[ValidatedFile | Diagnostic]:
-    """Each file parsed and validated, or the diagnostics that stop it; one bad file never hides the rest."""
+
+def validate_sources(sources: Iterable[SourceFile], diagnostics: Diagnostics) -> list[ValidatedFile]:
+    """The files that parse and pass the schema; what stops the others goes to `diagnostics`, so that one bad file
+    never hides the rest."""
+    validated = []
     for source in sources:
         parsed = parse_yaml(source.shown, source.text)
         if isinstance(parsed, Diagnostic):
-            yield parsed
+            diagnostics.add(parsed)
             continue
-        for item in validate(parsed, is_settings=source.is_settings):
-            yield dataclasses.replace(item, layer=source.layer) if isinstance(item, ValidatedFile) else item
+        file = validate(parsed, is_settings=source.is_settings, diagnostics=diagnostics, layer=source.layer)
+        if file is not None:
+            validated.append(file)
+    return validated
 
 
-def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile | Diagnostic]:
-    """Check one parsed file against its model, mapping every schema error to a position."""
+def validate(
+    parsed: ParsedFile, *, is_settings: bool, diagnostics: Diagnostics, layer: int = 0
+) -> ValidatedFile | None:
+    """One parsed file checked against its model; None when it fails, every schema error added to `diagnostics`
+    at its position."""
     data = parsed.data
     model_cls: type[Manifest] | type[Settings] | type[LayersFile] | type[TunedTable] | type[Plan] = (
         Settings if is_settings else Manifest
@@ -70,42 +83,42 @@ def validate(parsed: ParsedFile, *, is_settings: bool) -> Iterator[ValidatedFile
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}, not a mapping"
         what = "settings file" if is_settings else "manifest"
-        yield Diagnostic(
+        diagnostics.error(
             codes.INVALID_VALUE,
             f"file is {kind}; a {what} is a mapping starting with 'kcatalog: {FORMAT_VERSION}'",
             node_location(parsed.path, parsed.root),
         )
-        return
+        return None
     version = data.get("kcatalog")
     if version is not None and (type(version) is not int or version != FORMAT_VERSION):
         where = node_location(parsed.path, find_node(parsed.root, ["kcatalog"]))
         if type(version) is not int:  # also refuses `true` and `1.0`, which Python compares equal to 1
-            yield Diagnostic(
+            diagnostics.error(
                 codes.INVALID_VALUE,
                 f"'kcatalog': format version should be the number {FORMAT_VERSION}, got {_describe_input(version)}",
                 where,
             )
         elif version > FORMAT_VERSION:
-            yield Diagnostic(
+            diagnostics.error(
                 codes.UNSUPPORTED_VERSION,
                 f"format version {version} is newer than this kcatalog reads "
                 f"({FORMAT_VERSION}); upgrade kcatalog to load it",
                 where,
             )
         else:
-            yield Diagnostic(
+            diagnostics.error(
                 codes.UNSUPPORTED_VERSION,
                 f"format version {version} is not supported; this kcatalog reads version {FORMAT_VERSION}",
                 where,
             )
-        return
+        return None
     try:
         model = model_cls.model_validate(data)
     except pydantic.ValidationError as exc:
         for error in exc.errors(include_url=False):
-            yield _schema_diagnostic(parsed, model_cls, error)
-        return
-    yield ValidatedFile(parsed, model)
+            diagnostics.add(_schema_diagnostic(parsed, model_cls, error))
+        return None
+    return ValidatedFile(parsed, model, layer)
 
 
 _PATTERN_MEANING = {

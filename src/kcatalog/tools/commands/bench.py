@@ -4,64 +4,47 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 from typing import Any
 
-from .common import (
-    add_catalog_arguments,
-    catalog_paths,
-    dtype,
-    load_or_report,
-    require_device,
-    split_ops,
-    write_output,
-)
+from .common import add_op_arguments, load_ops, write_output
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = sub.add_parser("bench", help="time each eligible backend on the declared shapes")
-    parser.add_argument("items", nargs="*", metavar="OP|PATH", help="op ids or globs (default: every op), PATHs")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    add_op_arguments(
+        parser,
+        device="cpu",
+        dtype_help="dtype (repeatable; default: bfloat16 on cuda, float32 on cpu)",
+        backend_help="only this backend (repeatable)",
+    )
     parser.add_argument(
         "--shapes", choices=["decode", "prefill", "all"], default=None, help="default: all on cuda, decode on cpu"
     )
-    parser.add_argument("--backend", action="append", default=[], help="only this backend (repeatable)")
-    parser.add_argument(
-        "--dtype",
-        type=dtype,
-        action="append",
-        default=[],
-        help="dtype (repeatable; default: bfloat16 on cuda, float32 on cpu)",
-    )
     parser.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="draw bandwidth against size per backend")
-    add_catalog_arguments(parser, positional=None)
     return parser
 
 
 def run(options: argparse.Namespace) -> int:
-    import platform
+    from .. import timing  # torch and the samples' machinery: only a bench needs them
 
-    from .. import bench
-    from ..conformance import select_ops
-
-    require_device(options.device)
-    given = split_ops(options.items)
-    catalog = load_or_report(catalog_paths(options, given.paths))
-    if catalog is None:
+    asked = load_ops(options)
+    if asked is None:
         return 1
     shapes = options.shapes or ("all" if options.device == "cuda" else "decode")
     dtypes = options.dtype or (["bfloat16"] if options.device == "cuda" else ["float32"])
-    jobs, notes = bench.plan(
-        catalog,
-        select_ops(catalog, given.ops),
+    jobs, notes = timing.plan(
+        asked.catalog,
+        asked.ops,
         device=options.device,
         shapes=shapes,
         dtypes=dtypes,
         backends=options.backend,
     )
-    copy_gbps = bench.copy_bandwidth(options.device)
-    results = bench.run(jobs, options.device, copy_gbps, progress=bench.progress_bar)
-    print(bench.format_table(results))
+    copy_gbps = timing.copy_bandwidth(options.device)
+    results = timing.run(jobs, options.device, copy_gbps, progress=timing.progress_bar)
+    print(timing.format_table(results))
     for note in notes:
         print(f"note: {note}")
     print(f"copy bandwidth: {copy_gbps:.1f} GB/s (bytes read + written)")
@@ -78,7 +61,7 @@ def run(options: argparse.Namespace) -> int:
         write_output(options.json, json.dumps(document, indent=2) + "\n")
         print(f"wrote {options.json}")
     if options.plot:
-        bench.plot(results, copy_gbps, options.plot, f"kcatalog bench on {device_name} ({', '.join(dtypes)})")
+        timing.plot(results, copy_gbps, options.plot, f"kcatalog bench on {device_name} ({', '.join(dtypes)})")
         print(f"wrote {options.plot}")
     return 1 if any(r.error for r in results) or not results else 0
 

@@ -9,10 +9,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...platform import Platform
-from ...read.layers import PLUGINS, SHIPPED
+from ...read.layer_sources import PLUGINS, SHIPPED
 
 if TYPE_CHECKING:
     from ...registry.catalog import Catalog
@@ -23,6 +23,48 @@ CATALOG_HELP = (
 )
 # An op id or glob ('layernorm.rms_norm', 'layernorm.*', 'norm*'): told apart from a catalog path given positionally.
 _OP_PATTERN = re.compile(r"^[A-Za-z0-9_*?\[\]!-]*[.*?\[][A-Za-z0-9_.*?\[\]!-]*$")
+
+
+class Command(Protocol):
+    """A subcommand: the module tools/commands/<name>.py, declaring its parser and running on its options."""
+
+    def add_parser(self, sub: Any) -> argparse.ArgumentParser:
+        """Declare the command under `sub` (argparse's subparsers), with its catalog arguments."""
+        ...
+
+    def run(self, options: argparse.Namespace) -> int:
+        """Run it; the exit code (0 clean, 1 diagnostics or failures; UsageError for 2)."""
+        ...
+
+
+def add_op_arguments(parser: argparse.ArgumentParser, *, device: str, dtype_help: str, backend_help: str) -> None:
+    """What the commands that run ops (test, bench, tune) take: ops then PATHs, --device, --dtype, --backend, and
+    the catalog's layers."""
+    parser.add_argument("items", nargs="*", metavar="OP|PATH", help="op ids or globs (default: every op), then PATHs")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=device)
+    parser.add_argument("--dtype", type=dtype, action="append", default=[], help=dtype_help)
+    parser.add_argument("--backend", action="append", default=[], help=backend_help)
+    add_catalog_arguments(parser, positional=None)
+
+
+@dataclass(frozen=True)
+class OpsToRun:
+    """A command's catalog (loaded from its PATHs, or the default layers when `paths` is None) and the ops asked."""
+
+    catalog: Catalog
+    ops: list[str]
+    paths: list[str] | None
+
+
+def load_ops(options: argparse.Namespace) -> OpsToRun | None:
+    """The device checked, the catalog loaded (None after printing its diagnostics) and the ops selected."""
+    from ..conformance import select_ops
+
+    require_device(options.device)
+    given = split_ops(options.items)
+    paths = catalog_paths(options, given.paths)
+    catalog = load_or_report(paths)
+    return None if catalog is None else OpsToRun(catalog, select_ops(catalog, given.ops), paths)
 
 
 def add_catalog_arguments(parser: argparse.ArgumentParser, *, positional: str | None = "paths") -> None:
@@ -64,7 +106,7 @@ def catalog_paths(options: argparse.Namespace, positional: Sequence[str] = ()) -
 def load_or_report(paths: Sequence[str] | None) -> Catalog | None:
     """The catalog, or None after printing its diagnostics to stderr."""
     from ...load import check_catalog
-    from ..report import concise
+    from ..formats import concise
 
     catalog, diagnostics = check_catalog(paths)
     if catalog is None:

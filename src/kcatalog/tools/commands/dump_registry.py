@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...migrate.source import RegistryDump, RegistryError, read_registry
-from ..report import plural
+from ..formats import plural
 from .common import UsageError, write_output
 
 

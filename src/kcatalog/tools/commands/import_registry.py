@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...migrate.source import RegistryError, read_json
-from ..report import plural
+from ..formats import plural
 from .common import UsageError
 from .dump_registry import read_live
 

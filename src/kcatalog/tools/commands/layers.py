@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..report import plural, text_table
+from ..formats import plural, text_table
+from ..layer_summary import contributions
 from .common import add_catalog_arguments, catalog_paths, load_or_report
-
-if TYPE_CHECKING:
-    from ...registry.catalog import Catalog
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -21,31 +18,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_catalog_arguments(parser)
     parser.add_argument("--output-format", choices=["text", "json"], default="text")
     return parser
-
-
-@dataclass(frozen=True)
-class Contribution:
-    """What one layer adds to the catalog."""
-
-    ops: list[str]  # ops it declares
-    backends: list[str]  # 'op:backend' it supplies to ops of other layers (added or replacing)
-    specs: int  # backend specs it supplies in all
-    allowed_modules: list[str] | None  # its settings file's allow-list, as its specs carry it
-
-
-def contributions(catalog: Catalog) -> dict[str, Contribution]:
-    """Each layer's contribution, by layer name."""
-    result = {}
-    for layer in catalog.layers:
-        specs = [spec for spec in catalog.specs() if spec.layer == layer.name]
-        lists = {prefixes for spec in specs for prefixes in spec.allowed_modules}
-        result[layer.name] = Contribution(
-            ops=[op for op in catalog if catalog.info(op).layer == layer.name],
-            backends=[f"{s.op}:{s.backend}" for s in specs if catalog.info(s.op).layer != layer.name],
-            specs=len(specs),
-            allowed_modules=sorted(p for prefixes in lists for p in prefixes) if lists else None,
-        )
-    return result
 
 
 def run(options: argparse.Namespace) -> int:

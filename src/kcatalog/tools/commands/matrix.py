@@ -7,7 +7,7 @@ import dataclasses
 import json
 from typing import Any
 
-from ..report import plural, text_table
+from ..formats import plural, text_table
 from .common import add_catalog_arguments, catalog_paths, load_or_report
 
 
@@ -37,7 +37,7 @@ def run(options: argparse.Namespace) -> int:
                 "layer": catalog.info(op).layer,
                 "backends": {
                     spec.backend: {
-                        "target": spec.target,
+                        "target": str(spec.target),
                         "requires": list(spec.requires),
                         "capabilities": [
                             {k: v for k, v in dataclasses.asdict(c).items() if v is not None} for c in spec.capabilities

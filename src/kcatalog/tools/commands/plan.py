@@ -59,11 +59,12 @@ def _runs_here(platform: Platform, detected: Platform) -> bool:
 
 
 def _check(options: argparse.Namespace, catalog: Catalog, platform: Platform) -> int:
-    from ...errors import CatalogError, Diagnostic
-    from ...link.plan import read_plan
+    from ...diagnostics import Diagnostics
+    from ...errors import CatalogError
+    from ...link.locked_plan import read_plan
     from ...runtime.planning import differences, locked_choices, resolve_plan
 
-    found: list[Diagnostic] = []
+    found = Diagnostics()
     locked = read_plan(
         options.check, {op: catalog.info(op) for op in catalog}, catalog.digest, strict=False, diagnostics=found
     )

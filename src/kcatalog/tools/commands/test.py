@@ -7,29 +7,19 @@ import json
 import os
 from typing import Any
 
-from ..report import plural
-from .common import (
-    UsageError,
-    add_catalog_arguments,
-    catalog_paths,
-    dtype,
-    load_or_report,
-    require_device,
-    split_ops,
-)
+from ..formats import plural
+from .common import UsageError, add_op_arguments, load_ops
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = sub.add_parser(
         "test", help="check every eligible backend against the reference on declared samples"
     )
-    parser.add_argument("items", nargs="*", metavar="OP|PATH", help="op ids or globs (default: every op), PATHs")
-    parser.add_argument("--backend", action="append", default=[], help="only this backend (repeatable)")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--dtype", type=dtype, action="append", default=[], help="only this dtype (repeatable)")
+    add_op_arguments(
+        parser, device="cpu", dtype_help="only this dtype (repeatable)", backend_help="only this backend (repeatable)"
+    )
     parser.add_argument("--seed", type=int, default=None, help="base seed of the inputs (default: random, printed)")
     parser.add_argument("--interpret", action="store_true", help="run Triton kernels on the CPU (TRITON_INTERPRET=1)")
-    add_catalog_arguments(parser, positional=None)
     parser.add_argument("--output-format", choices=["concise", "json"], default="concise")
     return parser
 
@@ -41,14 +31,11 @@ def run(options: argparse.Namespace) -> int:
         if options.device != "cpu":
             raise UsageError("--interpret runs Triton kernels on the CPU; use it with --device cpu")
         os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
-    require_device(options.device)
-    given = split_ops(options.items)
-    paths = catalog_paths(options, given.paths)
-    catalog = load_or_report(paths)
-    if catalog is None:
+    asked = load_ops(options)
+    if asked is None:
         return 1
+    catalog, ops, paths = asked.catalog, asked.ops, asked.paths
     seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "little")
-    ops = conformance.select_ops(catalog, given.ops)
     cases, notes = conformance.plan(
         catalog,
         ops,

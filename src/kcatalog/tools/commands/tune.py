@@ -1,4 +1,4 @@
-"""`kcatalog tune`: time every eligible backend per token-count bucket and write a tuned table (tools/tune.py)."""
+"""`kcatalog tune`: time every eligible backend per token-count bucket and write a tuned table (tools/tuning.py)."""
 
 from __future__ import annotations
 
@@ -8,36 +8,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import add_catalog_arguments, catalog_paths, dtype, load_or_report, require_device, split_ops
+from .common import add_op_arguments, load_ops
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = sub.add_parser(
         "tune", help="time every eligible backend per token-count bucket; write a tuned table"
     )
-    parser.add_argument("items", nargs="*", metavar="OP|PATH", help="op ids or globs (default: every op), then PATHs")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
-    parser.add_argument(
-        "--dtype", type=dtype, action="append", default=[], help="dtype (repeatable; default: bfloat16)"
+    add_op_arguments(
+        parser,
+        device="cuda",
+        dtype_help="dtype (repeatable; default: bfloat16)",
+        backend_help="only these candidates (repeatable)",
     )
     parser.add_argument("--buckets", help="token counts to time, e.g. 1,2,4,...,32768 (default: decode and prefill)")
-    parser.add_argument("--backend", action="append", default=[], help="only these candidates (repeatable)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="where to write <platform>.yaml")
-    add_catalog_arguments(parser, positional=None)
     return parser
 
 
 def run(options: argparse.Namespace) -> int:
     """Time the candidates, print the choices, write `<out>/<platform>.yaml`."""
-    from .. import bench, tune
-    from ..conformance import select_ops
+    from .. import timing, tuning
     from ..inputs import platform_of
 
-    require_device(options.device)
-    given = split_ops(options.items)
-    catalog = load_or_report(catalog_paths(options, given.paths))
-    if catalog is None:
+    asked = load_ops(options)
+    if asked is None:
         return 1
+    catalog = asked.catalog
     try:
         buckets = [int(part) for part in options.buckets.split(",")] if options.buckets else None
     except ValueError:
@@ -47,16 +44,16 @@ def run(options: argparse.Namespace) -> int:
         print("error: --buckets: token counts start at 1", file=sys.stderr)
         return 2
     platform = platform_of(catalog, options.device)
-    jobs, notes = tune.tune_jobs(
+    jobs, notes = tuning.tune_jobs(
         catalog,
-        select_ops(catalog, given.ops),
+        asked.ops,
         platform=platform,
         dtypes=options.dtype or ["bfloat16"],
         buckets=buckets,
         backends=options.backend,
     )
-    measured = tune.measure(jobs, options.device, progress=bench.progress_bar)
-    print(tune.format_table(measured))
+    measured = tuning.measure(jobs, options.device, progress=timing.progress_bar)
+    print(tuning.format_table(measured))
     for note in notes:
         print(f"note: {note}")
     if not any(m.best for m in measured):  # a table of no ops would not load: the directory's catalog with it
@@ -66,6 +63,6 @@ def run(options: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{str(platform).replace(':', '_')}.yaml"
     command = shlex.join(["kcatalog", *sys.argv[1:]])
-    path.write_text(tune.table_text(str(platform), tune.provenance(options.device, command), measured), "utf-8")
+    path.write_text(tuning.table_text(str(platform), tuning.provenance(options.device, command), measured), "utf-8")
     print(f"wrote {path}")
     return 0 if measured and all(m.best for m in measured) else 1

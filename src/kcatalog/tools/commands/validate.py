@@ -8,7 +8,7 @@ from typing import Any
 
 from ...codes import CODES
 from ...errors import Diagnostic, Severity, did_you_mean
-from ..report import REPORTERS
+from ..formats import REPORTERS
 from .common import UsageError, add_catalog_arguments, catalog_paths
 
 

@@ -30,19 +30,20 @@ from importlib.machinery import (
 )
 from typing import Any
 
-from .locations import BUILTIN, BYTECODE, EXTENSION, FROZEN, HOOKED, NAMESPACE, RUNTIME, SOURCE, Located, Location
+from . import kinds
+from .locations import Located, Location
 
 _MODULE_DICT: Any = vars(types.ModuleType)["__dict__"]  # a module's namespace, read without its __getattribute__
 _TYPE_QUALNAME: Any = type.__dict__["__qualname__"]
 _TYPE_MODULE: Any = type.__dict__["__module__"]
 _STANDARD_FINDERS = (BuiltinImporter, FrozenImporter, PathFinder)
 _STANDARD_LOADERS = (  # and what a module they loaded is
-    (SourceFileLoader, SOURCE),
-    (SourcelessFileLoader, BYTECODE),
-    (ExtensionFileLoader, EXTENSION),
-    (BuiltinImporter, BUILTIN),
-    (FrozenImporter, FROZEN),
-    (getattr(importlib.machinery, "NamespaceLoader", None), NAMESPACE),  # 3.11
+    (SourceFileLoader, kinds.SOURCE),
+    (SourcelessFileLoader, kinds.BYTECODE),
+    (ExtensionFileLoader, kinds.EXTENSION),
+    (BuiltinImporter, kinds.BUILTIN),
+    (FrozenImporter, kinds.FROZEN),
+    (getattr(importlib.machinery, "NamespaceLoader", None), kinds.NAMESPACE),  # 3.11
 )
 # Hooks that locate nothing the walk does not find: pytest's rewrites modules the path finder found;
 # virtualenv's patches distutils.dist and setuptools.dist as the other finders find them.
@@ -115,28 +116,28 @@ def from_sys_modules(name: str, locate: Callable[[str], Located]) -> Location | 
     if module is None:
         return None
     if type(module) is not types.ModuleType:  # a proxy or a module subclass: never read, never run
-        return Location(name, RUNTIME, via=f"a {_qualname(type(module))} object")
+        return Location(name, kinds.RUNTIME, via=f"a {_qualname(type(module))} object")
     spec = _MODULE_DICT.__get__(module).get("__spec__")
     if type(spec) is not ModuleSpec:
-        return Location(name, RUNTIME, via="a module made at run time")
+        return Location(name, kinds.RUNTIME, via="a module made at run time")
     loader = spec.loader
     if loader is None:
-        return Location(name, RUNTIME, via="a module made at run time")
+        return Location(name, kinds.RUNTIME, via="a module made at run time")
     cls: type = loader if issubclass(type(loader), type) else type(loader)  # type: ignore[assignment]
     kind = next((kind for standard, kind in _STANDARD_LOADERS if cls is standard), None)
     if kind is None:
-        return Location(name, HOOKED, via=_qualname(cls))
+        return Location(name, kinds.HOOKED, via=_qualname(cls))
     real = spec.name
     if type(real) is not str:
         return None
     if real != name:  # an alias: read what it stands for
         target = locate(real).location
-        if target is None or target.kind in (HOOKED, RUNTIME):
+        if target is None or target.kind in (kinds.HOOKED, kinds.RUNTIME):
             return None
         return Location(name, target.kind, target.origin, target.search, via=real, archive=target.archive)
     # Loaded from a file the walk does not reach (spec_from_file_location): read that file.
     origin, search = spec.origin, spec.submodule_search_locations
-    if type(origin) is not str or not os.path.isfile(origin) or kind in (BUILTIN, FROZEN):
+    if type(origin) is not str or not os.path.isfile(origin) or kind in (kinds.BUILTIN, kinds.FROZEN):
         return None
     if search is not None and not (type(search) is list and all(type(path) is str for path in search)):
         return None  # a namespace path object: reading it would recompute it from its parent

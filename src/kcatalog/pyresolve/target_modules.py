@@ -1,4 +1,4 @@
-"""The modules the target checks read: each located (check/finder.py) and indexed (check/index.py) once, or
+"""The modules the target checks read: each located (finder.py) and indexed (index.py) once, or
 the problem that says why it cannot be read (not found, not installed, compiled, a syntax error, unreadable),
 with the nearest names that do exist."""
 
@@ -13,20 +13,11 @@ from dataclasses import dataclass
 from .. import codes
 from ..errors import did_you_mean, listing
 from ..model import ModuleFingerprint
-from .finder import (
-    BUILTIN,
-    BYTECODE,
-    EXTENSION,
-    FROZEN,
-    HOOKED,
-    NAMESPACE,
-    RUNTIME,
-    Finder,
-    Fingerprint,
-    Located,
-    fingerprint,
-)
+from . import kinds
+from .finder import Finder
+from .fingerprints import Fingerprint, fingerprint
 from .index import ModuleIndex, index_module
+from .locations import Located
 from .skeleton import syntax_tree
 from .target_problems import UNVERIFIABLE, Problem, one_line, quote
 
@@ -63,7 +54,11 @@ class ModuleReader:
         if cached is None:
             located = self._finder.locate(name)
             alias = located.location.via if located.location is not None else None
-            if alias is not None and located.location is not None and located.location.kind not in (HOOKED, RUNTIME):
+            if (
+                alias is not None
+                and located.location is not None
+                and located.location.kind not in (kinds.HOOKED, kinds.RUNTIME)
+            ):
                 real = self.module(alias)  # os.path is posixpath: read once, under its own name
                 found = fingerprint(located, self._finder.read_source(located.location))
                 cached = IndexedModule(real.name, located, found, real.index, real.problem)
@@ -79,19 +74,19 @@ class ModuleReader:
         if location is None:
             return IndexedModule(name, located, found, None, self._missing(name, located))
         kind = location.kind
-        if kind == NAMESPACE:
+        if kind == kinds.NAMESPACE:
             return IndexedModule(name, located, found, None, None)
-        if kind == HOOKED:
+        if kind == kinds.HOOKED:
             why = f"module {quote(name)} is found only through a third-party import hook ({location.via}); "
             return IndexedModule(name, located, found, None, Problem(codes.TARGET_UNVERIFIABLE, why + UNVERIFIABLE))
-        if kind == RUNTIME:
+        if kind == kinds.RUNTIME:
             why = f"module {quote(name)} is only in sys.modules ({location.via}), in no file; "
             return IndexedModule(name, located, found, None, Problem(codes.TARGET_UNVERIFIABLE, why + UNVERIFIABLE))
         if source is None:
-            what = {BUILTIN: "built-in", EXTENSION: location.origin, FROZEN: "frozen"}.get(kind)
+            what = {kinds.BUILTIN: "built-in", kinds.EXTENSION: location.origin, kinds.FROZEN: "frozen"}.get(kind)
             text = (
                 f"module {quote(name)} is compiled ({what}); {UNVERIFIABLE}"
-                if kind != BYTECODE
+                if kind != kinds.BYTECODE
                 else f"module {quote(name)} has no source (bytecode only: {location.origin}); {UNVERIFIABLE}"
             )
             return IndexedModule(name, located, found, None, Problem(codes.TARGET_UNVERIFIABLE, text))

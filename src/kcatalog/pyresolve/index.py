@@ -79,7 +79,7 @@ def index_module(tree: ast.Module, name: str, is_package: bool, source: bytes = 
 
 
 # Read from the text, so that they are seen also where function bodies were left out of the tree
-# (check/skeleton.py). A match in a string or comment only makes a missing name "not verifiable".
+# (skeleton.py). A match in a string or comment only makes a missing name "not verifiable".
 _GLOBAL = re.compile(rb"^[ \t]+global[ \t]+(\w+(?:[ \t]*,[ \t]*\w+)*)[ \t]*(?:#[^\n]*)?\r?$", re.MULTILINE)
 _DYNAMIC = re.compile(rb"\bglobals\(\)|\bsys\.modules\[__name__\]|\bsetattr\(\s*sys\.modules\b")
 

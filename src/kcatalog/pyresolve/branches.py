@@ -1,4 +1,4 @@
-"""Branch conditions decided without running them: TYPE_CHECKING, sys.version_info, constants (see check/index.py)."""
+"""Branch conditions decided without running them: TYPE_CHECKING, sys.version_info, constants (see index.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Following a module's or a class's body statement by statement, as it runs at import (the rules are in
-check/index.py)."""
+index.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Static checks of 'module:attr' targets: find the module, read its source, follow what it binds.
 
-Nothing is imported. Each module is located (check/finder.py) and indexed (check/index.py) once per
+Nothing is imported. Each module is located (finder.py) and indexed (index.py) once per
 TargetChecker; the checker then follows a target's attribute path through that index: re-exports
 (`from m import n`, also relative and chained) to the module that defines the name, star imports into the
 modules they import from (honouring a literal `__all__`), class members through the bases of the class

@@ -1,4 +1,4 @@
-"""The index's types: how a name may be bound, and what a module or a class body binds (see check/index.py)."""
+"""The index's types: how a name may be bound, and what a module or a class body binds (see index.py)."""
 
 from __future__ import annotations
 

@@ -7,54 +7,50 @@ from pathlib import Path
 from types import MappingProxyType
 
 from .. import codes
+from ..diagnostics import Diagnostics
 from ..errors import Diagnostic, Location, Severity, did_you_mean, listing
 from ..model import LockedPlan, OpInfo, PlanEntry, TunedBucket
 from ..read.files import CatalogFile, PathLike, read_sources
-from ..read.yaml_nodes import find_node, node_location
 from .tuned import order_problem
 
 
 def read_plan(
-    path: PathLike, ops: Mapping[str, OpInfo], digest: str, *, strict: bool, diagnostics: list[Diagnostic]
+    path: PathLike, ops: Mapping[str, OpInfo], digest: str, *, strict: bool, diagnostics: Diagnostics
 ) -> LockedPlan | None:
     """The plan at `path`, linked to `ops`; None (with diagnostics) when it cannot be read or names what is not
     there. A plan made from other catalog contents is a warning (an error when `strict`)."""
     from ..read.yaml_nodes import parse_yaml
     from ..validate.tables import Plan
-    from ..validate.validator import ValidatedFile, validate
+    from ..validate.validator import validate
 
     given = Path(path)
     if not given.is_file():
-        diagnostics.append(Diagnostic(codes.PATH_NOT_FOUND, f"plan '{given}' does not exist"))
+        diagnostics.error(codes.PATH_NOT_FOUND, f"plan '{given}' does not exist")
         return None
-    source = next(read_sources([CatalogFile(given.resolve(), is_settings=False)]))
-    if isinstance(source, Diagnostic):
-        diagnostics.append(source)
+    sources = read_sources([CatalogFile(given.resolve(), is_settings=False)], diagnostics)
+    if not sources:
         return None
+    source = sources[0]
     parsed = parse_yaml(source.shown, source.text)
     if isinstance(parsed, Diagnostic):
-        diagnostics.append(parsed)
+        diagnostics.add(parsed)
         return None
-    validated: ValidatedFile | None = None
-    for item in validate(parsed, is_settings=False):
-        if isinstance(item, Diagnostic):
-            diagnostics.append(item)
-        else:
-            validated = item
+    validated = validate(parsed, is_settings=False, diagnostics=diagnostics)
     if validated is None:
         return None
     if not isinstance(validated.model, Plan):
-        where = node_location(parsed.path, parsed.root)
-        diagnostics.append(Diagnostic(codes.MISSING_FIELD, "missing required field 'plan': not a plan file", where))
+        where = validated.locations.value(())
+        diagnostics.error(codes.MISSING_FIELD, "missing required field 'plan': not a plan file", where)
         return None
     body = validated.model.plan
 
     def at(*loc: object, key: bool = False) -> Location:
-        return node_location(parsed.path, find_node(parsed.root, ["plan", *loc], key=key))
+        path = ("plan", *loc)
+        return validated.locations.key(path) if key else validated.locations.value(path)
 
     start = len(diagnostics)
     if body.digest != digest:
-        diagnostics.append(
+        diagnostics.add(
             Diagnostic(
                 codes.PLAN_DIGEST_DIFFERS,
                 f"plan was made from a catalog with digest {body.digest}; this catalog's is {digest} "
@@ -68,7 +64,7 @@ def read_plan(
         info = ops.get(op_id)
         if info is None:
             message = f"plan pins unknown op '{op_id}'{did_you_mean(op_id, ops)}"
-            diagnostics.append(Diagnostic(codes.PLAN_UNKNOWN_OP, message, at("ops", op_id, key=True)))
+            diagnostics.error(codes.PLAN_UNKNOWN_OP, message, at("ops", op_id, key=True))
             continue
         for dtype, chosen in by_dtype.items():
             buckets = () if isinstance(chosen, str) else chosen
@@ -80,17 +76,17 @@ def read_plan(
                         f"plan pins backend '{name}' of op '{op_id}', which has no such backend"
                         f"{did_you_mean(name, info.backends)}; it has {listing(info.backends)}"
                     )
-                    diagnostics.append(Diagnostic(codes.PLAN_UNKNOWN_BACKEND, message, where))
+                    diagnostics.error(codes.PLAN_UNKNOWN_BACKEND, message, where)
             linked = tuple(
                 TunedBucket(b.tokens[0], b.tokens[1], b.backend, MappingProxyType({}), at("ops", op_id, dtype, i))
                 for i, b in enumerate(buckets)
             )
             order = order_problem(linked)  # a bucket lookup bisects: out of order, it would silently miss
             if order is not None:
-                diagnostics.append(Diagnostic(codes.PLAN_BUCKETS, order[0], order[1]))
+                diagnostics.error(codes.PLAN_BUCKETS, order[0], order[1])
             entries[(op_id, dtype)] = PlanEntry(
                 op_id, dtype, chosen if isinstance(chosen, str) else None, linked, at("ops", op_id, dtype)
             )
-    if any(d.is_error for d in diagnostics[start:]):
+    if diagnostics.errors_since(start):
         return None
     return LockedPlan(source.shown, body.platform, body.digest, MappingProxyType(entries))

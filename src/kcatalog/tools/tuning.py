@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .bench import BenchResult, Job, time_job
 from .inputs import samples_of, size_sets, with_samples
+from .timing import BenchResult, Job, runnable_here, time_job
 
 if TYPE_CHECKING:
     from ..model import OpInfo
@@ -61,8 +61,6 @@ def tune_jobs(
 ) -> tuple[list[Job], list[str]]:
     """Every (op, backend, dtype, shape) to time: the manifest's decode and prefill sizes, or with `buckets`
     the decode sizes with the leading dimension set to each bucket's token count."""
-    from ..select.selection import ineligibility
-
     jobs: list[Job] = []
     notes: list[str] = []
     for info, samples in with_samples(catalog, ops, "tune", notes):
@@ -81,18 +79,15 @@ def tune_jobs(
                         seen.append(candidate)
             size_list = [("decode" if s[name] <= DECODE_MAX else "prefill", s) for s in seen]
         for dtype in [d for d in dtypes if d in (info.dtypes or ())]:  # samples need declared dtypes
-            runnable = []
+            wanted = []
             for spec in info.backends.values():
                 if backends and spec.backend not in backends:
                     continue
                 if not backends and not spec.auto:  # a table would choose it with no one asking for it
                     notes.append(f"{info.id} [{spec.backend}]: not a candidate, auto: false (name it with --backend)")
                     continue
-                reason = ineligibility(spec, platform, dtype)
-                if reason is None:
-                    runnable.append(spec)
-                else:
-                    notes.append(f"{info.id} [{spec.backend}] {dtype}: not a candidate, {reason}")
+                wanted.append(spec)
+            runnable = runnable_here(wanted, platform, dtype, notes, "not a candidate")
             jobs += [Job(info, spec, dtype, kind, sizes) for kind, sizes in size_list for spec in runnable]
     return jobs, notes
 
@@ -252,7 +247,7 @@ def table_text(platform: str, prov: Provenance, measured: Sequence[Measured]) ->
 
 def format_table(measured: Sequence[Measured]) -> str:
     """Op, dtype, token count, the chosen backend and each candidate's median."""
-    from .report import text_table
+    from .formats import text_table
 
     rows = [["op", "dtype", "T", "chosen", "medians (us)"]]
     for m in measured:

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from .. import codes
-from ..errors import Diagnostic
+from ..diagnostics import Diagnostics
 from ..model import BackendInfo, CatalogLayer, CatalogSettings, Policy
-from ..read.yaml_nodes import children, find_node, node_location
 from ..validate.schema import Settings
 from ..validate.validator import ValidatedFile
 
@@ -32,22 +31,21 @@ def layer_name(layers: Sequence[CatalogLayer], number: int) -> str:
     return layers[number].name if 0 <= number < len(layers) else ""
 
 
-def known_backends(files: Sequence[ValidatedFile], layers: Sequence[CatalogLayer], out: list[Diagnostic]) -> list[str]:
+def known_backends(
+    files: Sequence[ValidatedFile], layers: Sequence[CatalogLayer], diagnostics: Diagnostics
+) -> list[str]:
     """Every backend the settings files declare, in layer order; one declared by two layers is an error."""
     first: dict[str, ValidatedFile] = {}
     for file in files:
         assert isinstance(file.model, Settings)
-        entries = children(children(file.parsed.root).get("backends", (None, None))[1])
         for name in file.model.backends:
             earlier = first.setdefault(name, file)
             if earlier is not file:
-                out.append(
-                    Diagnostic(
-                        codes.BACKEND_REDECLARED,
-                        f"backend '{name}' is already declared by layer '{layer_name(layers, earlier.layer)}' "
-                        f"({earlier.path}); a layer uses the backends of earlier layers without declaring them",
-                        node_location(file.path, entries[name][0]),
-                    )
+                diagnostics.error(
+                    codes.BACKEND_REDECLARED,
+                    f"backend '{name}' is already declared by layer '{layer_name(layers, earlier.layer)}' "
+                    f"({earlier.path}); a layer uses the backends of earlier layers without declaring them",
+                    file.locations.key(("backends", name)),
                 )
     return list(first)
 
@@ -57,9 +55,9 @@ def merge_settings(
     layers: Sequence[CatalogLayer],
     known: Sequence[str],
     check_names: NameCheck,
-    out: list[Diagnostic],
+    diagnostics: Diagnostics,
 ) -> MergedSettings:
-    """One settings file per layer (at most), in layer order, merged; what conflicts is added to `out`."""
+    """One settings file per layer (at most), in layer order, merged; what conflicts is added to `diagnostics`."""
     backends: dict[str, BackendInfo] = {}
     priority: list[str] = []
     platform_priority: dict[str, list[str]] = {}
@@ -75,16 +73,21 @@ def merge_settings(
         for name, info in settings.backends.items():
             backends.setdefault(name, BackendInfo(info.description, info.auto))
         check_names(settings.priority, file, ("priority",), "priority list")
-        priority = _merge_order(priority, settings.priority, file, ("priority",), "priority", out)
+        priority = _merge_order(priority, settings.priority, file, ("priority",), "priority", diagnostics)
         for device, order in settings.platform_priority.items():
             check_names(order, file, ("platform_priority", device), f"{device} priority list")
             platform_priority[device] = _merge_order(
-                platform_priority.get(device, []), order, file, ("platform_priority", device), f"{device} priority", out
+                platform_priority.get(device, []),
+                order,
+                file,
+                ("platform_priority", device),
+                f"{device} priority",
+                diagnostics,
             )
         for name, order in settings.priorities.items():
             check_names(order, file, ("priorities", name), f"priority list '{name}'")
             priorities[name] = _merge_order(
-                priorities.get(name, []), order, file, ("priorities", name), f"priority list '{name}'", out
+                priorities.get(name, []), order, file, ("priorities", name), f"priority list '{name}'", diagnostics
             )
         devices += [d for d in settings.devices if d not in devices]
         check_names(settings.policy.required_backends, file, ("policy", "required_backends"), "policy")
@@ -110,19 +113,22 @@ def merge_settings(
 
 
 def _merge_order(
-    merged: list[str], order: Sequence[str], file: ValidatedFile, path: Sequence[str], what: str, out: list[Diagnostic]
+    merged: list[str],
+    order: Sequence[str],
+    file: ValidatedFile,
+    path: Sequence[str],
+    what: str,
+    diagnostics: Diagnostics,
 ) -> list[str]:
     """`order` merged into the earlier layers' `merged`: each new name goes right after the name before it in
     `order` (or, first in `order`, before the earlier name after it); the earlier names keep their order."""
     earlier = [name for name in order if name in merged]
     if earlier != [name for name in merged if name in earlier]:
-        out.append(
-            Diagnostic(
-                codes.LAYER_PRIORITY_CONFLICT,
-                f"{what} ranks {', '.join(earlier)} in another order than the earlier layers ({', '.join(merged)}); "
-                "a layer places its own backends among the earlier ones but cannot reorder those",
-                node_location(file.path, find_node(file.parsed.root, list(path))),
-            )
+        diagnostics.error(
+            codes.LAYER_PRIORITY_CONFLICT,
+            f"{what} ranks {', '.join(earlier)} in another order than the earlier layers ({', '.join(merged)}); "
+            "a layer places its own backends among the earlier ones but cannot reorder those",
+            file.locations.value(path),
         )
         return merged
     result = list(merged)

@@ -11,11 +11,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..select.selection import ineligibility
+from .formats import text_table
 from .inputs import Call, build_call, describe, platform_of, samples_of, size_sets, with_samples
-from .report import text_table
 
 if TYPE_CHECKING:
     from ..model import KernelSpec, OpInfo
+    from ..platform import Platform
     from ..registry.catalog import Catalog
 
 GRAPH_INPUT_SETS = 8  # decode shapes fit in L2: rotate input sets so replays do not measure the cache
@@ -69,22 +70,29 @@ def plan(
     jobs: list[Job] = []
     notes: list[str] = []
     for info, samples in with_samples(catalog, ops, "time", notes):
-        op = info.id
         ordered = sorted(info.backends.values(), key=lambda s: s.backend != info.reference)
         for dtype in [d for d in dtypes if d in (info.dtypes or ())]:  # samples need declared dtypes
-            runnable = []
-            for spec in ordered:
-                if backends and spec.backend not in backends and spec.backend != info.reference:
-                    continue
-                why = ineligibility(spec, platform, dtype)
-                if why is None:
-                    runnable.append(spec)
-                else:
-                    notes.append(f"{op} [{spec.backend}] {dtype}: skipped, {why.reason}")
+            wanted = [s for s in ordered if not backends or s.backend in backends or s.backend == info.reference]
+            runnable = runnable_here(wanted, platform, dtype, notes, "skipped")
             for kind in kinds:
                 for sizes in size_sets(samples, kind):
                     jobs += [Job(info, spec, dtype, kind, sizes) for spec in runnable]
     return jobs, notes
+
+
+def runnable_here(
+    specs: Sequence[KernelSpec], platform: Platform, dtype: str, notes: list[str], label: str
+) -> list[KernelSpec]:
+    """The specs that can run on the platform for the dtype; for each other, a note '<op> [<backend>] <dtype>:
+    <label>, <why>'."""
+    runnable = []
+    for spec in specs:
+        why = ineligibility(spec, platform, dtype)
+        if why is None:
+            runnable.append(spec)
+        else:
+            notes.append(f"{spec.op} [{spec.backend}] {dtype}: {label}, {why.reason}")
+    return runnable
 
 
 def run(

@@ -7,7 +7,8 @@ import os
 import stat
 import sys
 
-from .locations import FROZEN, SOURCE, Location
+from . import kinds
+from .locations import Location
 
 MAX_SOURCE_BYTES = 16 * 1024 * 1024  # a module larger than this is not parsed (it would cost a lot of memory)
 
@@ -77,7 +78,7 @@ class FileSystem:
 
 def read_source(location: Location) -> bytes | OSError | None:
     """The module's Python source (None when it has none to read), or why it cannot be read."""
-    if location.kind not in (SOURCE, FROZEN) or location.origin is None:
+    if location.kind not in (kinds.SOURCE, kinds.FROZEN) or location.origin is None:
         return None
     try:
         if location.archive is not None:

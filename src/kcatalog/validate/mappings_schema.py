@@ -24,7 +24,7 @@ AttributePath = Annotated[
 ConditionValue = Annotated[Union[StrictBool, StrictInt, StrictFloat, str, None], Field(union_mode="left_to_right")]
 
 
-class LayerMapping(_Strict):
+class LayerMappingDecl(_Strict):
     """One mapping: instances of these classes get this forward when every condition holds."""
 
     description: str | None = None
@@ -61,4 +61,4 @@ class LayersFile(_Strict):
 
     kcatalog: Literal[1] = Field(description="format version")
     description: str | None = None
-    layers: dict[Name, LayerMapping] = Field(min_length=1, description="mapping name -> mapping")
+    layers: dict[Name, LayerMappingDecl] = Field(min_length=1, description="mapping name -> mapping")

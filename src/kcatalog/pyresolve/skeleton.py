@@ -1,6 +1,6 @@
 """Parsing a module without its function bodies, where that is known to give the same index.
 
-The index (check/index.py) reads only what module and class bodies bind; function bodies, most of a
+The index (index.py) reads only what module and class bodies bind; function bodies, most of a
 module's bytes, only cost parsing, so they are left out. A syntax error anywhere must still be found (KC306):
 where the import system holds bytecode for this very source (its `__pycache__` entry matches the source's
 time and size, or its hash, as the import system itself checks them), importing would run that bytecode, and
@@ -23,7 +23,7 @@ import os
 import re
 import symtable
 
-from ..read.python import parse
+from .parsing import parse
 
 # Strings and comments (a string's prefix letters stay in the code, harmless; a raw string ends where any
 # other string does). Strings become "" plus their line breaks, each continued line marked with \x01.

@@ -7,8 +7,8 @@ suffixes first, then `.py` source, then sourceless `.pyc`; zip archives on sys.p
 No finder on sys.meta_path or hook on sys.path_hooks is ever called, no package `__init__` runs, and of
 sys.modules only plain module objects are looked at, through their `__dict__`.
 
-Third-party import hooks are honoured only where what they do is known without calling them (check/import_hooks.py
-says which); what the walk finds is fingerprinted in check/fingerprints.py.
+Third-party import hooks are honoured only where what they do is known without calling them (import_hooks.py
+says which); what the walk finds is fingerprinted in fingerprints.py.
 """
 
 from __future__ import annotations
@@ -20,44 +20,11 @@ from collections.abc import Callable, Iterable
 from importlib.machinery import BYTECODE_SUFFIXES, EXTENSION_SUFFIXES, SOURCE_SUFFIXES, FrozenImporter, ModuleSpec
 from typing import Any, TypeVar
 
+from . import kinds
 from .filesystem import DIR, FILE, MAX_SOURCE_BYTES, FileSystem, read_file, read_source
-from .fingerprints import Fingerprint, digest, fingerprint
+from .fingerprints import Fingerprint, fingerprint
 from .import_hooks import ImportHooks, from_sys_modules
-from .locations import (
-    BUILTIN,
-    BYTECODE,
-    EXTENSION,
-    FROZEN,
-    HOOKED,
-    NAMESPACE,
-    RUNTIME,
-    SOURCE,
-    Located,
-    Location,
-)
-
-__all__ = [
-    "BUILTIN",
-    "BYTECODE",
-    "EXTENSION",
-    "FROZEN",
-    "HOOKED",
-    "MAX_SOURCE_BYTES",
-    "NAMESPACE",
-    "RUNTIME",
-    "SOURCE",
-    "Finder",
-    "Fingerprint",
-    "Located",
-    "Location",
-    "current_fingerprint",
-    "digest",
-    "find_spec",
-    "fingerprint",
-    "locate",
-    "memo",
-    "read_file",
-]
+from .locations import Located, Location
 
 _Key = TypeVar("_Key")
 _Value = TypeVar("_Value")
@@ -102,7 +69,7 @@ class Finder:
         parent = self.locate(".".join(parts[:-1]))
         if parent.location is None:
             return parent
-        if parent.location.kind in (HOOKED, RUNTIME):  # its submodules come from where it came from
+        if parent.location.kind in (kinds.HOOKED, kinds.RUNTIME):  # its submodules come from where it came from
             return Located(Location(name, parent.location.kind, via=parent.location.via))
         search = parent.location.search
         if search is None:  # a module, not a package: only an alias in sys.modules (os.path) can be here
@@ -125,9 +92,9 @@ class Finder:
         if search is None:
             shim = self._hooks.claimed_ahead(fullname)
             if shim is not None:
-                return Location(fullname, HOOKED, via=shim)
+                return Location(fullname, kinds.HOOKED, via=shim)
             if _imp.is_builtin(fullname):
-                return Location(fullname, BUILTIN)
+                return Location(fullname, kinds.BUILTIN)
         frozen = _frozen(fullname)
         if frozen is not None:
             return frozen
@@ -139,7 +106,7 @@ class Finder:
             if found is not None:
                 return found
         if portions:
-            return Location(fullname, NAMESPACE, search=tuple(portions))
+            return Location(fullname, kinds.NAMESPACE, search=tuple(portions))
         if search is None:
             return self._editable(fullname)
         return None
@@ -164,7 +131,7 @@ class Finder:
 
     def _package(self, fullname: str, kind: str, init: str, base: str, archive: str | None) -> Location:
         search: tuple[str, ...] = (base,)
-        if kind == SOURCE and archive is None and _extends_path(init):
+        if kind == kinds.SOURCE and archive is None and _extends_path(init):
             # pkgutil.extend_path / pkg_resources.declare_namespace: every <entry>/<name> on the parent's path
             parent = fullname.rpartition(".")[0]
             entries = _sys_path() if not parent else (self.locate(parent).location or Location("", "")).search or ()
@@ -174,7 +141,7 @@ class Finder:
         return Location(fullname, kind, init, search, archive=archive)
 
     def _alias(self, name: str) -> Location | None:
-        """A module in sys.modules under a name the walk does not find (check/import_hooks.py)."""
+        """A module in sys.modules under a name the walk does not find (import_hooks.py)."""
         return from_sys_modules(name, self.locate)
 
     def _editable(self, fullname: str) -> Location | None:
@@ -220,9 +187,9 @@ class Finder:
 
 # The standard FileFinder's order: extension modules, then source, then sourceless bytecode.
 _SUFFIXES = (
-    *((suffix, EXTENSION) for suffix in EXTENSION_SUFFIXES),
-    *((suffix, SOURCE) for suffix in SOURCE_SUFFIXES),
-    *((suffix, BYTECODE) for suffix in BYTECODE_SUFFIXES),
+    *((suffix, kinds.EXTENSION) for suffix in EXTENSION_SUFFIXES),
+    *((suffix, kinds.SOURCE) for suffix in SOURCE_SUFFIXES),
+    *((suffix, kinds.BYTECODE) for suffix in BYTECODE_SUFFIXES),
 )
 
 
@@ -250,8 +217,8 @@ def _frozen(fullname: str) -> Location | None:
     filename = getattr(spec.loader_state, "filename", None)
     search = tuple(spec.submodule_search_locations) if spec.submodule_search_locations is not None else None
     if type(filename) is str and os.path.isfile(filename):
-        return Location(fullname, FROZEN, filename, search)
-    return Location(fullname, FROZEN, None, search)
+        return Location(fullname, kinds.FROZEN, filename, search)
+    return Location(fullname, kinds.FROZEN, None, search)
 
 
 def _extends_path(init: str) -> bool:
@@ -284,7 +251,7 @@ def find_spec(fullname: str, search: Any = None) -> ModuleSpec | None:
     location = Finder().find(fullname, locations) if locations is not None else locate(fullname).location
     if location is None:
         return None
-    origin = None if location.kind == NAMESPACE else location.origin or location.kind  # as the standard specs say
+    origin = None if location.kind == kinds.NAMESPACE else location.origin or location.kind  # as the standard specs say
     spec = ModuleSpec(fullname, None, origin=origin, is_package=location.search is not None)
     if location.search is not None:
         spec.submodule_search_locations = list(location.search)

@@ -5,22 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import yaml
-
 from .. import codes
 from ..errors import Diagnostic, Severity
-from ..read.yaml_nodes import children, node_location
 from ..validate.schema import FAKE_REFERENCE
 from .pending import PendingOp
 from .signature import signature_params
 from .torch_schema import torch_op_name, torch_schema
 
 
-def link_torch_op(pending: PendingOp, op_node: yaml.Node) -> None:
+def link_torch_op(pending: PendingOp) -> None:
     """The op's torch.library schema, its fake target (declared, so that its target is checked like every
     other), and why it cannot become a torch op (kept on the op; warnings where the policy asks)."""
     op, op_id, file = pending.op, pending.op_id, pending.file
-    entries = children(op_node)
     if op.signature is None:
         pending.torch_problems.append(
             Diagnostic(
@@ -44,7 +40,7 @@ def link_torch_op(pending: PendingOp, op_node: yaml.Node) -> None:
             Diagnostic(
                 codes.TORCH_SCHEMA_UNSUPPORTED,
                 f"op '{op_id}' cannot be a torch op: {exc}",
-                node_location(file.path, entries["signature"][1]),
+                file.locations.value(("ops", pending.name, "signature")),
                 Severity.WARNING,
             )
         )

@@ -3,18 +3,17 @@
 A layer is the shipped catalog (the token `shipped`), a path given, a directory of KCATALOG_PATH, or a package
 of manifests that an installed distribution names under the entry-point group `kcatalog.catalogs` (the token
 `plugins`). Entry points are read from the distributions' metadata and their packages located with the finder
-that never imports (check/finder.py): no plugin code runs.
+that never imports (pyresolve/finder.py): no plugin code runs.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from .. import codes
-from ..errors import Diagnostic
+from ..diagnostics import Diagnostics
 from ..model import CatalogLayer
 from .files import SETTINGS_FILE, CatalogFile, PathLike, discover, shipped_catalog_dir
 
@@ -24,36 +23,19 @@ ENTRY_POINT_GROUP = "kcatalog.catalogs"
 PATH_VARIABLE = "KCATALOG_PATH"  # more layers (directories, os.pathsep-separated) on top of the default ones
 
 
-@dataclass(frozen=True)
-class ResolvedLayers:
-    """The layers, in order, and what was wrong with the sources asked for."""
-
-    layers: list[CatalogLayer]
-    problems: list[Diagnostic]
-
-
-@dataclass(frozen=True)
-class LayerFiles:
-    """Every layer's files, each tagged with its layer's number; a file reached from two layers is the first's."""
-
-    files: list[CatalogFile]
-    problems: list[Diagnostic]
-
-
 def default_sources() -> list[PathLike]:
     """What a catalog is made of when no paths are given: the shipped one, plugins, then KCATALOG_PATH."""
     extra = [entry for entry in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if entry]
     return [SHIPPED, PLUGINS, *extra]
 
 
-def resolve_layers(paths: Iterable[PathLike] | None) -> ResolvedLayers:
-    """The layers `paths` name (None: the default ones). Paths under one directory make one layer: a manifest
-    given alone belongs to the layer of the nearest directory above it (up to the working directory) that holds a
-    settings file (the one its directory's load would read it in), with that settings file, else to its own
-    directory's."""
+def resolve_layers(paths: Iterable[PathLike] | None, diagnostics: Diagnostics) -> list[CatalogLayer]:
+    """The layers `paths` name (None: the default ones), in order; what is wrong with them goes to `diagnostics`.
+    Paths under one directory make one layer: a manifest given alone belongs to the layer of the nearest directory
+    above it (up to the working directory) that holds a settings file (the one its directory's load would read it
+    in), with that settings file, else to its own directory's."""
     from_environment = paths is None
     layers: dict[str, CatalogLayer] = {}  # by root directory, in order of first mention
-    problems: list[Diagnostic] = []
 
     def add(root: Path, name: str, origin: str, paths: tuple[str, ...]) -> None:
         key = str(root)
@@ -69,7 +51,7 @@ def resolve_layers(paths: Iterable[PathLike] | None) -> ResolvedLayers:
             shipped = shipped_catalog_dir()
             add(shipped.resolve(), SHIPPED, "the catalog shipped with kcatalog", (str(shipped),))
         elif isinstance(raw, str) and raw == PLUGINS:
-            for plugin in _entry_point_layers(problems):
+            for plugin in _entry_point_layers(diagnostics):
                 add(Path(plugin.paths[0]).resolve(), plugin.name, plugin.origin, plugin.paths)
         else:
             given = Path(raw)
@@ -82,7 +64,7 @@ def resolve_layers(paths: Iterable[PathLike] | None) -> ResolvedLayers:
                 add(root, str(given), origin, (str(given), *settings))
             else:
                 add(given.resolve() if given.exists() else given, str(given), origin, (str(given),))
-    return ResolvedLayers(list(layers.values()), problems)
+    return list(layers.values())
 
 
 def _catalog_root(directory: Path) -> Path:
@@ -99,26 +81,24 @@ def _catalog_root(directory: Path) -> Path:
     return directory
 
 
-def layer_files(layers: Sequence[CatalogLayer]) -> LayerFiles:
-    """The catalog files of every layer, in layer order."""
+def layer_files(layers: Sequence[CatalogLayer], diagnostics: Diagnostics) -> list[CatalogFile]:
+    """The catalog files of every layer, in layer order, each tagged with its layer's number (a file reached from
+    two layers is the first's); what cannot be found goes to `diagnostics`."""
     seen: set[Path] = set()
     files: list[CatalogFile] = []
-    problems: list[Diagnostic] = []
     for number, layer in enumerate(layers):
-        found, found_problems = discover(layer.paths)
-        problems.extend(found_problems)
-        for file in found:
+        for file in discover(layer.paths, diagnostics):
             if file.path not in seen:
                 seen.add(file.path)
                 files.append(CatalogFile(file.path, file.is_settings, number))
-    return LayerFiles(files, problems)
+    return files
 
 
-def _entry_point_layers(problems: list[Diagnostic]) -> list[CatalogLayer]:
+def _entry_point_layers(diagnostics: Diagnostics) -> list[CatalogLayer]:
     """One layer per `kcatalog.catalogs` entry point, sorted by distribution and entry name."""
     from importlib.metadata import entry_points
 
-    from ..check.finder import locate  # finds a package's directory without running its __init__
+    from ..pyresolve import locate  # finds a package's directory without running its __init__
 
     found = []
     for entry in entry_points(group=ENTRY_POINT_GROUP):
@@ -132,7 +112,7 @@ def _entry_point_layers(problems: list[Diagnostic]) -> list[CatalogLayer]:
         location = locate(package).location
         if location is None or location.search is None:
             what = "not found" if location is None else "a module, not a package of manifests"
-            problems.append(Diagnostic(codes.PATH_NOT_FOUND, f"{origin}: package '{package}' is {what}"))
+            diagnostics.error(codes.PATH_NOT_FOUND, f"{origin}: package '{package}' is {what}")
             continue
         layer_name = dist if names.count(dist) == 1 else f"{dist}:{name}"
         layers.append(CatalogLayer(layer_name, origin, tuple(location.search)))

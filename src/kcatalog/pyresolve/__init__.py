@@ -1,0 +1,51 @@
+"""The static Python resolver: modules located without running them (no import hook is called, no package
+`__init__` runs), what a module binds indexed from its source, and 'module:attr' targets followed through
+re-exports, star imports, submodules and class bases. Nothing is imported.
+
+This is its front; the stages use nothing else of it:
+- `locate` a module: a Located, holding its Location (or where the search stopped);
+- check targets with a `TargetChecker` (`check`, or `resolve` for a Resolution);
+- `current_fingerprint` of a module: equal to the Fingerprint a check recorded while what it read is unchanged;
+- `find_spec` (a ModuleSpec without a loader) and `digest` (the hex blake2b that fingerprints use);
+- `parse` and `parse_expression`: ast.parse behind the one lock every parse in kcatalog shares.
+
+It imports none of kcatalog's stages (only codes, errors and model). TargetChecker and Resolution load with
+their first use: a load whose recorded checks still hold indexes no module.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .finder import current_fingerprint, find_spec, locate
+from .fingerprints import Fingerprint, digest
+from .locations import Located, Location
+from .parsing import parse, parse_expression
+
+if TYPE_CHECKING:
+    from .targets import Resolution, TargetChecker
+
+_TARGETS = ("Resolution", "TargetChecker")
+
+
+def __getattr__(name: str) -> object:
+    if name in _TARGETS:  # the index, the skeleton parser and the rest: only a fresh check of targets needs them
+        from . import targets
+
+        return getattr(targets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "Fingerprint",
+    "Located",
+    "Location",
+    "Resolution",
+    "TargetChecker",
+    "current_fingerprint",
+    "digest",
+    "find_spec",
+    "locate",
+    "parse",
+    "parse_expression",
+]
