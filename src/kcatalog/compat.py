@@ -62,7 +62,8 @@ class CatalogRegistry:
 
     def has(self, op: str, backend: str | enum.Enum | None = None) -> bool:
         """Whether the op exists (and, given a backend, whether it has that backend)."""
-        return self.catalog.has(op, None if backend is None else _name(backend))
+        info = self.catalog.ops_by_id.get(op)
+        return info is not None and (backend is None or _name(backend) in info.backends)
 
     def ops(self) -> list[str]:
         """Every op id, sorted."""

@@ -100,11 +100,6 @@ class Catalog:
         """All op ids, sorted."""
         return list(self.ops_by_id)
 
-    def has(self, op: str, backend: str | None = None) -> bool:
-        """Whether the op exists (and, given a backend, whether it has that backend)."""
-        info = self.ops_by_id.get(op)
-        return info is not None and (backend is None or backend in info.backends)
-
     def info(self, op: str) -> OpInfo:
         """The op's declaration; UnknownOpError (a KeyError) naming the available ops."""
         info = self.ops_by_id.get(op)

@@ -77,7 +77,7 @@ def _href(location: Location) -> str:
 def render(catalog: Catalog, platforms: Sequence[Platform], title: str = "kcatalog support matrix") -> str:
     """The page, as text."""
     e = html.escape
-    backends = [b for b in catalog.backends if any(catalog.has(op, b) for op in catalog)]
+    backends = [b for b in catalog.backends if any(b in catalog.info(op).backends for op in catalog)]
     by_key = {(c.op, c.backend, c.platform): c for c in cells(catalog, platforms)}
     out = [
         "<!DOCTYPE html>",

@@ -27,7 +27,7 @@ def run(options: argparse.Namespace) -> int:
     catalog = load_or_report(catalog_paths(options))
     if catalog is None:
         return 1
-    backends = [b for b in catalog.backends if any(catalog.has(op, b) for op in catalog)]
+    backends = [b for b in catalog.backends if any(b in catalog.info(op).backends for op in catalog)]
     if options.output_format == "json":
         ops = {
             op: {
