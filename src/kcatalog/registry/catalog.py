@@ -61,12 +61,20 @@ class Catalog:
     digest: str = ""  # the content digest of the catalog's files (plans record it)
     devices: tuple[str, ...] = field(init=False)  # the built-in device kinds, then those the settings declare
     runtime: Runtime = field(init=False, repr=False)  # the one mutable part: imports, caches, handles, torch ops
+    # The hot path's two calls are the runtime's own methods, bound here: a call costs no frame of ours more.
+    # op(id): the op's dispatching handle (the same one every call; under torch.compile, its torch op).
+    op: Callable[[str], Callable[..., Any]] = field(init=False, repr=False)
+    # kernel(id, backend=None): the op's implementation here (the named backend, or the best eligible one).
+    kernel: Callable[..., Callable[..., Any]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         frozen = object.__setattr__
         frozen(self, "ops_by_id", MappingProxyType(dict(sorted(self.ops_by_id.items()))))
         frozen(self, "devices", (*DEVICES, *(d for d in self.settings.devices if d not in DEVICES)))
-        frozen(self, "runtime", Runtime(self))
+        runtime = Runtime(self)
+        frozen(self, "runtime", runtime)
+        frozen(self, "op", runtime.op)
+        frozen(self, "kernel", runtime.kernel)
 
     def evolve(self, **changes: Any) -> Catalog:
         """A new catalog with these fields changed (its runtime starts afresh)."""
@@ -136,10 +144,6 @@ class Catalog:
         'cpu'), the platform a tensor on it means here."""
         return self.runtime.platform(device)
 
-    def kernel(self, op: str, backend: str | None = None) -> Callable[..., Any]:
-        """The op's implementation: the named backend, or the best eligible one here; imported on first use."""
-        return self.runtime.kernel(op, backend)
-
     def resolve(
         self,
         op: str,
@@ -150,11 +154,6 @@ class Catalog:
         """Select and import, falling back to the next eligible backend when an import fails (unless strict);
         `backend`, `tokens` and `call` as for `select`."""
         return self.runtime.resolve_spec(op, platform, dtype, **keywords).load()
-
-    def op(self, op: str) -> Callable[..., Any]:
-        """The op's handle for the hot path (the same one every call): it dispatches on its tensor argument's
-        device and dtype, resolving once per (device, dtype); scoped overrides are honoured."""
-        return self.runtime.op(op)
 
     def use(self, overrides: OverridesArg) -> AbstractContextManager[None]:
         """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d'."""
@@ -181,7 +180,7 @@ class Catalog:
         Inductor sees its Triton kernels and keeps them in the graph, CUDA graphs included. Opaque is the default
         because it measured faster on an H200 at every shape (benchmarks/results/model_h200.md).
         """
-        return self.runtime.torch_ops().register(namespace, ops, traced)
+        return self.runtime.register_torch_ops(namespace, ops, traced)
 
     def torch_op(self, op: str, namespace: str = "kcatalog") -> Any | None:
         """`torch.ops.<namespace>.<name>` of an op this catalog registered there, or None."""

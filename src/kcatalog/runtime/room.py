@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import CatalogError, KernelImportError, UnknownBackendError
@@ -57,6 +57,7 @@ class Runtime:
         self._failed: dict[tuple[str, str], str] = {}  # (op, backend) -> why its import failed
         self._noted: set[str] = set()
         self._torch_ops: TorchOps | None = None  # made with the first op handle or torch op registration
+        self._when_compiling: Callable[[str], Any] | None = None  # set once torch ops are registered
 
     # -- where, and what runs there ---------------------------------------------------------------------
 
@@ -140,7 +141,8 @@ class Runtime:
                 )
 
     def kernel(self, op: str, backend: str | None = None) -> Callable[..., Any]:
-        """The op's callable here (the named backend, or the best eligible one), cached outside `use()` blocks."""
+        """The op's implementation here: the named backend, or the best eligible one; imported on first use and
+        cached outside `use()` blocks."""
         fn = self._kernels.get((op, backend))
         if fn is None or self.scopes.active:
             fn = self.resolve_spec(op, backend=backend).load()
@@ -151,11 +153,14 @@ class Runtime:
     # -- handles, scopes, torch ops ------------------------------------------------------------------------
 
     def op(self, op: str) -> Callable[..., Any]:
-        """The op's dispatching handle: one per op, made on first use; under torch.compile, its torch op."""
+        """The op's handle for the hot path (the same one every call): it dispatches on its tensor argument's
+        device and dtype, resolving once per (device, dtype); scoped overrides are honoured. One per op, made on
+        first use; while torch.compile traces the caller (once torch ops are registered), the op's torch op."""
         handle = self._handles.get(op)
-        torch_ops = self._torch_ops
-        if torch_ops is not None:  # inside a function torch.compile traces, the registered torch op itself
-            traced = torch_ops.when_compiling(op)
+        if handle is not None and self._when_compiling is None:  # the hot path: a dict lookup
+            return handle
+        if self._when_compiling is not None:  # inside a function torch.compile traces, the registered torch op
+            traced = self._when_compiling(op)
             if traced is not None:
                 return traced  # type: ignore[no-any-return]
         if handle is None:
@@ -202,6 +207,13 @@ class Runtime:
                     self._torch_ops = TorchOps(self.value.info, self.value.ops, self.dispatcher, self.note)
                 torch_ops = self._torch_ops
         return torch_ops
+
+    def register_torch_ops(self, namespace: str, ops: Iterable[str] | str | None, traced: bool) -> Mapping[str, Any]:
+        """See Catalog.register_torch_ops; from then on, `op()` checks whether torch.compile is tracing."""
+        torch_ops = self.torch_ops()
+        registered = torch_ops.register(namespace, ops, traced)
+        self._when_compiling = torch_ops.when_compiling
+        return registered
 
     def torch_op(self, op: str, namespace: str) -> Any | None:
         """`torch.ops.<namespace>.<name>` of an op registered there, or None."""
