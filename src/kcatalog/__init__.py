@@ -23,12 +23,16 @@ from .load import CheckResult, LoadOptions, check_catalog, load_catalog
 from .model import CacheOutcome, CacheStatus, Capability, CatalogSettings, KernelSpec, OpInfo, Parameters, Target
 from .platform import Platform
 from .registry.catalog import Catalog
-from .select.selection import Selection, SelectRequest
 
 _KERNELIZE = ("KernelizeReport", "kernelize", "unkernelize")
 
 
 def __getattr__(name: str) -> object:
+    # Selection's module loads with the first selection, not with the catalog: a warm load stays lean.
+    if name in ("Selection", "SelectRequest"):
+        from .select import selection
+
+        return getattr(selection, name)
     if name in _KERNELIZE:  # model integration: loaded by its first use, never by `import kcatalog`
         from .integrations import kernelize
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .errors import Diagnostic, KernelImportError, Location
 
@@ -143,11 +143,12 @@ class KernelSpec:
     # table does. From the backend's `auto:` in its manifest, else the settings' for that backend.
     auto: bool = True
     layer: str = ""  # the name of the layer whose manifest declared it (see CatalogLayer)
-    # torch.compile may trace into the target (select/torch_ops.py): Inductor then sees its Triton kernels.
+    # torch.compile may trace into the target (runtime/torch_ops.py): Inductor then sees its Triton kernels.
     traceable: bool = False
     # A per-call gate (`eligible:`, runtime/gates.py): called with the call's arguments, once per argument shape.
     gate: Importable | None = None
     _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
+    role: ClassVar[TargetRole] = TargetRole.BACKEND  # as the load checks see a declared target
 
     def load(self) -> Callable[..., Any]:
         """Import the target (first call only) and return it; KernelImportError names op, backend, target."""
@@ -156,18 +157,10 @@ class KernelSpec:
             lambda cause: KernelImportError(self.op, self.backend, str(self.target), cause),
         )
 
-    def declared(self) -> Importable:
-        """The backend's target as the load checks see it (with every other declared target)."""
-        return Importable(
-            self.target,
-            TargetRole.BACKEND,
-            self.op,
-            self.location,
-            self.target_location,
-            self.allowed_modules,
-            self.layer,
-            self.backend,
-        )
+    @property
+    def owner(self) -> str:
+        """The op it implements (what an Importable calls its owner: the checks read either)."""
+        return self.op
 
 
 @dataclass(frozen=True)
@@ -208,6 +201,10 @@ class Importable:
         return dataclasses.replace(self, allowed_modules=(*self.allowed_modules, prefixes))
 
 
+# A target the load checks read (a backend's spec, or a gate's, fake's or layer forward's): target, its location,
+# allow-lists, layer, role and owner.
+Declared = KernelSpec | Importable
+
 LiteralValue = str | int | float | bool | None | tuple[Any, ...]
 
 
@@ -218,7 +215,7 @@ class Parameters:
     positional: tuple[str, ...]  # positional-only and positional-or-keyword, in order
     keyword_only: tuple[str, ...]
     required: tuple[str, ...]  # the parameters without a default, in order
-    defaults: Mapping[str, LiteralValue]  # each default that is a literal, by parameter
+    defaults: tuple[tuple[str, LiteralValue], ...]  # (parameter, value) for each default that is a literal
     # No *args/**kwargs and every default a literal: generated code can take exactly these parameters.
     exact: bool
 
@@ -412,9 +409,9 @@ class LinkedCatalog:
 
     settings: CatalogSettings | None  # None when the settings file is missing or invalid
     ops: Mapping[str, OpInfo]
-    # Every target declared: each backend's (duplicates included: they are reported, and checked too), gate,
-    # fake and layer forward, checked as targets are.
-    declared: tuple[Importable, ...]
+    # Every target declared: each backend (duplicates included: they are reported, and checked too), gate, fake
+    # and layer forward, checked as targets are.
+    declared: tuple[Declared, ...]
     # The linker's warnings (KC212-KC214 where the policy asks for torch ops), for a load from the cache to report
     # as a load that links the files does.
     warnings: tuple[Diagnostic, ...] = ()
@@ -460,7 +457,7 @@ class LinkedCatalog:
 
 @dataclass(frozen=True)
 class ModuleFingerprint:
-    """What a static check of one module depended on (see check/fingerprints.py): reused only while it holds."""
+    """What a static check of one module depended on (see pyresolve/fingerprints.py): reused only while it holds."""
 
     module: str
     found: tuple[Any, ...]

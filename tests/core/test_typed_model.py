@@ -20,7 +20,7 @@ def shipped() -> LinkedCatalog:
     """The shipped catalog as the linker yields it, rebuilt from what a loaded Catalog exposes."""
     catalog = kcatalog.load_catalog(cache=False)
     ops = {op: catalog.info(op) for op in catalog}
-    return LinkedCatalog(catalog.settings, ops, tuple(spec.declared() for spec in catalog.specs()))
+    return LinkedCatalog(catalog.settings, ops, tuple(catalog.specs()))
 
 
 def files_of(linked: LinkedCatalog) -> list[str]:
@@ -32,9 +32,9 @@ def test_the_codec_round_trips_the_linked_model_through_marshal(shipped: LinkedC
     back = codec.decode(marshal.loads(marshal.dumps(codec.encode(shipped))))
     assert back == shipped
     assert [samples_of(info) for info in back.ops.values()] == [samples_of(info) for info in shipped.ops.values()]
-    # Shared objects stay shared: each op's backends' targets are the very targets of `declared`.
-    declared = {id(importable.target) for importable in back.declared}
-    assert all(id(spec.target) in declared for info in back.ops.values() for spec in info.backends.values())
+    # Shared objects stay shared: each op's backends are the very specs of `declared`.
+    declared = {id(spec) for spec in back.declared}
+    assert all(id(spec) in declared for info in back.ops.values() for spec in info.backends.values())
 
 
 def test_a_field_added_to_the_model_needs_no_codec_edit(shipped: LinkedCatalog) -> None:

@@ -11,7 +11,7 @@ so decoding builds each shared object (a capability set used by many backends) o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from types import MappingProxyType
 from typing import Any
@@ -76,6 +76,7 @@ class Codec:
         self.types = tuple(types)
         self._numbers = {cls: number for number, cls in enumerate(self.types)}
         self._fields = [tuple(f.name for f in dataclasses.fields(cls) if f.init) for cls in self.types]
+        self._builders = [_builder(cls, names) for cls, names in zip(self.types, self._fields)]
 
     def encode(self, value: Any) -> Any:
         """`value` as plain, marshal-able values."""
@@ -113,7 +114,7 @@ class Codec:
 
     def decode(self, data: Any) -> Any:
         """The value `encode` turned into `data`; mappings come back read-only."""
-        files, types, plain = self.files, self.types, _PLAIN
+        files, builders, plain = self.files, self._builders, _PLAIN
         done: dict[int, Any] = {}
 
         def decode(data: Any) -> Any:
@@ -131,7 +132,7 @@ class Codec:
                 elif tag == _ENUM:
                     out = ENUM_TYPES[data[1]](data[2])
                 else:
-                    out = types[tag](*[item if type(item) in plain else decode(item) for item in data[1:]])
+                    out = builders[tag]([item if type(item) in plain else decode(item) for item in data[1:]])
             elif kind is tuple:
                 out = tuple([item if type(item) in plain else decode(item) for item in data])
             elif kind is dict:
@@ -144,3 +145,30 @@ class Codec:
             return out
 
         return decode(data)
+
+
+def _builder(cls: type, names: tuple[str, ...]) -> Callable[[list[Any]], Any]:
+    """Rebuild an instance of a frozen dataclass from its init fields' values as `encode` wrote them, without
+    calling its __init__ (a frozen one sets each field through object.__setattr__: most of a warm load's time);
+    fields it does not take (init=False) get their default factory's value, as __init__ would give them. Its
+    __post_init__, if any, ran when the value was first made: what was stored is its result."""
+    factories: list[tuple[str, Callable[[], Any]]] = []
+    for f in dataclasses.fields(cls):
+        if f.init:
+            continue
+        if f.default_factory is dataclasses.MISSING:
+            raise TypeError(f"the load cache cannot rebuild {cls.__name__}.{f.name}: no default factory")
+        factories.append((f.name, f.default_factory))
+    new = object.__new__
+
+    def build(values: list[Any]) -> Any:
+        if len(values) != len(names):  # an entry of another layout: a miss, as calling __init__ would make it
+            raise TypeError(f"{cls.__name__} takes {len(names)} fields; the entry holds {len(values)}")
+        obj: Any = new(cls)
+        state = obj.__dict__
+        state.update(zip(names, values))
+        for name, factory in factories:
+            state[name] = factory()
+        return obj
+
+    return build

@@ -10,10 +10,10 @@ from .. import codes
 from ..errors import Diagnostic, KernelImportError, Severity
 
 if TYPE_CHECKING:
-    from ..model import Importable
+    from ..model import Declared
 
 
-def import_problems(spec: Importable, declared: tuple[str, ...] | None) -> Iterator[Diagnostic]:
+def import_problems(spec: Declared, declared: tuple[str, ...] | None) -> Iterator[Diagnostic]:
     """A diagnostic (the caller locates it) for a target that fails to import (KC307), is not callable
     (KC308), or whose parameters differ from the op's declared ones (KC309; None: not compared). Runs
     kernel modules' code.

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing
-from ..model import Importable, LinkedCatalog, OverrideSet, TargetChecks, TargetRole, is_under
+from ..model import Declared, LinkedCatalog, OverrideSet, TargetChecks, TargetRole, is_under
 from ..read.files import SETTINGS_FILE
 from ..select.overrides import OverridesArg, check_overrides, process_overrides
 from .layer_classes import unavailable_class
@@ -45,7 +45,7 @@ def check_linked(
     refused = _check_allowed(linked, lists, diagnostics)
     fresh = None
     if check_targets or import_targets:
-        wanted = [spec for spec in linked.declared if spec not in refused]
+        wanted = [spec for spec in linked.declared if spec not in refused] if refused else list(linked.declared)
         fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics)
     if require is not None:
         _check_require(linked, require, diagnostics)
@@ -60,17 +60,17 @@ class _AllowLists:
         self.caller = None if allowed_modules is None else tuple(allowed_modules)
         self.layered = len({spec.layer for spec in linked.declared}) > 1
 
-    def __call__(self, spec: Importable) -> list[tuple[str, tuple[str, ...]]]:
+    def __call__(self, spec: Declared) -> list[tuple[str, tuple[str, ...]]]:
         where = f"{SETTINGS_FILE} allowed_modules" + (f" of layer '{spec.layer}'" if self.layered else "")
         lists = [(where, prefixes) for prefixes in spec.allowed_modules]
         return lists + ([("allowed_modules", self.caller)] if self.caller is not None else [])
 
 
-def _check_allowed(linked: LinkedCatalog, lists: _AllowLists, out: list[Diagnostic]) -> set[Importable]:
+def _check_allowed(linked: LinkedCatalog, lists: _AllowLists, out: list[Diagnostic]) -> set[Declared]:
     """Every target must sit under an allowed prefix of its layer's settings file and of the caller, when given.
 
     Returns the targets refused, whose modules are then never looked for."""
-    refused: set[Importable] = set()
+    refused: set[Declared] = set()
     for spec in linked.declared:
         for source, prefixes in lists(spec):
             if not is_under(spec.target.module, prefixes):
@@ -88,7 +88,7 @@ def _check_allowed(linked: LinkedCatalog, lists: _AllowLists, out: list[Diagnost
 
 def _check_targets(
     linked: LinkedCatalog,
-    wanted: list[Importable],
+    wanted: list[Declared],
     import_targets: bool,
     known: TargetChecks | None,
     allow_lists: _AllowLists,
@@ -132,7 +132,7 @@ def _check_targets(
     return fresh
 
 
-def _defined_outside(spec: Importable, checks: TargetChecks, allow_lists: _AllowLists) -> Diagnostic | None:
+def _defined_outside(spec: Declared, checks: TargetChecks, allow_lists: _AllowLists) -> Diagnostic | None:
     """KC305 for a target whose object is defined outside an allow-list (a re-export of foreign code):
     importing it would be refused, so validating it is too."""
     module = checks.defined_in.get(str(spec.target))

@@ -1,7 +1,7 @@
 """Triton launches that torch.compile can see.
 
 A backend declared `traceable: true` is traced into the compiled graph by its torch op when the op is registered
-with `traced=True` (select/torch_ops.py), instead of being called as an opaque op: Inductor then schedules,
+with `traced=True` (runtime/torch_ops.py), instead of being called as an opaque op: Inductor then schedules,
 CUDA-graphs and reinplaces around its kernels.
 While that trace runs, a Triton launch must go through ``torch.library.wrap_triton``, which records the kernel
 in the graph; in every other call it is the plain launch, at no cost beyond one thread-local read.
@@ -36,7 +36,7 @@ def tracing() -> Iterator[None]:
 
 
 class NotTraceable(RuntimeError):
-    """A launch that torch cannot record in a graph: the torch op then stays opaque (select/torch_ops.py)."""
+    """A launch that torch cannot record in a graph: the torch op then stays opaque (runtime/torch_ops.py)."""
 
 
 def launch(kernel: Any, grid: Any) -> Any:

@@ -70,7 +70,7 @@ def backend_specs(
             traceable=backend.traceable,
             gate=gate,
         )
-        context.declared.append(specs[name].declared())
+        context.declared.append(specs[name])
         if gate is not None:
             context.declared.append(gate)
     return specs

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Location, did_you_mean
-from ..model import CatalogLayer, CatalogSettings, Importable, Target, TargetRole
+from ..model import CatalogLayer, CatalogSettings, Declared, Importable, Target, TargetRole
 from ..platform import DEVICES
 from ..validate.validator import ValidatedFile
 from .merged_settings import layer_name
@@ -26,7 +26,7 @@ class LinkContext:
     devices: tuple[str, ...] = DEVICES  # the built-in device kinds, and those the settings declare
     # each layer's, for its own files' specs
     layer_allow_lists: Mapping[int, tuple[str, ...] | None] = field(default_factory=dict)
-    declared: list[Importable] = field(default_factory=list)
+    declared: list[Declared] = field(default_factory=list)
 
     def allow_lists(self, file: ValidatedFile) -> tuple[tuple[str, ...], ...]:
         """The allow-lists a target declared in `file` must satisfy: its own layer's, if it has one."""

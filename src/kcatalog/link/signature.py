@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import functools
-from types import MappingProxyType
 
 from ..model import Dispatch, LiteralValue, Parameters
 from ..pyresolve import parse
@@ -56,6 +55,7 @@ def signature_positional(signature: str) -> tuple[str, ...]:
     return tuple(arg.arg for arg in (*args.posonlyargs, *args.args))
 
 
+@functools.lru_cache(maxsize=4096)  # ops of one signature share one value: the load cache stores it once
 def read_parameters(signature: str) -> Parameters:
     """The op's parameter list as the model keeps it, read once at link time; ValueError when it is not valid."""
     args = parse_signature(signature)
@@ -83,7 +83,7 @@ def read_parameters(signature: str) -> Parameters:
         positional=tuple(arg.arg for arg in positional),
         keyword_only=tuple(arg.arg for arg in args.kwonlyargs),
         required=tuple(arg.arg for arg, default in declared if default is None),
-        defaults=MappingProxyType(defaults),
+        defaults=tuple(defaults.items()),
         exact=exact,
     )
 
@@ -94,6 +94,7 @@ def _storable(value: object) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
+@functools.lru_cache(maxsize=4096)  # likewise shared
 def dispatch_of(parameters: Parameters | None, dispatch_arg: str | int | None) -> Dispatch:
     """The argument an op dispatches on: `dispatch_arg` (a name, or a position), else the first parameter; for an
     op without a signature, the declared position (default 0) or keyword. Linking has checked it exists."""

@@ -23,15 +23,17 @@ from ..model import (
     OverrideSet,
 )
 from ..platform import DEVICES, Platform, PlatformLike
-from ..runtime import startup
-from ..runtime.dispatch import CallKeywords
 from ..runtime.room import Runtime
 from ..select.buckets import Tuning
-from ..select.overrides import OverridesArg
-from ..select.selection import Selection, SelectRequest, select
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from ..runtime.dispatch import CallKeywords
+    from ..select.overrides import OverridesArg
+    from ..select.selection import Selection, SelectRequest
+
+# Selection, dispatch and startup are imported by their first use, not by a load: a warm load stays lean.
 
 _NOT_LOADED = CacheStatus(CacheOutcome.OFF, "catalog built directly, not loaded")
 
@@ -55,7 +57,7 @@ class Catalog:
     overrides: tuple[OverrideSet, ...] = ()  # the process-wide override sets (KCATALOG_OVERRIDES, ...), strongest first
     strict: bool = False
     cache_status: CacheStatus = _NOT_LOADED  # whether the load came from the cache, or why not (see load_catalog)
-    layers: tuple[CatalogLayer, ...] = ()  # the layers it was read from, in order (read/layers.py)
+    layers: tuple[CatalogLayer, ...] = ()  # the layers it was read from, in order (read/layer_sources.py)
     layer_mappings: tuple[LayerMapping, ...] = ()  # the layers files' mappings, for kcatalog.kernelize
     tuning: Tuning = field(default_factory=Tuning)  # the tuned tables and the plan
     digest: str = ""  # the content digest of the catalog's files (plans record it)
@@ -133,6 +135,8 @@ class Catalog:
         `packages_here=False` takes every backend's `requires` as met (choosing for another machine)."""
         if isinstance(request, str):
             return self.runtime.select(request, platform, dtype, **keywords)
+        from ..select.selection import select
+
         info = self.info(request.op)
         picks = self.tuning.picks(request.op, request.platform, request.dtype, request.tokens)
         return select(self.settings, info, request, overrides=self.overrides, strict=self.strict, picks=picks)
@@ -209,6 +213,8 @@ class Catalog:
         With `group` (a torch.distributed process group, or True for the default one), then check that every
         rank resolved alike (`check_consistent`): a collective, so every rank must call it.
         """
+        from ..runtime import startup
+
         chosen = startup.prepare(self.runtime, platform, ops)
         if group is not None:
             self.check_consistent(None if group is True else group)
@@ -218,4 +224,6 @@ class Catalog:
         """Raise InconsistentSelectionError, on every rank, when the ranks of `group` (default: the default
         process group) resolve any op differently: its plan, a fallback after a failed import, an override in
         one rank's environment. One all-gather of a 16-hex-digit digest at startup; more only when they differ."""
+        from ..runtime import startup
+
         startup.check_consistent(self.runtime, group)

@@ -49,7 +49,7 @@ _BUCKETED = (
     .replace("return _kc_resolve({tensor})({call})", "return _kc_resolve({tensor}, {tensor}.shape[0])({call})")
 )
 
-# An op with a per-call gate (`eligible:`): resolved per argument shape by select/gates.py, in plain Python.
+# An op with a per-call gate (`eligible:`): resolved per argument shape by runtime/gates.py, in plain Python.
 _GATED = """\
 def handle({params}):
     {bind}if _kc_torch_op is not None and _kc_compiling():
@@ -114,12 +114,13 @@ def _no_dispatch_arg(op_id: str, dispatch: str | int | None) -> Callable[..., An
 
 def _exact_code(parameters: Parameters, dispatch: str) -> CallCode:
     defaults: dict[str, Any] = {}
+    declared = dict(parameters.defaults)
     params, call = [], []
     for index, name in enumerate(parameters.names):
         if index == len(parameters.positional):
             params.append("*")
-        if name in parameters.defaults:
-            defaults[f"_kc_default_{name}"] = parameters.defaults[name]
+        if name in declared:
+            defaults[f"_kc_default_{name}"] = declared[name]
             params.append(f"{name}=_kc_default_{name}")
         else:
             params.append(name)

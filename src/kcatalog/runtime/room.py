@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import CatalogError, KernelImportError, UnknownBackendError
 from ..model import CatalogSettings, KernelSpec, OpInfo
 from ..platform import Platform, PlatformLike
-from ..select.buckets import Tuning
-from ..select.overrides import OverridesArg, check_overrides, parse_overrides
-from ..select.selection import Selection, SelectRequest
-from .dispatch import Call, CallKeywords, Dispatcher
-from .gates import gate_reasons
-from .handles import make_handle
 from .scopes import OverrideScopes
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from ..select.buckets import Tuning
+    from ..select.overrides import OverridesArg
+    from ..select.selection import Selection, SelectRequest
+    from .dispatch import Call, CallKeywords, Dispatcher
     from .torch_ops import TorchOps
+
+# What selects, dispatches or registers is imported by its first use, not by a load: a warm load stays lean.
 
 
 class CatalogValue(Protocol):
@@ -92,6 +92,9 @@ class Runtime:
         plan = value.tuning.plan
         if plan is not None and plan.platform != str(here) and here == self._platform:
             self._plan_elsewhere(plan.path, plan.platform, here)
+        from ..select.selection import SelectRequest
+        from .gates import gate_reasons
+
         gates: Mapping[str, str] | None = None if call is None else gate_reasons(info, *call)
         request = SelectRequest(
             op,
@@ -167,12 +170,16 @@ class Runtime:
             with self._lock:
                 handle = self._handles.get(op)
                 if handle is None:
+                    from .handles import make_handle
+
                     handle = self._handles[op] = make_handle(self.value.info(op), self.dispatcher(op))
             self.torch_ops().track(handle, op)  # under torch.compile, it calls the op's torch op once registered
         return handle
 
     def dispatcher(self, op: str, device: str | None = None) -> Dispatcher:
         """What a handle (or a torch op's implementation for `device`) of `op` needs from the runtime."""
+        from .dispatch import Dispatcher
+
         tuning = self.value.tuning
 
         def resolve(device_type: str, dtype: str, tokens: int | None, call: Call | None) -> KernelSpec:
@@ -186,6 +193,8 @@ class Runtime:
     @contextlib.contextmanager
     def use(self, overrides: OverridesArg) -> Iterator[None]:
         """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d'."""
+        from ..select.overrides import check_overrides, parse_overrides
+
         try:
             scoped = parse_overrides(overrides, "use()")
         except ValueError as exc:

@@ -11,7 +11,16 @@ from typing import Any
 
 from ..model import LockedPlan, TunedBucket, TunedOp
 from ..platform import Platform
-from .selection import Pick
+
+
+@dataclass(frozen=True)
+class Pick:
+    """A backend chosen for this call by a plan or a tuned table, below overrides and above priority."""
+
+    backend: str
+    why: str  # 'plan plan.yaml', 'tuned table for cuda:9.0 bfloat16 T∈[17, 64]: triton 2.1 µs vs ...'
+    label: str  # what a ranked-below reason names: 'plan plan.yaml', 'tuned table for cuda:9.0 bfloat16 T∈[17, 64]'
+    pinned: bool = False  # a plan's: when it cannot be honoured, strict raises
 
 
 def covering(buckets: Sequence[TunedBucket], tokens: int) -> TunedBucket | None:

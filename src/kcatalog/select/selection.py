@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ..errors import NoEligibleBackendError, Rejected, RejectKind, UnknownBackendError
 from ..model import CatalogSettings, KernelSpec, OpInfo, Override, OverrideSet
 from ..platform import Platform, is_installed
+from .buckets import Pick
 
 
 @dataclass(frozen=True)
@@ -51,16 +52,6 @@ class SelectRequest:
     failed: Mapping[tuple[str, str], str] | None = None  # (op, backend) -> why its import failed
     gates: Mapping[str, str] | None = None  # backend -> why its gate refuses this call
     packages_here: bool = True
-
-
-@dataclass(frozen=True)
-class Pick:
-    """A backend chosen for this call by a plan or a tuned table, below overrides and above priority."""
-
-    backend: str
-    why: str  # 'plan plan.yaml', 'tuned table for cuda:9.0 bfloat16 T∈[17, 64]: triton 2.1 µs vs ...'
-    label: str  # what a ranked-below reason names: 'plan plan.yaml', 'tuned table for cuda:9.0 bfloat16 T∈[17, 64]'
-    pinned: bool = False  # a plan's: when it cannot be honoured, strict raises
 
 
 def matches_by_strength(sets: Iterable[OverrideSet], op: str) -> Iterator[Override]:

@@ -1,4 +1,4 @@
-"""`kcatalog plan`: write the resolved selection of every op as a plan, or `--check` one (select/plan.py)."""
+"""`kcatalog plan`: write the resolved selection of every op as a plan, or `--check` one (runtime/planning.py)."""
 
 from __future__ import annotations
 
