@@ -220,7 +220,7 @@ def _open_cache(
 
 def _link(sources: list[SourceFile], layers: list[CatalogLayer], diagnostics: Diagnostics) -> LinkedCatalog:
     """Validate and link the files, adding what is wrong to `diagnostics`."""
-    from .link.catalog import link_catalog  # PyYAML and pydantic: imported only when files must be parsed
+    from .link.stages import link_catalog  # PyYAML and pydantic: imported only when files must be parsed
     from .validate.validator import validate_sources
 
     return link_catalog(sources, validate_sources(sources, diagnostics), layers, diagnostics)

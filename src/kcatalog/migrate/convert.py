@@ -60,7 +60,9 @@ class ConvertedCatalog:
         return any(d.is_error for d in self.diagnostics)
 
 
-class _Converter:
+class _RegistryConverter:
+    """One registry dump being converted into manifests and settings, with what it could not express."""
+
     def __init__(self, dump: RegistryDump, manual: Sequence[str]) -> None:
         self.dump = dump
         self.manual = tuple(manual)
@@ -246,7 +248,7 @@ def convert(
     """The catalog files for a registry dump. `priority` is the default backend order (default: the registry's
     own default order if it has one, else none: each op's backends rank in the order the registry declared
     them); `manual` names backends kept out of auto-selection (as are backends whose every spec says `auto: false`)."""
-    converter = _Converter(dump, manual)
+    converter = _RegistryConverter(dump, manual)
     for index, spec in enumerate(dump.specs):
         converter.add_spec(index, spec)
     default = _registry_priority(converter, dump.priority)
@@ -273,7 +275,7 @@ def convert(
     )
 
 
-def _registry_priority(converter: _Converter, value: Any) -> tuple[str, ...] | None:
+def _registry_priority(converter: _RegistryConverter, value: Any) -> tuple[str, ...] | None:
     """The registry's `priority` attribute: a default order (a list), or op -> order (or op -> {device: order})."""
     if value is None:
         return None
@@ -290,7 +292,7 @@ def _registry_priority(converter: _Converter, value: Any) -> tuple[str, ...] | N
     return None
 
 
-def _named_orders(converter: _Converter) -> dict[tuple[str, ...], str]:
+def _named_orders(converter: _RegistryConverter) -> dict[tuple[str, ...], str]:
     """Each distinct per-op order, named in first-seen order: ops refer to the settings' list by name, so that a
     shared order may name backends a given op lacks, as registries' shared tuples do."""
     named: dict[tuple[str, ...], str] = {}
@@ -301,7 +303,7 @@ def _named_orders(converter: _Converter) -> dict[tuple[str, ...], str]:
     return named
 
 
-def _settings_text(converter: _Converter, order: tuple[str, ...], named: dict[tuple[str, ...], str]) -> str:
+def _settings_text(converter: _RegistryConverter, order: tuple[str, ...], named: dict[tuple[str, ...], str]) -> str:
     backends = dict.fromkeys([*converter.backends, *order, *(n for o in named for n in o), *converter.manual])
     lines = [
         f"{HEADER} from {converter.dump.source}.",

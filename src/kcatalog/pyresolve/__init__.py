@@ -3,7 +3,7 @@
 re-exports, star imports, submodules and class bases. Nothing is imported.
 
 This is its front; the stages use nothing else of it:
-- `locate` a module: a Located, holding its Location (or where the search stopped);
+- `locate` a module: a Located, holding its ModuleLocation (or where the search stopped);
 - check targets with a `TargetChecker` (`check`, or `resolve` for a Resolution);
 - `current_fingerprint` of a module: equal to the Fingerprint a check recorded while what it read is unchanged;
 - `find_spec` (a ModuleSpec without a loader) and `digest` (the hex blake2b that fingerprints use);
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .finder import current_fingerprint, find_spec, locate
 from .fingerprints import Fingerprint, digest
-from .locations import Located, Location
+from .locations import Located, ModuleLocation
 from .parsing import parse, parse_expression
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "Fingerprint",
     "Located",
-    "Location",
+    "ModuleLocation",
     "Resolution",
     "TargetChecker",
     "current_fingerprint",

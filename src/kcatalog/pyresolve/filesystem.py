@@ -8,7 +8,7 @@ import stat
 import sys
 
 from . import kinds
-from .locations import Location
+from .locations import ModuleLocation
 
 MAX_SOURCE_BYTES = 16 * 1024 * 1024  # a module larger than this is not parsed (it would cost a lot of memory)
 
@@ -76,7 +76,7 @@ class FileSystem:
         return DIR if inner + "/" in members else MISSING
 
 
-def read_source(location: Location) -> bytes | OSError | None:
+def read_source(location: ModuleLocation) -> bytes | OSError | None:
     """The module's Python source (None when it has none to read), or why it cannot be read."""
     if location.kind not in (kinds.SOURCE, kinds.FROZEN) or location.origin is None:
         return None

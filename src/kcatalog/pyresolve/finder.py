@@ -24,7 +24,7 @@ from . import kinds
 from .filesystem import DIR, FILE, MAX_SOURCE_BYTES, FileSystem, read_file, read_source
 from .fingerprints import Fingerprint, fingerprint
 from .import_hooks import ImportHooks, from_sys_modules
-from .locations import Located, Location
+from .locations import Located, ModuleLocation
 
 _Key = TypeVar("_Key")
 _Value = TypeVar("_Value")
@@ -70,7 +70,7 @@ class Finder:
         if parent.location is None:
             return parent
         if parent.location.kind in (kinds.HOOKED, kinds.RUNTIME):  # its submodules come from where it came from
-            return Located(Location(name, parent.location.kind, via=parent.location.via))
+            return Located(ModuleLocation(name, parent.location.kind, via=parent.location.via))
         search = parent.location.search
         if search is None:  # a module, not a package: only an alias in sys.modules (os.path) can be here
             alias = self._alias(name)
@@ -87,14 +87,14 @@ class Finder:
             return Located(alias)
         return Located(None, failed_at, search, tuple(self._hooks.unknown(name)))
 
-    def find(self, fullname: str, search: tuple[str, ...] | None) -> Location | None:
+    def find(self, fullname: str, search: tuple[str, ...] | None) -> ModuleLocation | None:
         """One step of the walk: `fullname` in `search` (None: a top-level module, on sys.path)."""
         if search is None:
             shim = self._hooks.claimed_ahead(fullname)
             if shim is not None:
-                return Location(fullname, kinds.HOOKED, via=shim)
+                return ModuleLocation(fullname, kinds.HOOKED, via=shim)
             if _imp.is_builtin(fullname):
-                return Location(fullname, kinds.BUILTIN)
+                return ModuleLocation(fullname, kinds.BUILTIN)
         frozen = _frozen(fullname)
         if frozen is not None:
             return frozen
@@ -106,12 +106,12 @@ class Finder:
             if found is not None:
                 return found
         if portions:
-            return Location(fullname, kinds.NAMESPACE, search=tuple(portions))
+            return ModuleLocation(fullname, kinds.NAMESPACE, search=tuple(portions))
         if search is None:
             return self._editable(fullname)
         return None
 
-    def _find_in(self, fullname: str, tail: str, entry: str, portions: list[str]) -> Location | None:
+    def _find_in(self, fullname: str, tail: str, entry: str, portions: list[str]) -> ModuleLocation | None:
         """What the standard FileFinder would find for `tail` in one path entry."""
         archive = self._files.archive(entry)
         if archive is None and self._files.kind(entry, None) != DIR:
@@ -126,25 +126,27 @@ class Finder:
         for suffix, kind in _SUFFIXES:
             path = base + suffix
             if self._files.kind(path, archive) == FILE:
-                return Location(fullname, kind, path, archive=archive)
+                return ModuleLocation(fullname, kind, path, archive=archive)
         return None
 
-    def _package(self, fullname: str, kind: str, init: str, base: str, archive: str | None) -> Location:
+    def _package(self, fullname: str, kind: str, init: str, base: str, archive: str | None) -> ModuleLocation:
         search: tuple[str, ...] = (base,)
         if kind == kinds.SOURCE and archive is None and _extends_path(init):
             # pkgutil.extend_path / pkg_resources.declare_namespace: every <entry>/<name> on the parent's path
             parent = fullname.rpartition(".")[0]
-            entries = _sys_path() if not parent else (self.locate(parent).location or Location("", "")).search or ()
+            entries = (
+                _sys_path() if not parent else (self.locate(parent).location or ModuleLocation("", "")).search or ()
+            )
             tail = fullname.rpartition(".")[2]
             extra = [os.path.join(entry, tail) for entry in entries]
             search = tuple(dict.fromkeys([base, *(path for path in extra if self._files.kind(path, None) == DIR)]))
-        return Location(fullname, kind, init, search, archive=archive)
+        return ModuleLocation(fullname, kind, init, search, archive=archive)
 
-    def _alias(self, name: str) -> Location | None:
+    def _alias(self, name: str) -> ModuleLocation | None:
         """A module in sys.modules under a name the walk does not find (import_hooks.py)."""
         return from_sys_modules(name, self.locate)
 
-    def _editable(self, fullname: str) -> Location | None:
+    def _editable(self, fullname: str) -> ModuleLocation | None:
         """A top-level package of a setuptools editable install: MAPPING names its directory."""
         for path in self._hooks.editable_paths(fullname):
             portions: list[str] = []
@@ -153,7 +155,7 @@ class Finder:
                 return found
         return None
 
-    def read_source(self, location: Location) -> bytes | OSError | None:
+    def read_source(self, location: ModuleLocation) -> bytes | OSError | None:
         """The module's Python source (None when it has none to read), or why it cannot be read."""
         return read_source(location)
 
@@ -206,7 +208,7 @@ def _sys_path() -> list[str]:
     return entries
 
 
-def _frozen(fullname: str) -> Location | None:
+def _frozen(fullname: str) -> ModuleLocation | None:
     """A frozen module (3.11 freezes os, codecs, ...): read from the source file it was frozen from, if known."""
     try:
         spec = FrozenImporter.find_spec(fullname)
@@ -217,8 +219,8 @@ def _frozen(fullname: str) -> Location | None:
     filename = getattr(spec.loader_state, "filename", None)
     search = tuple(spec.submodule_search_locations) if spec.submodule_search_locations is not None else None
     if type(filename) is str and os.path.isfile(filename):
-        return Location(fullname, kinds.FROZEN, filename, search)
-    return Location(fullname, kinds.FROZEN, None, search)
+        return ModuleLocation(fullname, kinds.FROZEN, filename, search)
+    return ModuleLocation(fullname, kinds.FROZEN, None, search)
 
 
 def _extends_path(init: str) -> bool:

@@ -31,7 +31,7 @@ from importlib.machinery import (
 from typing import Any
 
 from . import kinds
-from .locations import Located, Location
+from .locations import Located, ModuleLocation
 
 _MODULE_DICT: Any = vars(types.ModuleType)["__dict__"]  # a module's namespace, read without its __getattribute__
 _TYPE_QUALNAME: Any = type.__dict__["__qualname__"]
@@ -109,24 +109,24 @@ class ImportHooks:
             yield path
 
 
-def from_sys_modules(name: str, locate: Callable[[str], Located]) -> Location | None:
+def from_sys_modules(name: str, locate: Callable[[str], Located]) -> ModuleLocation | None:
     """A module registered in sys.modules under a name the walk does not find: another module's alias
     (os.path is posixpath) or one a third-party hook provided. Only plain module objects are read."""
     module = sys.modules.get(name)
     if module is None:
         return None
     if type(module) is not types.ModuleType:  # a proxy or a module subclass: never read, never run
-        return Location(name, kinds.RUNTIME, via=f"a {_qualname(type(module))} object")
+        return ModuleLocation(name, kinds.RUNTIME, via=f"a {_qualname(type(module))} object")
     spec = _MODULE_DICT.__get__(module).get("__spec__")
     if type(spec) is not ModuleSpec:
-        return Location(name, kinds.RUNTIME, via="a module made at run time")
+        return ModuleLocation(name, kinds.RUNTIME, via="a module made at run time")
     loader = spec.loader
     if loader is None:
-        return Location(name, kinds.RUNTIME, via="a module made at run time")
+        return ModuleLocation(name, kinds.RUNTIME, via="a module made at run time")
     cls: type = loader if issubclass(type(loader), type) else type(loader)  # type: ignore[assignment]
     kind = next((kind for standard, kind in _STANDARD_LOADERS if cls is standard), None)
     if kind is None:
-        return Location(name, kinds.HOOKED, via=_qualname(cls))
+        return ModuleLocation(name, kinds.HOOKED, via=_qualname(cls))
     real = spec.name
     if type(real) is not str:
         return None
@@ -134,14 +134,14 @@ def from_sys_modules(name: str, locate: Callable[[str], Located]) -> Location | 
         target = locate(real).location
         if target is None or target.kind in (kinds.HOOKED, kinds.RUNTIME):
             return None
-        return Location(name, target.kind, target.origin, target.search, via=real, archive=target.archive)
+        return ModuleLocation(name, target.kind, target.origin, target.search, via=real, archive=target.archive)
     # Loaded from a file the walk does not reach (spec_from_file_location): read that file.
     origin, search = spec.origin, spec.submodule_search_locations
     if type(origin) is not str or not os.path.isfile(origin) or kind in (kinds.BUILTIN, kinds.FROZEN):
         return None
     if search is not None and not (type(search) is list and all(type(path) is str for path in search)):
         return None  # a namespace path object: reading it would recompute it from its parent
-    return Location(name, kind, origin, tuple(search) if search is not None else None)
+    return ModuleLocation(name, kind, origin, tuple(search) if search is not None else None)
 
 
 def _path_hooks() -> list[str]:

@@ -1,4 +1,4 @@
-"""What a located module is (a Location's `kind`), as named constants: `kinds.SOURCE`, `kinds.NAMESPACE` ..."""
+"""What a located module is (a ModuleLocation's `kind`), as named constants: `kinds.SOURCE`, `kinds.NAMESPACE` ..."""
 
 SOURCE = "source"  # Python source: a module file or a regular package's __init__.py
 NAMESPACE = "namespace"  # a PEP 420 namespace package: only submodules

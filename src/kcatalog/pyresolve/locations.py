@@ -1,4 +1,5 @@
-"""What the finder reports: a module's Location (its kind is one of kinds.py), or where its search stopped (Located)."""
+"""What the finder reports: a module's ModuleLocation (its kind is one of kinds.py), or where its search stopped
+(Located)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Location:
+class ModuleLocation:
     """Where a module is: what kind of module, its file, and (for packages) where its submodules are."""
 
     name: str
@@ -21,7 +22,7 @@ class Location:
 class Located:
     """A module's location, or where the search stopped and why."""
 
-    location: Location | None
+    location: ModuleLocation | None
     failed_at: int | None = None  # index of the first dotted part not found, or that is a module, not a package
     search: tuple[str, ...] | None = None  # the search locations of the last package found
     hooks: tuple[str, ...] = ()  # not found: third-party import hooks that might provide it

@@ -92,7 +92,7 @@ class _PlainResolver(yaml.resolver.BaseResolver):
 
 
 class _Loader(_Parser, _PlainResolver):
-    """Composes nodes only; plain data is built by _Converter below."""
+    """Composes nodes only; plain data is built by _NodeConverter below."""
 
     def __init__(self, stream: str) -> None:
         _Parser.__init__(self, stream)
@@ -152,7 +152,7 @@ def parse_yaml(path: str, text: str) -> ParsedFile | Diagnostic:
         )
     if root is None:
         return ParsedFile(path, None, None, LocationTable(path, None, None, {}, {}))
-    converter = _Converter(path)
+    converter = _NodeConverter(path)
     try:
         data = converter.convert(root, 0)
     except _Refused as refused:
@@ -218,7 +218,7 @@ def _char_at(text: str, line: int, column: int) -> str:
     return lines[line][column : column + 1] if line < len(lines) else ""
 
 
-class _Converter:
+class _NodeConverter:
     """Walks composed nodes into plain data, rejecting what plain config must not contain."""
 
     def __init__(self, path: str) -> None:
