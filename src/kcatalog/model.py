@@ -205,8 +205,6 @@ class Importable:
 # allow-lists, layer, role and owner.
 Declared = KernelSpec | Importable
 
-LiteralValue = str | int | float | bool | None | tuple[Any, ...]
-
 
 @dataclass(frozen=True)
 class Parameters:
@@ -215,7 +213,9 @@ class Parameters:
     positional: tuple[str, ...]  # positional-only and positional-or-keyword, in order
     keyword_only: tuple[str, ...]
     required: tuple[str, ...]  # the parameters without a default, in order
-    defaults: tuple[tuple[str, LiteralValue], ...]  # (parameter, value) for each default that is a literal
+    # (parameter, its default as Python source) for each default that is a literal: evaluated (ast.literal_eval)
+    # where code is generated to take these parameters, so that a list default stays a fresh list per handle.
+    defaults: tuple[tuple[str, str], ...]
     # No *args/**kwargs and every default a literal: generated code can take exactly these parameters.
     exact: bool
 
@@ -238,8 +238,10 @@ class Dispatch:
 class OpInfo:
     """An op as declared: its contract and its backends in declaration order (extensions included).
 
-    `samples` (needed by tests and benchmarks, never by dispatch) is kept as JSON text and validated into
-    its model on first use, so that a cached catalog loads without pydantic.
+    Its samples (needed by tests and benchmarks, never by dispatch) are kept as JSON text, `samples_json`, and
+    validated by `kcatalog.tools.inputs.samples_of`, so that a cached catalog loads without pydantic. `parameters`
+    and `dispatch` are read from `signature` and `dispatch_arg` at link time (link/signature.py): an OpInfo made or
+    replaced by hand sets them together.
     """
 
     id: str
@@ -430,7 +432,9 @@ class LinkedCatalog:
         return tuple(self.settings.backends) if self.settings is not None else ()
 
     def with_allow_list(self, prefixes: tuple[str, ...]) -> LinkedCatalog:
-        """The caller's allow-list added to every target the catalog imports, so that importing checks it too."""
+        """The caller's allow-list added to every target the catalog imports (backends, gates, fakes, layer
+        forwards), so that importing checks it too; `declared` is left as it is: the load checks, which read it,
+        have checked the caller's list already."""
 
         def spec(spec: KernelSpec) -> KernelSpec:
             gate = spec.gate and spec.gate.with_allow_list(prefixes)

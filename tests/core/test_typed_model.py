@@ -85,3 +85,11 @@ def test_cache_status_reads_as_one_line() -> None:
     assert str(CacheStatus(CacheOutcome.OFF, "cache=False")) == "off: cache=False"
     written = CacheStatus(CacheOutcome.NOT_WRITTEN, "no entry yet", None, "PermissionError: denied")
     assert str(written) == "not written: no entry yet; PermissionError: denied"
+
+
+def test_the_codec_keeps_equal_tuples_of_other_types_apart() -> None:
+    """(True,) == (1,) == (1.0,) in Python; the codec stores equal tuples once, but never one for another."""
+    value = (("k", True), ("k", 1), ("k", 1.0))
+    codec = Codec([])
+    back = codec.decode(marshal.loads(marshal.dumps(codec.encode(value))))
+    assert [type(v) for _, v in back] == [bool, int, float]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import kcatalog
 from kcatalog import CatalogError, KernelSpec, NoEligibleBackendError
 
 if TYPE_CHECKING:
@@ -248,3 +249,26 @@ def test_first_kernel_call_from_many_threads_imports_once(counted: tuple[Catalog
     assert imports == ["kc_sel_counted"]
     assert len({id(fn) for fn in results}) == 1
     assert catalog.kernel("g.op") is results[0]
+
+
+def test_a_handle_passes_each_default_as_declared_cold_and_from_the_cache(workspace: Workspace, tmp_path: Any) -> None:
+    """Defaults equal as values but not as types (True, 1, 1.0) stay apart in the load cache, and a list default
+    keeps the handle's exact parameter list (it is a fresh list per handle, as in a Python def)."""
+    torch = pytest.importorskip("torch")
+    workspace.module("kc_sel_defaults", "def echo(x, k, sizes=None):\n    return (k, type(k).__name__, sizes)\n")
+    signatures = {
+        "as_bool": "(x: Tensor, k: bool = True, sizes: list[int] = [1, 2]) -> Tensor",
+        "as_int": "(x: Tensor, k: int = 1, sizes: list[int] = [1, 2]) -> Tensor",
+        "as_float": "(x: Tensor, k: float = 1.0, sizes: list[int] = [1, 2]) -> Tensor",
+    }
+    ops = {name: workspace.op({"ref": "kc_sel_defaults:echo"}, signature=sig) for name, sig in signatures.items()}
+    directory = workspace.write(ops, backends=["ref"])
+    x = torch.zeros(2)
+    for expected_outcome in ("written", "hit"):
+        catalog = kcatalog.load_catalog(directory, cache=tmp_path / "cache")
+        assert catalog.cache_status.outcome.value == expected_outcome
+        assert [catalog.op(f"g.{name}")(x) for name in signatures] == [
+            (True, "bool", [1, 2]),
+            (1, "int", [1, 2]),
+            (1.0, "float", [1, 2]),
+        ]

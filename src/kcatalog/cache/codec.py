@@ -102,7 +102,8 @@ class Codec:
             elif isinstance(value, tuple):
                 out = tuple(encode(item) for item in value)
                 if all(type(item) in _PLAIN for item in out):  # hashable for certain: store equal ones once
-                    out = same.setdefault(out, out)
+                    # by value and type: (1,) == (True,) == (1.0,), but a default of True is no default of 1
+                    out = same.setdefault((tuple(map(type, out)), out), out)
             elif isinstance(value, Mapping):
                 out = {encode(key): encode(item) for key, item in value.items()}
             else:

@@ -1,2 +1,2 @@
-"""Stage 4, check: what depends on the machine or the caller, on every load: targets (resolved by pyresolve),
+"""Check: what depends on the machine or the caller, on every load: targets (resolved by pyresolve),
 allow-list, require, overrides."""

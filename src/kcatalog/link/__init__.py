@@ -1,1 +1,1 @@
-"""Stage 3, link: validated files merged into the typed model, with conflicts, references and policy checked."""
+"""Link: validated files merged into the typed model, with conflicts, references and policy checked."""

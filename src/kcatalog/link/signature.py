@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from ..model import Dispatch, LiteralValue, Parameters
+from ..model import Dispatch, Parameters
 from ..pyresolve import parse
 
 
@@ -39,11 +39,6 @@ def signature_arguments(signature: str) -> tuple[tuple[str, bool], ...]:
     return tuple(result)
 
 
-def signature_keyword_only(signature: str) -> frozenset[str]:
-    """Names of the keyword-only parameters of an op signature (those after '*')."""
-    return frozenset(arg.arg for arg in parse_signature(signature).kwonlyargs)
-
-
 def signature_params(signature: str) -> tuple[str, ...]:
     """Parameter names of an op signature; ValueError when it is not a valid Python signature."""
     return tuple(name for name, _ in signature_arguments(signature))
@@ -65,33 +60,24 @@ def read_parameters(signature: str) -> Parameters:
         (arg, args.defaults[i - first_default] if i >= first_default else None) for i, arg in enumerate(positional)
     ]
     declared += list(zip(args.kwonlyargs, args.kw_defaults))
-    defaults: dict[str, LiteralValue] = {}
+    defaults: list[tuple[str, str]] = []
     exact = args.vararg is None and args.kwarg is None
     for arg, default in declared:
         if default is None:
             continue
         try:
-            value = ast.literal_eval(default)
+            ast.literal_eval(default)
         except ValueError:  # not a literal: handles forward the arguments as given
             exact = False
             continue
-        if _storable(value):
-            defaults[arg.arg] = value
-        else:  # a list or a dict: the load cache keeps scalars and tuples only
-            exact = False
+        defaults.append((arg.arg, ast.unparse(default)))
     return Parameters(
         positional=tuple(arg.arg for arg in positional),
         keyword_only=tuple(arg.arg for arg in args.kwonlyargs),
         required=tuple(arg.arg for arg, default in declared if default is None),
-        defaults=tuple(defaults.items()),
+        defaults=tuple(defaults),
         exact=exact,
     )
-
-
-def _storable(value: object) -> bool:
-    if isinstance(value, tuple):
-        return all(map(_storable, value))
-    return value is None or isinstance(value, (str, int, float, bool))
 
 
 @functools.lru_cache(maxsize=4096)  # likewise shared

@@ -1,1 +1,1 @@
-"""Stage 1, read: finding catalog files, reading their text, parsing YAML with positions."""
+"""Read: finding catalog files, reading their text, parsing YAML with positions."""

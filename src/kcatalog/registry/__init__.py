@@ -1,1 +1,1 @@
-"""Stage 5, registry: the immutable Catalog a load produces, its lookups and lazy imports."""
+"""The Catalog a load produces: a frozen value with pure queries, and its runtime for what imports or dispatches."""

@@ -54,6 +54,7 @@ class Catalog:
     ops_by_id: Mapping[str, OpInfo]
     settings: CatalogSettings
     warnings: tuple[Diagnostic, ...] = ()
+    _: dataclasses.KW_ONLY  # the rest by name: `layers` once meant override sets, now the catalog's layers
     overrides: tuple[OverrideSet, ...] = ()  # the process-wide override sets (KCATALOG_OVERRIDES, ...), strongest first
     strict: bool = False
     cache_status: CacheStatus = _NOT_LOADED  # whether the load came from the cache, or why not (see load_catalog)
@@ -63,18 +64,17 @@ class Catalog:
     digest: str = ""  # the content digest of the catalog's files (plans record it)
     devices: tuple[str, ...] = field(init=False)  # the built-in device kinds, then those the settings declare
     runtime: Runtime = field(init=False, repr=False)  # the one mutable part: imports, caches, handles, torch ops
-    # The hot path's two calls are the runtime's own methods, bound here: a call costs no frame of ours more.
-    # op(id): the op's dispatching handle (the same one every call; under torch.compile, its torch op).
-    op: Callable[[str], Callable[..., Any]] = field(init=False, repr=False)
-    # kernel(id, backend=None): the op's implementation here (the named backend, or the best eligible one).
-    kernel: Callable[..., Callable[..., Any]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         frozen = object.__setattr__
+        if not all(isinstance(layer, CatalogLayer) for layer in self.layers):
+            raise TypeError("Catalog(layers=...) takes CatalogLayers; override sets go in overrides=")
         frozen(self, "ops_by_id", MappingProxyType(dict(sorted(self.ops_by_id.items()))))
         frozen(self, "devices", (*DEVICES, *(d for d in self.settings.devices if d not in DEVICES)))
         runtime = Runtime(self)
         frozen(self, "runtime", runtime)
+        # The hot path's two calls are the runtime's own bound methods, shadowing the methods below on the
+        # instance: a call costs no frame of ours more.
         frozen(self, "op", runtime.op)
         frozen(self, "kernel", runtime.kernel)
 
@@ -147,6 +147,16 @@ class Catalog:
         """This process's platform, detected (importing torch) on first call; given a device type ('cuda',
         'cpu'), the platform a tensor on it means here."""
         return self.runtime.platform(device)
+
+    def op(self, op: str) -> Callable[..., Any]:
+        """The op's handle for the hot path (the same one every call): it dispatches on its tensor argument's
+        device and dtype, resolving once per (device, dtype); scoped overrides are honoured. Under torch.compile,
+        once torch ops are registered, the op's torch op."""
+        return self.runtime.op(op)
+
+    def kernel(self, op: str, backend: str | None = None) -> Callable[..., Any]:
+        """The op's implementation: the named backend, or the best eligible one here; imported on first use."""
+        return self.runtime.kernel(op, backend)
 
     def resolve(
         self,

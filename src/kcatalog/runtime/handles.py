@@ -3,6 +3,7 @@ torch.compile they call the op's registered torch op instead, so that the graph 
 
 from __future__ import annotations
 
+import ast
 import bisect
 import keyword
 import threading
@@ -114,7 +115,7 @@ def _no_dispatch_arg(op_id: str, dispatch: str | int | None) -> Callable[..., An
 
 def _exact_code(parameters: Parameters, dispatch: str) -> CallCode:
     defaults: dict[str, Any] = {}
-    declared = dict(parameters.defaults)
+    declared = {name: ast.literal_eval(text) for name, text in parameters.defaults}  # literals, checked at link
     params, call = [], []
     for index, name in enumerate(parameters.names):
         if index == len(parameters.positional):

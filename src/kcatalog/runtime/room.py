@@ -1,12 +1,14 @@
 """The runtime: the one mutable part of a catalog. It detects the platform, selects with what this process knows
 (open `use()` scopes, imports that failed, per-call gates), imports kernels and falls back, and keeps the kernel
-and handle caches, the torch ops and the notes. It receives the catalog value, never the front object."""
+and handle caches, the torch ops and the notes. It reads the catalog through `CatalogValue` (its frozen data and
+pure selection); handles, gates and torch ops get narrow callables (`Dispatcher`), never the runtime."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import CatalogError, KernelImportError, UnknownBackendError
@@ -100,12 +102,12 @@ class Runtime:
             op,
             here,
             dtype,
-            backend,
-            tokens,
-            self.scopes.current(),
-            self._failed,
-            gates,
-            keywords.get("packages_here", True),
+            backend=backend,
+            tokens=tokens,
+            scoped=self.scopes.current(),
+            failed=MappingProxyType(dict(self._failed)) if self._failed else None,  # a snapshot: the request is a value
+            gates=gates,
+            packages_here=keywords.get("packages_here", True),
         )
         selection = value.select(request)
         for note in selection.notes:
@@ -167,13 +169,15 @@ class Runtime:
             if traced is not None:
                 return traced  # type: ignore[no-any-return]
         if handle is None:
+            torch_ops = self.torch_ops()  # first: a handle is published only once it is tracked
             with self._lock:
                 handle = self._handles.get(op)
                 if handle is None:
                     from .handles import make_handle
 
-                    handle = self._handles[op] = make_handle(self.value.info(op), self.dispatcher(op))
-            self.torch_ops().track(handle, op)  # under torch.compile, it calls the op's torch op once registered
+                    handle = make_handle(self.value.info(op), self.dispatcher(op))
+                    torch_ops.track(handle, op)  # under torch.compile, it calls the op's torch op once registered
+                    self._handles[op] = handle
         return handle
 
     def dispatcher(self, op: str, device: str | None = None) -> Dispatcher:

@@ -1,1 +1,1 @@
-"""Stage 6, select and dispatch: which backend runs where and why, and the hot-path op handles."""
+"""Selection, pure: which backend runs an op where and why (select), overrides, and choices by token count."""

@@ -42,7 +42,7 @@ def process_overrides(overrides: OverridesArg, environ: Mapping[str, str] | None
     forced = (env.get(ENV_BACKEND) or "").strip()
     sets.append((Override("*", forced, ENV_BACKEND),) if forced else ())
     sets.append(parse_overrides(overrides, "overrides="))
-    return [overrides for overrides in sets if overrides]
+    return [found for found in sets if found]
 
 
 def check_overrides(overrides: OverrideSet, ops: Sequence[str], backends: Iterable[str]) -> list[Diagnostic]:

@@ -1,1 +1,1 @@
-"""Stage 7, tools: the command line, reporters, conformance tests, benchmarks and the pytest plugin."""
+"""Tools: the command line, reporters, conformance tests, benchmarks and the pytest plugin."""

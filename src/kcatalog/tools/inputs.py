@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,12 @@ def platform_of(catalog: Catalog, device: str) -> Platform:
 def samples_of(info: OpInfo) -> SamplesDecl | None:
     """The op's declared samples, validated (they were checked at load, so this cannot fail); the typed model
     keeps them as JSON text, so that a cached catalog loads without pydantic."""
-    return None if info.samples_json is None else SamplesDecl.model_validate_json(info.samples_json)
+    return None if info.samples_json is None else _samples(info.samples_json)
+
+
+@functools.lru_cache(maxsize=1024)  # a test or bench run asks for an op's samples once per case
+def _samples(text: str) -> SamplesDecl:
+    return SamplesDecl.model_validate_json(text)
 
 
 def with_samples(

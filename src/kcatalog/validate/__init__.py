@@ -1,1 +1,1 @@
-"""Stage 2, validate: parsed files against the pydantic models of the format, errors mapped to positions."""
+"""Validate: parsed files against the pydantic models of the format, errors mapped to positions."""
