@@ -187,6 +187,23 @@ def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bi
     assert kcatalog.unkernelize(model) == 0
 
 
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_kernelized_model_runs_under_inference_mode_as_under_no_grad(name: str, build: Callable[..., Any]) -> None:
+    """Serving code runs models under torch.inference_mode, where cos and sin are inference tensors (which keep no
+    version counter): the kernelized forwards, RoPE included, give no_grad's logits and greedy tokens there."""
+    model = build(name)
+    ids = tokens()
+    report = kcatalog.kernelize(model)
+    ref, greedy = logits(model, ids), generate(model, ids)
+    rope = count_rope(model)
+    with torch.inference_mode():
+        out = model(ids).logits
+        again = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
+    assert out.is_inference() and rope["op"] >= 2 and rope["original"] == 0  # RoPE ran through the op
+    assert relative_error(out, ref) <= tolerance(report)
+    assert torch.equal(again, greedy)
+
+
 class GraphCounter:
     """A torch.compile backend that records every graph it is given and runs it as traced."""
 

@@ -185,9 +185,10 @@ def _cache_rows(cos: torch.Tensor, sin: torch.Tensor, batch: int) -> tuple[torch
     A model computes cos and sin once per forward and hands the same two tensors to every layer, so in eager the
     rows are built once, by the first layer, and kept on `cos` (they live as long as it does; an in-place change
     of cos or sin builds them again). Traced by torch.compile they are built in every layer, and Inductor merges
-    the layers' identical ops.
+    the layers' identical ops. Under torch.inference_mode cos and sin are inference tensors, which keep no version
+    counter: they are taken as unchanged within the forward that made them (transformers makes them anew in each).
     """
-    key = (sin, cos._version, sin._version, batch)
+    key = (sin, _version(cos), _version(sin), batch)
     eager = not torch.compiler.is_compiling()
     if eager:
         kept = getattr(cos, _ROWS, None)
@@ -200,6 +201,11 @@ def _cache_rows(cos: torch.Tensor, sin: torch.Tensor, batch: int) -> tuple[torch
     if eager:
         setattr(cos, _ROWS, (key, rows))
     return rows
+
+
+def _version(tensor: torch.Tensor) -> int:
+    """The tensor's in-place version, or -1 for an inference tensor (it tracks none)."""
+    return -1 if tensor.is_inference() else tensor._version
 
 
 def _rotary_fits(
