@@ -188,9 +188,9 @@ def _cache_rows(cos: torch.Tensor, sin: torch.Tensor, batch: int) -> tuple[torch
     the layers' identical ops. Under torch.inference_mode cos and sin are inference tensors, which keep no version
     counter: they are taken as unchanged within the forward that made them (transformers makes them anew in each).
     """
-    key = (sin, _version(cos), _version(sin), batch)
     eager = not torch.compiler.is_compiling()
-    if eager:
+    if eager:  # versions only here: torch.compile cannot trace is_inference()
+        key = (sin, _version(cos), _version(sin), batch)
         kept = getattr(cos, _ROWS, None)
         if kept is not None and kept[0][0] is sin and kept[0][1:] == key[1:]:
             return kept[1]  # type: ignore[no-any-return]
