@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from kcatalog.read.files import shipped_catalog_dir
     from kcatalog.tools import timing, tuning
     from kcatalog.tools.conformance import select_ops
-    from kcatalog.tools.inputs import build_call, describe, platform_of, samples_of
+    from kcatalog.tools.inputs import build_call, describe, samples_of
     from kcatalog.tools.timing import BenchResult
 
     # The shipped catalog without any tuned table: what default priority means.
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.copytree(shipped_catalog_dir(), plain_dir, ignore=shutil.ignore_patterns("tuned"))
     plain = kcatalog.load_catalog(plain_dir, cache=False)
     device = options.device
-    platform = platform_of(plain, device)
+    platform = plain.platform(device)
     ops = select_ops(plain, options.ops or [])
     log(f"{_device_name(torch, device)} ({platform}), torch {torch.__version__}; ops: {', '.join(ops)}")
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from ..runtime.dispatch import CallKeywords
+    from ..runtime.torch_ops import TorchOpReport
     from ..select.overrides import OverridesArg
     from ..select.selection import Selection, SelectRequest
 
@@ -77,10 +78,6 @@ class Catalog:
         # instance: a call costs no frame of ours more.
         frozen(self, "op", runtime.op)
         frozen(self, "kernel", runtime.kernel)
-
-    def evolve(self, **changes: Any) -> Catalog:
-        """A new catalog with these fields changed (its runtime starts afresh)."""
-        return dataclasses.replace(self, **changes)
 
     def __repr__(self) -> str:
         return f"<Catalog {len(self.ops_by_id)} ops, {len(self.specs())} backend specs>"
@@ -200,7 +197,9 @@ class Catalog:
         """`torch.ops.<namespace>.<name>` of an op this catalog registered there, or None."""
         return self.runtime.torch_op(op, namespace)
 
-    def describe_torch_op(self, op: str, namespace: str = "kcatalog", platform: Platform | None = None) -> Any:
+    def describe_torch_op(
+        self, op: str, namespace: str = "kcatalog", platform: Platform | None = None
+    ) -> TorchOpReport:
         """How the op is (or would be) registered as a torch op (a TorchOpReport): per device type, the backend
         selected for each dtype on `platform` (default: this machine's)."""
         from ..runtime.torch_ops import describe  # what explain --torch-ops prints: not needed to load

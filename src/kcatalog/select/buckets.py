@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..model import LockedPlan, TunedBucket, TunedOp
+from ..model import LockedPlan, PlanEntry, TunedBucket, TunedOp
 from ..platform import Platform
 
 
@@ -52,14 +52,18 @@ class Tuning:
         """The tuned table's buckets for the op on the platform and dtype, or None."""
         return self.tables.get((op, str(platform), dtype or ""))
 
+    def plan_entry(self, op: str, platform: Platform, dtype: str) -> PlanEntry | None:
+        """What the loaded plan pins for the op and dtype, where it is a plan for this platform."""
+        plan = self.plan
+        return plan.entries.get((op, dtype)) if plan is not None and plan.platform == str(platform) else None
+
     def bucket_lists(self, op: str, platform: Platform, dtype: str) -> list[tuple[TunedBucket, ...]]:
         """The buckets of the op's tuned table and of its plan entry (a plan for this platform) for one dtype."""
         lists = []
         table = self.table(op, platform, dtype)
         if table is not None:
             lists.append(table.buckets)
-        plan = self.plan
-        entry = plan.entries.get((op, dtype)) if plan is not None and plan.platform == str(platform) else None
+        entry = self.plan_entry(op, platform, dtype)
         if entry is not None and entry.buckets:
             lists.append(entry.buckets)
         return lists
@@ -73,48 +77,30 @@ class Tuning:
     def picks(self, op: str, platform: Platform, dtype: str | None, tokens: int | None) -> list[Pick]:
         """The plan's pick, then the tuned table's, for one call (none without a dtype, or a token count where the
         entry is per bucket)."""
-        return picks(op, platform, dtype, tokens, self.plan, self.table(op, platform, dtype))
-
-
-def tuned_why(table: TunedOp, bucket: TunedBucket) -> str:
-    """'tuned table for cuda:9.0 bfloat16 T∈[17, 64]: triton 2.1 µs vs torch_compile 2.4 µs'."""
-    others = sorted((t, n) for n, t in bucket.medians_us.items() if n != bucket.backend)
-    own = bucket.medians_us.get(bucket.backend)
-    timing = (
-        "" if own is None else f": {bucket.backend} {own:.1f} µs" + "".join(f" vs {n} {t:.1f} µs" for t, n in others)
-    )
-    return f"tuned table for {table.platform} {table.dtype} {bucket.span}{timing}"
-
-
-def picks(
-    op: str,
-    platform: Platform,
-    dtype: str | None,
-    tokens: int | None,
-    plan: LockedPlan | None,
-    tuned: TunedOp | None,
-) -> list[Pick]:
-    """The plan's pick, then the tuned table's, for one call (none without a dtype, or a token count where the
-    entry is per bucket)."""
-    found: list[Pick] = []
-    if dtype is None:
-        return found
-    entry = plan.entries.get((op, dtype)) if plan is not None and plan.platform == str(platform) else None
-    if entry is not None and plan is not None:
-        if entry.backend is not None:
-            why = f"plan {plan.path}"
-            found.append(Pick(entry.backend, why, why, pinned=True))
-        elif tokens is not None:
-            bucket = covering(entry.buckets, tokens)
-            if bucket is not None:
+        found: list[Pick] = []
+        if dtype is None:
+            return found
+        plan, entry = self.plan, self.plan_entry(op, platform, dtype)
+        if plan is not None and entry is not None:
+            if entry.backend is not None:
+                found.append(Pick(entry.backend, f"plan {plan.path}", f"plan {plan.path}", pinned=True))
+            elif tokens is not None and (bucket := covering(entry.buckets, tokens)) is not None:
                 why = f"plan {plan.path} {bucket.span}"
                 found.append(Pick(bucket.backend, why, why, pinned=True))
-    if tuned is not None and tokens is not None:
-        bucket = covering(tuned.buckets, tokens)
-        if bucket is not None:
-            label = f"tuned table for {tuned.platform} {tuned.dtype} {bucket.span}"
-            found.append(Pick(bucket.backend, tuned_why(tuned, bucket), label))
-    return found
+        table = self.table(op, platform, dtype)
+        if table is not None and tokens is not None and (bucket := covering(table.buckets, tokens)) is not None:
+            label = f"tuned table for {table.platform} {table.dtype} {bucket.span}"
+            found.append(Pick(bucket.backend, label + _timing(bucket), label))
+        return found
+
+
+def _timing(bucket: TunedBucket) -> str:
+    """': triton 2.1 µs vs torch_compile 2.4 µs', as a tuned pick's reason ends."""
+    own = bucket.medians_us.get(bucket.backend)
+    if own is None:
+        return ""
+    others = sorted((t, n) for n, t in bucket.medians_us.items() if n != bucket.backend)
+    return f": {bucket.backend} {own:.1f} µs" + "".join(f" vs {n} {t:.1f} µs" for t, n in others)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from .inputs import (
     build_call,
     describe,
     output_part,
-    platform_of,
     samples_of,
     select_output,
     size_sets,
@@ -99,7 +98,7 @@ def plan(
     interpret: bool = False,
 ) -> tuple[list[Case], list[str]]:
     """Every case to run, and a note for each op or backend left out (no samples, cannot run here)."""
-    platform = platform_of(catalog, device)
+    platform = catalog.platform(device)
     cases: list[Case] = []
     notes: list[str] = []
     unreferenced = [op for op in ops if catalog.info(op).reference is None]

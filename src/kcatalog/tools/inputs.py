@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..link.samples import evaluate
-from ..platform import Platform
 from ..runtime.dispatch import dtype_name
 from ..validate.schema import SamplesDecl, TensorArgDecl
 
@@ -21,11 +20,6 @@ if TYPE_CHECKING:
 
 # Tolerances used where an op declares none for a dtype: relative error, as for the shipped ops.
 DEFAULT_TOLERANCE = {"float64": 1e-7, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
-
-
-def platform_of(catalog: Catalog, device: str) -> Platform:
-    """The platform that tests and benchmarks on `device` run on."""
-    return Platform(device) if device == "cpu" else catalog.platform()
 
 
 def samples_of(info: OpInfo) -> SamplesDecl | None:

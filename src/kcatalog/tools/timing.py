@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..select.selection import ineligibility
 from .formats import text_table
-from .inputs import Call, build_call, describe, platform_of, samples_of, size_sets, with_samples
+from .inputs import Call, build_call, describe, samples_of, size_sets, with_samples
 
 if TYPE_CHECKING:
     from ..model import KernelSpec, OpInfo
@@ -65,7 +65,7 @@ def plan(
     backends: Sequence[str] = (),
 ) -> tuple[list[Job], list[str]]:
     """Every (op, backend, dtype, shape) to time, reference first within each shape, plus notes."""
-    platform = platform_of(catalog, device)
+    platform = catalog.platform(device)
     kinds = ["decode", "prefill"] if shapes == "all" else [shapes]
     jobs: list[Job] = []
     notes: list[str] = []

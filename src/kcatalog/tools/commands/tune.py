@@ -29,7 +29,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(options: argparse.Namespace) -> int:
     """Time the candidates, print the choices, write `<out>/<platform>.yaml`."""
     from .. import timing, tuning
-    from ..inputs import platform_of
 
     asked = load_ops(options)
     if asked is None:
@@ -43,7 +42,7 @@ def run(options: argparse.Namespace) -> int:
     if buckets is not None and (not buckets or min(buckets) < 1):
         print("error: --buckets: token counts start at 1", file=sys.stderr)
         return 2
-    platform = platform_of(catalog, options.device)
+    platform = catalog.platform(options.device)
     jobs, notes = tuning.tune_jobs(
         catalog,
         asked.ops,
