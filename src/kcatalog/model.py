@@ -282,25 +282,48 @@ class BackendInfo:
 
 @dataclass(frozen=True)
 class Policy:
-    """Rules every op of the catalog must satisfy."""
+    """Rules each op they govern must satisfy (see LayerPolicy for which ops those are)."""
 
     required_backends: tuple[str, ...] = ()
     required_platforms: tuple[str, ...] = ()
-    torch_ops: bool = False  # every op should become a torch op: its KC212-KC214 problems are warnings at load
-    require_reference: bool = False  # every op must name its reference backend
+    torch_ops: bool = False  # each op should become a torch op: its KC212-KC214 problems are warnings at load
+    require_reference: bool = False  # each op must name its reference backend
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether it asks nothing."""
+        return self == Policy()
+
+
+@dataclass(frozen=True)
+class LayerPolicy:
+    """One layer's rules, from its settings file: `policy` governs the ops the layer declares (and, for backends
+    and platforms, the ops it extends), `require_of_all` every op the catalog loads, whichever layer declares it."""
+
+    layer: str  # the layer's name ('' for a catalog read without layers)
+    policy: Policy = Policy()
+    require_of_all: Policy = Policy()
 
 
 @dataclass(frozen=True)
 class CatalogSettings:
-    """The catalog settings file: known backends, backend orders (best first), policy, allow-list."""
+    """The catalog settings file: known backends, backend orders (best first), each layer's policy, allow-list."""
 
     backends: Mapping[str, BackendInfo]
     priority: tuple[str, ...]
     platform_priority: Mapping[str, tuple[str, ...]]
-    policy: Policy
     allowed_modules: tuple[str, ...] | None
     priorities: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # named orders ops refer to
     devices: tuple[str, ...] = ()  # device kinds declared beyond the built-in ones
+    policies: tuple[LayerPolicy, ...] = ()  # one per layer with a settings file, in layer order
+
+    @property
+    def required_platforms(self) -> tuple[str, ...]:
+        """Every platform some layer's rules require (of its own ops or of all), in layer order, once each."""
+        found = (
+            p for lp in self.policies for rules in (lp.policy, lp.require_of_all) for p in rules.required_platforms
+        )
+        return tuple(dict.fromkeys(found))
 
 
 LayerValue = str | int | float | bool | None

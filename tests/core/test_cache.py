@@ -30,6 +30,7 @@ backends:
 priority: [triton, torch]
 platform_priority: {hip: [torch, triton]}
 policy: {required_backends: [torch], required_platforms: [cpu]}
+require_of_all: {required_platforms: [cpu], require_reference: true}
 """
 
 NORM = """\

@@ -116,7 +116,7 @@ def test_a_required_platform_is_not_served_by_an_auto_false_backend_alone(worksp
     policy = {"required_platforms": ["cpu"]}
     _, diagnostics = check_catalog(write(workspace, {"op": only}, policy=policy))
     assert [str(d).partition(" ")[2] for d in diagnostics] == [
-        "KC402 op 'g.op' has no backend for required platform cpu (torch_compile: auto: false)"
+        "KC402 op 'g.op' has no backend for platform cpu (torch_compile: auto: false), which the policy requires"
     ]
     catalog = load(workspace, {"op": {"backends": {**only["backends"], **BARE["backends"]}}}, policy=policy)
     assert catalog.select("g.op", "cpu").require().backend == "KDA"

@@ -1,5 +1,5 @@
 """What the link stages share: the merged settings and the names ops are checked against (known backends,
-device kinds, each layer's allow-list), where diagnostics go, and the targets declared so far."""
+device kinds, each layer's allow-list and policies), where diagnostics go, and the targets declared so far."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Location, did_you_mean
-from ..model import CatalogLayer, CatalogSettings, Declared, Importable, Target, TargetRole
+from ..model import CatalogLayer, CatalogSettings, Declared, Importable, LayerPolicy, Target, TargetRole
 from ..platform import DEVICES
 from ..validate.validator import ValidatedFile
 from .merged_settings import layer_name
@@ -26,6 +26,7 @@ class LinkContext:
     devices: tuple[str, ...] = DEVICES  # the built-in device kinds, and those the settings declare
     # each layer's, for its own files' specs
     layer_allow_lists: Mapping[int, tuple[str, ...] | None] = field(default_factory=dict)
+    policies: Mapping[int, LayerPolicy] = field(default_factory=dict)  # each layer's rules (link/policy.py)
     declared: list[Declared] = field(default_factory=list)
 
     def allow_lists(self, file: ValidatedFile) -> tuple[tuple[str, ...], ...]:

@@ -40,7 +40,7 @@ def link_files(
     context = LinkContext(diagnostics, layers)
     link_settings(context, files, settings_found)
     ops = _link_ops(context, files)
-    check_policy(context, ops)
+    check_policy(context, files, ops)
     mappings = link_mappings(files, ops, context.allow_lists, diagnostics)
     settings = context.settings
     warnings = tuple(d for d in diagnostics.since(start) if not d.is_error)
@@ -60,8 +60,7 @@ def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str,
             location = file.locations.key(op_path)
             specs = backend_specs(context, file, op_id, op.dtypes, op.backends, op_path)
             fake = declare_fake(context, file, op_id, op, op_path)
-            policy = context.settings.policy if context.settings is not None else None
-            check_op_fields(file, op_id, op, location, op_path, policy, context.diagnostics)
+            check_op_fields(file, op_id, op, location, op_path, context.diagnostics)
             if op_id in pending_ops:
                 earlier = pending_ops[op_id]
                 context.diagnostics.error(
@@ -76,9 +75,7 @@ def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str,
     link_extensions(context, manifests, pending_ops)
     for pending in pending_ops.values():  # after extensions, which may add the backends an order names
         resolve_priorities(context, pending)
-    check_torch_names(pending_ops)
-    if context.settings is not None and context.settings.policy.torch_ops:
-        context.diagnostics.extend(d for pending in pending_ops.values() for d in pending.torch_problems)
+    check_torch_names(pending_ops)  # their problems are warnings where a policy asks for torch ops (policy.py)
     return {op_id: pending.freeze(groups[op_id], context.layer(pending.file)) for op_id, pending in pending_ops.items()}
 
 

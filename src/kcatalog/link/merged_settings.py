@@ -1,6 +1,6 @@
 """The settings files of a catalog's layers merged into one: backends and priorities are the union of the
-layers' (a later layer places its backends among the earlier ones', never reorders them), policies add up,
-and each layer keeps its own allow-list for the targets of its own files."""
+layers' (a later layer places its backends among the earlier ones', never reorders them), and each layer keeps its
+own policies (link/policy.py says which ops each governs) and its own allow-list for the targets of its own files."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from types import MappingProxyType
 
 from .. import codes
 from ..diagnostics import Diagnostics
-from ..model import BackendInfo, CatalogLayer, CatalogSettings, Policy
-from ..validate.schema import Settings
+from ..model import BackendInfo, CatalogLayer, CatalogSettings, LayerPolicy, Policy
+from ..validate.schema import PolicyDecl, Settings
 from ..validate.validator import ValidatedFile
 
 # Reports a priority list's unknown names: (names, file, path to the list in the file, what the list is).
@@ -20,10 +20,11 @@ NameCheck = Callable[[Sequence[str], ValidatedFile, Sequence[str], str], None]
 
 @dataclass(frozen=True)
 class MergedSettings:
-    """The catalog's settings, and each layer's allow-list (None: any module), by layer number."""
+    """The catalog's settings, and each layer's allow-list (None: any module) and policies, by layer number."""
 
     settings: CatalogSettings
     allow_lists: Mapping[int, tuple[str, ...] | None]
+    policies: Mapping[int, LayerPolicy]
 
 
 def layer_name(layers: Sequence[CatalogLayer], number: int) -> str:
@@ -61,12 +62,10 @@ def merge_settings(
     backends: dict[str, BackendInfo] = {}
     priority: list[str] = []
     platform_priority: dict[str, list[str]] = {}
-    required_backends: list[str] = []
-    required_platforms: list[str] = []
     priorities: dict[str, list[str]] = {}
     devices: list[str] = []
-    torch_ops = require_reference = False
     allow_lists: dict[int, tuple[str, ...] | None] = {}
+    policies: dict[int, LayerPolicy] = {}
     for file in files:
         settings = file.model
         assert isinstance(settings, Settings)
@@ -90,11 +89,11 @@ def merge_settings(
                 priorities.get(name, []), order, file, ("priorities", name), f"priority list '{name}'", diagnostics
             )
         devices += [d for d in settings.devices if d not in devices]
-        check_names(settings.policy.required_backends, file, ("policy", "required_backends"), "policy")
-        required_backends += [b for b in settings.policy.required_backends if b not in required_backends]
-        required_platforms += [p for p in settings.policy.required_platforms if p not in required_platforms]
-        torch_ops = torch_ops or settings.policy.torch_ops
-        require_reference = require_reference or settings.policy.require_reference
+        for key, decl in (("policy", settings.policy), ("require_of_all", settings.require_of_all)):
+            check_names(decl.required_backends, file, (key, "required_backends"), key)
+        policies[file.layer] = LayerPolicy(
+            layer_name(layers, file.layer), _policy(settings.policy), _policy(settings.require_of_all)
+        )
         allow_lists[file.layer] = settings.allowed_modules
     # One layer's list is the catalog's; with several, each spec carries its own layer's, and the catalog has none.
     only = files[0].model if len(files) == 1 and len(layers) <= 1 else None
@@ -104,12 +103,16 @@ def merge_settings(
         platform_priority=MappingProxyType(
             {d: tuple(n for n in o if n in known) for d, o in platform_priority.items()}
         ),
-        policy=Policy(tuple(required_backends), tuple(required_platforms), torch_ops, require_reference),
         allowed_modules=only.allowed_modules if isinstance(only, Settings) else None,
         priorities=MappingProxyType({name: tuple(order) for name, order in priorities.items()}),
         devices=tuple(devices),
+        policies=tuple(policies.values()),
     )
-    return MergedSettings(merged, MappingProxyType(allow_lists))
+    return MergedSettings(merged, MappingProxyType(allow_lists), MappingProxyType(policies))
+
+
+def _policy(decl: PolicyDecl) -> Policy:
+    return Policy(decl.required_backends, decl.required_platforms, decl.torch_ops, decl.require_reference)
 
 
 def _merge_order(

@@ -1,4 +1,4 @@
-"""One op's own fields checked against each other: its reference against its backends (and the policy), its
+"""One op's own fields checked against each other: its reference against its backends, its
 signature against `mutates` and `dispatch_arg`, its tolerances against its dtypes, its samples against all three.
 
 Nothing here depends on other ops or files: the linker (link/linker.py) runs it for each op it reads.
@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Location, did_you_mean
-from ..model import Policy
 from ..validate.schema import FAKE_REFERENCE, OpDecl
 from ..validate.validator import ValidatedFile
 from .samples import check_samples
@@ -24,12 +23,11 @@ def check_op_fields(
     op: OpDecl,
     location: Location,
     op_path: tuple[str, ...],
-    policy: Policy | None,
     diagnostics: Diagnostics,
 ) -> None:
     """Add what is wrong with the op's fields (declared in `file` at `location`, its mapping at `op_path`)."""
     checks = _OpFields(file, op_id, op, location, op_path, diagnostics)
-    checks.reference(policy)
+    checks.reference()
     checks.arguments()
     checks.tolerance()
     checks.samples()
@@ -55,8 +53,8 @@ class _OpFields:
         """Where a value of the op's mapping (or below it) starts."""
         return self.file.locations.value((*self.op_path, *path))
 
-    def reference(self, policy: Policy | None) -> None:
-        """The reference is one of the op's backends; where the policy requires it, every op names one."""
+    def reference(self) -> None:
+        """The reference is one of the op's backends (whether the op must name one is the policy's: policy.py)."""
         op_id, op = self.op_id, self.op
         if op.reference is None and op.fake == FAKE_REFERENCE:
             self.error(
@@ -70,13 +68,6 @@ class _OpFields:
                 f"reference backend '{op.reference}' is not a backend of op '{op_id}'"
                 f"{did_you_mean(op.reference, op.backends)}; its backends: {', '.join(op.backends)}",
                 self.value("reference"),
-            )
-        if op.reference is None and policy is not None and policy.require_reference:
-            self.error(
-                codes.POLICY_REFERENCE_MISSING,
-                f"op '{op_id}' names no reference backend, which the policy requires (require_reference); "
-                f"its backends: {', '.join(op.backends)}",
-                self.location,
             )
 
     def samples(self) -> None:

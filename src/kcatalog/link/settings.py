@@ -40,6 +40,7 @@ def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings
     context.known = tuple(known_backends(layer_files, context.layers, context.diagnostics))
     merged = merge_settings(layer_files, context.layers, context.known, context.check_names, context.diagnostics)
     context.settings, context.layer_allow_lists = merged.settings, merged.allow_lists
+    context.policies = merged.policies
     if not context.known:
         context.diagnostics.error(
             codes.SETTINGS_FILE,
@@ -52,9 +53,10 @@ def link_settings(context: LinkContext, files: Sequence[ValidatedFile], settings
         assert isinstance(file.model, Settings)
         for device in file.model.platform_priority:
             context.check_device(device, file.locations.key(("platform_priority", device)))
-        for index, text in enumerate(file.model.policy.required_platforms):
-            try:
-                Platform.parse(text, context.devices)
-            except ValueError as exc:
-                where = file.locations.value(("policy", "required_platforms", index))
-                context.diagnostics.error(codes.INVALID_VALUE, str(exc), where)
+        for key, policy in (("policy", file.model.policy), ("require_of_all", file.model.require_of_all)):
+            for index, text in enumerate(policy.required_platforms):
+                try:
+                    Platform.parse(text, context.devices)
+                except ValueError as exc:
+                    where = file.locations.value((key, "required_platforms", index))
+                    context.diagnostics.error(codes.INVALID_VALUE, str(exc), where)

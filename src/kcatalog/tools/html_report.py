@@ -123,20 +123,30 @@ def render(catalog: Catalog, platforms: Sequence[Platform], title: str = "kcatal
 
 def _policy(catalog: Catalog) -> list[str]:
     e = html.escape
-    policy = catalog.settings.policy
-    rows = [
-        ("required backends", ", ".join(policy.required_backends) or "none", "met by every op"),
-        ("required platforms", ", ".join(policy.required_platforms) or "none", "every op has an eligible backend"),
-        (
-            "reference required",
-            "yes" if policy.require_reference else "no",
-            "every op names one" if policy.require_reference else "—",
-        ),
-        ("torch ops", "yes" if policy.torch_ops else "no", "problems are warnings below"),
+    # Each layer's rules: `policy` governs the ops it declares (and extends), `require_of_all` every op loaded.
+    rules = [
+        (layer.layer or "the catalog", scope, policy)
+        for layer in catalog.settings.policies
+        for scope, policy in (("its own ops", layer.policy), ("every op loaded", layer.require_of_all))
+        if not policy.is_empty
     ]
-    out = ['<h2>Coverage policy</h2><table id="policy"><tr><th>rule</th><th>value</th><th>status</th></tr>']
-    out += [f"<tr><td>{e(a)}</td><td>{e(b)}</td><td>{e(c)}</td></tr>" for a, b, c in rows]
+    out = [
+        '<h2>Coverage policy</h2><table id="policy"><tr><th>layer</th><th>applies to</th><th>required backends</th>'
+        "<th>required platforms</th><th>reference required</th><th>torch ops</th></tr>"
+    ]
+    for layer, scope, policy in rules:
+        cells = (
+            layer,
+            scope,
+            ", ".join(policy.required_backends) or "none",
+            ", ".join(policy.required_platforms) or "none",
+            "yes" if policy.require_reference else "no",
+            "yes (problems are warnings below)" if policy.torch_ops else "no",
+        )
+        out.append("<tr>" + "".join(f"<td>{e(cell)}</td>" for cell in cells) + "</tr>")
     out.append("</table>")
+    if not rules:
+        out.append("<p>No layer sets a policy.</p>")
     if catalog.warnings:
         out.append(f"<p>{len(catalog.warnings)} warnings:</p><ul>")
         out += [f"<li><code>{e(str(d))}</code></li>" for d in catalog.warnings]

@@ -211,7 +211,7 @@ class OpDecl(_Strict):
         "left out: the op takes any arguments and its handle forwards them as given",
     )
     reference: BackendName | None = Field(
-        None, description="the backend other backends are checked against (required by policy.require_reference)"
+        None, description="the backend other backends are checked against (required by a require_reference rule)"
     )
     dtypes: tuple[DType, ...] | None = Field(None, min_length=1, description="left out: any dtype")
     mutates: tuple[str, ...] = Field((), description="arguments the op changes in place")
@@ -267,20 +267,21 @@ class Manifest(_Strict):
 
 
 class PolicyDecl(_Strict):
-    """Rules every op of the catalog must satisfy."""
+    """Rules each op they govern must satisfy: under `policy`, the ops this layer declares (and, for backends and
+    platforms, those it extends); under `require_of_all`, every op the catalog loads, from any layer."""
 
-    required_backends: tuple[BackendName, ...] = Field((), description="backends every op must have")
+    required_backends: tuple[BackendName, ...] = Field((), description="backends each op must have")
     required_platforms: tuple[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*(:[A-Za-z0-9_.+-]+)?$")], ...] = Field(
-        (), description="platforms ('cpu', 'cuda:9.0', 'hip:gfx942') every op must have an eligible backend on"
+        (), description="platforms ('cpu', 'cuda:9.0', 'hip:gfx942') each op must have an eligible backend on"
     )
     torch_ops: StrictBool = Field(
         False,
-        description="every op should become a torch.library op (Catalog.register_torch_ops): a signature "
+        description="each op should become a torch.library op (Catalog.register_torch_ops): a signature "
         "torch.library can express, and a fake implementation where it returns something; "
         "warnings at load, since most applications never register torch ops",
     )
     require_reference: StrictBool = Field(
-        False, description="every op must name its reference backend (`kcatalog test` checks the others against it)"
+        False, description="each op must name its reference backend (`kcatalog test` checks the others against it)"
     )
 
 
@@ -296,7 +297,7 @@ class KnownBackendDecl(_Strict):
 
 
 class Settings(_Strict):
-    """A layer's settings file, kcatalog.yaml: known backends, default priority, policy, and the modules the
+    """A layer's settings file, kcatalog.yaml: known backends, default priority, policies, and the modules the
     targets of that layer's files may name."""
 
     kcatalog: Literal[1] = Field(description="format version")
@@ -319,7 +320,16 @@ class Settings(_Strict):
     devices: tuple[Device, ...] = Field(
         (), description="device kinds beyond the built-in ones (cuda, hip, cpu, npu, xpu, mps, musa)"
     )
-    policy: PolicyDecl = Field(default_factory=PolicyDecl)
+    policy: PolicyDecl = Field(
+        default_factory=PolicyDecl,
+        description="rules for the ops this layer declares (backends and platforms: also the ops it extends); "
+        "other layers' ops are not bound by them",
+    )
+    require_of_all: PolicyDecl = Field(
+        default_factory=PolicyDecl,
+        description="rules for every op the catalog loads, whichever layer declares it: what an application "
+        "requires of all it runs (e.g. required_platforms: ['cuda:9.0'])",
+    )
     allowed_modules: tuple[Annotated[str, Field(pattern=rf"^{_IDENT}(\.{_IDENT})*$")], ...] | None = Field(
         None,
         description="module prefixes the targets declared in this layer's files may name (e.g. [kcatalog.kernels]); "

@@ -18,7 +18,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--platform",
         action="append",
         default=[],
-        help="a column group (repeatable; default: the policy's required platforms, else cpu)",
+        help="a column group (repeatable; default: the platforms the policies require, else cpu)",
     )
     return parser
 
@@ -29,7 +29,7 @@ def run(options: argparse.Namespace) -> int:
     catalog = load_or_report(catalog_paths(options))
     if catalog is None:
         return 1
-    texts = options.platform or catalog.settings.policy.required_platforms or ("cpu",)
+    texts = options.platform or catalog.settings.required_platforms or ("cpu",)
     platforms = [platform_of_catalog(catalog, text) for text in texts]
     write_output(options.html, render(catalog, platforms))
     print(f"wrote {options.html} ({len(catalog)} ops x {len(platforms)} platforms)")
