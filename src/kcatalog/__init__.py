@@ -1,8 +1,9 @@
 """kcatalog: a declarative, validated catalog of kernels, loaded from YAML and imported lazily.
 
-The public API is what this module exports, plus `kcatalog.codes` (the diagnostic codes), `kcatalog.errors`,
-`kcatalog.model` (the typed model), `kcatalog.validate.schema` (the file format's models), `kcatalog.compat`
-(SGLang-style registry names) and `kcatalog.testing`. The stage packages (read, validate, link, check, cache,
+The public API is what this module exports (and `__version__`, from the installed distribution's metadata), plus
+`kcatalog.codes` (the diagnostic codes), `kcatalog.errors`, `kcatalog.model` (the typed model),
+`kcatalog.validate.schema` (the file format's models), `kcatalog.compat` (SGLang-style registry names) and
+`kcatalog.testing`. The stage packages (read, validate, link, check, cache,
 select, runtime, registry, tools) and the static resolver they share (pyresolve) are internal.
 """
 
@@ -24,10 +25,18 @@ from .model import CacheOutcome, CacheStatus, Capability, CatalogSettings, Kerne
 from .platform import Platform
 from .registry.catalog import Catalog
 
+#: The installed distribution's version ("0+unknown" in a source tree never installed); module `__getattr__` reads
+#: it on first use. An annotation alone binds no attribute, so the lookup still reaches `__getattr__`.
+__version__: str
+
 _KERNELIZE = ("KernelizeReport", "kernelize", "unkernelize")
 
 
 def __getattr__(name: str) -> object:
+    if name == "__version__":  # from the distribution's metadata, read when asked: importing it costs tens of ms
+        from ._version import version
+
+        return version()
     # Selection's module loads with the first selection, not with the catalog: a warm load stays lean.
     if name in ("Selection", "SelectRequest"):
         from .select import selection

@@ -1,83 +1,79 @@
-"""The README's examples run as written: the settings file shown whole, the validate sample's output (line numbers
-included), and the worked example of a catalog of one's own on top of the shipped one."""
+"""The README is the package's front page, on PyPI too: short, its set-up commands where `.ci/run` reads them (the
+CPU-only torch advice before them), and every link absolute and alive, since relative links break in a long
+description."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from catalog_builder import child_env
-
-from kcatalog.tools.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
+sys.path.insert(0, str(REPO / "docs" / "hooks"))
+
+from docgen import PROJECT, pages  # noqa: E402
+from docgen.links import find_links  # noqa: E402
+
+RAW = "https://raw.githubusercontent.com/" + PROJECT.repository.removeprefix("https://github.com/") + "/main/"
 
 
-def block(marker: str) -> str:
-    """The fenced block right after `<!-- marker -->`, without its fences."""
-    match = re.search(rf"<!-- {re.escape(marker)} -->\n```[a-z]*\n(.*?)\n```\n", README, re.S)
-    assert match, f"README has no block marked {marker}"
-    return match.group(1)
-
-
-def test_the_settings_file_is_shown_whole() -> None:
-    assert block("settings-file") + "\n" == (REPO / "catalog" / "kcatalog.yaml").read_text(encoding="utf-8")
-
-
-def test_the_validate_sample_prints_what_the_readme_shows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    manifest = re.search(r"\*\*1\. Declare an op\*\*.*?```yaml\n(.*?)```\n", README, re.S)
-    assert manifest
-    typos = (
-        manifest.group(1)
-        .replace("      triton:\n", "      tritn:\n")
-        .replace("triton.layernorm:rms_norm", "triton.layernorm:rms_nrom")
+def ci_command(marker: str) -> str:
+    """A set-up command as `.ci/run` reads it: its own `readme_command` function, run by bash on the README."""
+    ci_run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    [function] = [line for line in ci_run.splitlines() if line.startswith("readme_command()")]
+    done = subprocess.run(
+        ["bash", "-c", f"{function}\nreadme_command {marker}"], cwd=REPO, capture_output=True, text=True, check=True
     )
-    assert typos.count("tritn") == 1 and typos.count("rms_nrom") == 1
-    catalog = tmp_path / "catalog"
-    catalog.mkdir()
-    (catalog / "layernorm.yaml").write_text(typos, encoding="utf-8")
-    (catalog / "kcatalog.yaml").write_bytes((REPO / "catalog" / "kcatalog.yaml").read_bytes())
-    command, *expected = block("validate-sample").splitlines()
-    assert command == "$ kcatalog validate catalog/"
-    monkeypatch.chdir(tmp_path)
-    assert main(["validate", "catalog/"]) == 1
-    assert capsys.readouterr().out.splitlines() == expected
+    return done.stdout.strip()
 
 
-def test_the_layers_example_runs_verbatim(tmp_path: Path) -> None:
-    """My ops in my own directory, validated and loaded with `shipped`, each layer's allow-list on its own files."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    # `kcatalog` and `python` as an install has them, run by this interpreter (a symlink to a virtual
-    # environment's python would find no pyvenv.cfg beside it, and run the base interpreter).
-    for name, command in (("kcatalog", f'"{sys.executable}" -m kcatalog'), ("python", f'"{sys.executable}"')):
-        shim = bin_dir / name
-        shim.write_text(f'#!/bin/sh\nexec {command} "$@"\n', encoding="utf-8")
-        shim.chmod(0o755)
-    work = tmp_path / "project"
-    work.mkdir()
-    env = child_env(work)
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
-    script = block("layers-example")
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=work, env=env, capture_output=True, text=True)
-    assert done.stderr == ""
-    assert done.stdout.splitlines() == block("layers-example-output").splitlines()
-    assert done.returncode == 0
-    # The shipped allow-list did not block `myops`; this layer's own list does govern its files.
-    manifest = work / "mycatalog" / "myops.yaml"
-    manifest.write_text(manifest.read_text(encoding="utf-8").replace("myops.scale:scaled_tanh_fast", "os:system"))
-    refused = subprocess.run(
-        [sys.executable, "-m", "kcatalog", "validate", "shipped", "mycatalog"], cwd=work, env=env, capture_output=True
-    )
-    assert refused.returncode == 1
-    assert refused.stdout.decode().splitlines()[0] == (
-        "mycatalog/myops.yaml:15:17: KC305 target 'os:system' is outside the allowed modules "
-        "(kcatalog.yaml allowed_modules of layer 'mycatalog': myops)"
-    )
+def test_ci_finds_the_two_set_up_commands() -> None:
+    assert ci_command("install-command") == "pip install -e . && kcatalog validate && kcatalog list"
+    test_command = ci_command("test-command")
+    assert test_command.startswith("pip install -e '.[test]' && ")
+    # The documentation site builds in the test command, warnings as errors.
+    assert test_command.endswith(" && pytest && mkdocs build --strict")
+
+
+def test_the_cpu_only_torch_advice_comes_before_the_set_up_commands() -> None:
+    advice = README.index("pip install torch --index-url https://download.pytorch.org/whl/cpu")
+    assert advice < README.index("<!-- install-command -->") < README.index("<!-- test-command -->")
+
+
+def test_the_readme_is_a_front_page() -> None:
+    assert len(README.splitlines()) < 200
+    assert PROJECT.documentation in README
+
+
+def site_page(url: str) -> str | None:
+    """The docs page (a path under docs/, as the site builds it) an address of the documentation site names."""
+    path = url.removeprefix(PROJECT.documentation).partition("#")[0].strip("/")
+    return f"{path}.md" if path else "index.md"
+
+
+def test_every_link_is_absolute_and_names_what_exists() -> None:
+    generated = set(pages())
+    problems = []
+    for link in find_links(README):
+        where = f"README.md:{link.line}: {link.target}"
+        if not link.absolute:
+            problems.append(f"{where}: relative, which breaks in the package's long description")
+        elif link.target.startswith((PROJECT.blob(""), PROJECT.tree(""), RAW)):
+            path = link.path.removeprefix(PROJECT.blob("")).removeprefix(PROJECT.tree("")).removeprefix(RAW)
+            if not (REPO / path).exists():
+                problems.append(f"{where}: no {path} in the repository")
+        elif link.target.startswith(PROJECT.documentation):
+            page = site_page(link.target)
+            if not (page in generated or (REPO / "docs" / page).is_file()):
+                problems.append(f"{where}: no page docs/{page}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("file", ["README.md", "CONTRIBUTING.md", ".pre-commit-hooks.yaml"])
+def test_no_placeholder_for_the_repository(file: str) -> None:
+    text = (REPO / file).read_text(encoding="utf-8")
+    assert not re.search(r"<[^>]*(git URL|repository's URL)[^>]*>", text)

@@ -111,3 +111,33 @@ def test_installed_wheel_loads_its_shipped_catalog(site: Path) -> None:
 def test_installed_wheel_validates_its_catalog(site: Path) -> None:
     result = python_in(site, "-m", "kcatalog", "validate")
     assert (result.returncode, result.stdout, result.stderr) == (0, "All checks passed!\n", "")
+
+
+def wheel_metadata(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        [name] = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        return archive.read(name).decode()
+
+
+def test_wheel_metadata_names_the_project(wheel: Path) -> None:
+    """Project URLs, authors and classifiers, as pyproject.toml declares them; the README as the long description."""
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    headers, _, description = wheel_metadata(wheel).partition("\n\n")
+    lines = headers.splitlines()
+    for label, url in project["urls"].items():
+        assert f"Project-URL: {label}, {url}" in lines
+    assert "Author: kcatalog developers" in lines
+    assert {line.removeprefix("Classifier: ") for line in lines if line.startswith("Classifier: ")} == set(
+        project["classifiers"]
+    )
+    assert "Description-Content-Type: text/markdown" in lines
+    assert description.strip() == (REPO / "README.md").read_text(encoding="utf-8").strip()
+
+
+def test_installed_wheel_reports_its_version(wheel: Path, site: Path) -> None:
+    version = wheel.name.split("-")[1]
+    result = python_in(site, "-m", "kcatalog", "--version")
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"kcatalog {version}\n", "")
+    result = python_in(site, "-c", "import kcatalog; print(kcatalog.__version__)")
+    assert (result.returncode, result.stdout) == (0, f"{version}\n")

@@ -85,19 +85,15 @@ def _backend(runtime: Runtime, op: str, platform: Platform, dtype: str, tokens: 
 
 def plan_text(plan: ResolvedPlan, command: str) -> str:
     """The plan as YAML, for load_catalog(plan=...) and `kcatalog plan --check`."""
-    import importlib.metadata
+    from .._version import version
 
-    try:
-        version = importlib.metadata.version("kcatalog")
-    except importlib.metadata.PackageNotFoundError:
-        version = "source tree"
     lines = [
         "# Written by `kcatalog plan`: load_catalog(plan=...) pins it; `kcatalog plan --check` compares it.",
         "kcatalog: 1",
         "plan:",
         f"  platform: {json.dumps(plan.platform)}",
         f"  digest: {json.dumps(plan.digest)}",
-        f"  kcatalog: {json.dumps(version)}",
+        f"  kcatalog: {json.dumps(version())}",
         f"  command: {json.dumps(command)}",
         "  ops:",
     ]

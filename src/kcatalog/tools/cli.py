@@ -62,8 +62,22 @@ class _UsageExit(Exception):
     pass
 
 
+class _Version(argparse.Action):
+    """`--version`: the version is read from the package metadata only when asked (that read costs tens of ms)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print kcatalog's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> NoReturn:
+        from .._version import version
+
+        print(f"kcatalog {version()}")
+        parser.exit()
+
+
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = _Parser(prog="kcatalog", description="Validate, list, explain, test and report a kernel catalog.")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     return parser, {name: module.add_parser(sub) for name, module in COMMANDS.items()}
 

@@ -170,6 +170,8 @@ def provenance(device: str, command: str) -> Provenance:
 
     import torch
 
+    from .._version import version as kcatalog_version
+
     name, capability, driver = "cpu", None, None
     if device == "cuda":
         name = torch.cuda.get_device_name()
@@ -190,7 +192,7 @@ def provenance(device: str, command: str) -> Provenance:
         driver,
         torch.__version__,
         version("triton"),
-        version("kcatalog") or "source tree",
+        kcatalog_version(),
         now,
         command,
     )
