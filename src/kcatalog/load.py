@@ -17,7 +17,7 @@ from .errors import CatalogError, Diagnostic
 from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
 from .platform import is_installed
 from .read.digest import content_digest
-from .read.files import PathLike, SourceFile, read_sources
+from .read.files import CatalogFile, PathLike, SourceFile, read_sources
 from .read.layer_sources import layer_files, resolve_layers
 from .registry.catalog import Catalog
 from .select.buckets import Tuning
@@ -134,14 +134,17 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         paths = [paths]
     diagnostics = Diagnostics()
     layers = resolve_layers(paths, diagnostics)
-    sources = read_sources(layer_files(layers, diagnostics), diagnostics)
+    found = layer_files(layers, diagnostics)
+    sources = read_sources(found, diagnostics)
     store = _open_cache(sources, layers, diagnostics, options.cache)
     read = None if isinstance(store, CacheStatus) else store.read()
     if read is not None and read.entry is not None:
         linked, known_targets = read.entry.linked, read.entry.targets
         diagnostics.extend(linked.warnings)  # what linking warned about, as a cold load would report it
     else:
-        linked, known_targets = _link(sources, layers, diagnostics), None
+        read_paths = {source.path for source in sources}
+        unread = [file for file in found if file.path not in read_paths]
+        linked, known_targets = _link(sources, unread, layers, diagnostics), None
     linked_clean = not diagnostics.has_errors
     checks = check_linked(
         linked,
@@ -218,9 +221,12 @@ def _open_cache(
         return CacheStatus(CacheOutcome.OFF, f"cannot fingerprint kcatalog's code ({exc})")
 
 
-def _link(sources: list[SourceFile], layers: list[CatalogLayer], diagnostics: Diagnostics) -> LinkedCatalog:
-    """Validate and link the files, adding what is wrong to `diagnostics`."""
+def _link(
+    sources: list[SourceFile], unread: list[CatalogFile], layers: list[CatalogLayer], diagnostics: Diagnostics
+) -> LinkedCatalog:
+    """Validate and link the files (`unread`: those found that could not be read), adding what is wrong to
+    `diagnostics`."""
     from .link.stages import link_catalog  # PyYAML and pydantic: imported only when files must be parsed
     from .validate.validator import validate_sources
 
-    return link_catalog(sources, validate_sources(sources, diagnostics), layers, diagnostics)
+    return link_catalog(sources, validate_sources(sources, diagnostics, unread=unread), layers, diagnostics)

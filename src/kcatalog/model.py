@@ -429,6 +429,28 @@ class LockedPlan:
 
 
 @dataclass(frozen=True)
+class BrokenOps:
+    """The ops the files declare but that could not be read: an op (or an extension of it) that failed the schema,
+    or every op of a manifest lost whole. Their errors are reported where they are written; the stages after
+    validation treat these names as declared but broken, so that nothing naming them is reported a second time as
+    unknown (a layer mapping, a tuned table, an extension, `require=`)."""
+
+    ops: tuple[str, ...] = ()  # op ids
+    groups: tuple[str, ...] = ()  # every op of these groups: a manifest of the group was lost before its ops were read
+    any_op: bool = False  # a manifest was lost before even its group could be read: it may have declared any op
+
+    def covers(self, op_id: str) -> bool:
+        """Whether `op_id` may be one of the ops that could not be read."""
+        return self.any_op or op_id in self.ops or op_id.partition(".")[0] in self.groups
+
+    def __bool__(self) -> bool:
+        return self.any_op or bool(self.ops or self.groups)
+
+
+NOTHING_BROKEN = BrokenOps()
+
+
+@dataclass(frozen=True)
 class LinkedCatalog:
     """What linking the files yields: settings and ops, plus every backend declaration read."""
 
@@ -448,6 +470,8 @@ class LinkedCatalog:
     # The text digests of the files that hold them: a plan's content digest leaves them out, since the plan
     # holds their choices (a plan made with `--tuned DIR` holds without DIR).
     tuned_texts: tuple[str, ...] = ()
+    # The ops declared but broken (BrokenOps): never among `ops`; empty whenever the catalog links without errors.
+    broken: BrokenOps = NOTHING_BROKEN
 
     @property
     def known(self) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kcatalog import check_catalog
+from kcatalog import CatalogError, check_catalog, load_catalog
 from kcatalog.codes import CODES
 from kcatalog.tools.cli import main
 
@@ -111,13 +111,8 @@ def expected_lines(case: str) -> list[str]:
     return (CORPUS / case / "expected.txt").read_text(encoding="utf-8").splitlines()
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_case(
-    case: str,
-    workspace: Workspace,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def enter(case: str, workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
+    """Write the case's kernel modules and make its directory the working one; its layers and extra options."""
     directory = CORPUS / case
     for module in directory.glob("*.py"):
         workspace.module(module.stem, module.read_text(encoding="utf-8"))
@@ -125,10 +120,43 @@ def test_case(
     extra = directory / "args.txt"  # e.g. --import: options a case needs beyond a plain validate
     layers = directory / "layers.txt"  # the layers of a case made of several, in order (default: '.')
     paths = layers.read_text(encoding="utf-8").split() if layers.exists() else ["."]
-    code, out = validate(capsys, *paths, *(extra.read_text(encoding="utf-8").split() if extra.exists() else ()))
+    return paths, extra.read_text(encoding="utf-8").split() if extra.exists() else []
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case(
+    case: str,
+    workspace: Workspace,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    paths, extra = enter(case, workspace, monkeypatch)
+    code, out = validate(capsys, *paths, *extra)
     expected = expected_lines(case)
     assert out == expected
     assert code == (1 if expected[-1].startswith("Found ") else 0)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_load_catalog_agrees_with_validate(
+    case: str, workspace: Workspace, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # What `validate` accepts, load_catalog accepts, with the same warnings; what it rejects, load_catalog rejects
+    # with the same diagnostics, also through its cache (on by default, off for a check) on a second load.
+    paths, extra = enter(case, workspace, monkeypatch)
+    options: dict[str, object] = {"import_targets": "--import" in extra}
+    if "--plan" in extra:
+        options["plan"] = extra[extra.index("--plan") + 1]
+    checked, diagnostics = check_catalog(paths, **options)  # type: ignore[arg-type]
+    for _ in range(2):
+        try:
+            loaded = load_catalog(paths, cache=tmp_path / "cache", **options)  # type: ignore[arg-type]
+        except CatalogError as exc:
+            assert checked is None
+            assert list(exc.diagnostics) == diagnostics
+        else:
+            assert checked is not None
+            assert list(loaded.warnings) == diagnostics
 
 
 @pytest.mark.parametrize("case", sorted(API_CASES))

@@ -58,17 +58,49 @@ def test_explicit_document_markers_are_one_document() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("text", "expected", "path", "kept"),
     [
-        ("a: 1\nb: 2\na: 3\n", "m.yaml:3:1: KC002 duplicate key 'a' (first defined at line 1, column 1)"),
-        ("ops:\n  x:\n    d: 1\n    d: 2\n", "m.yaml:4:5: KC002 duplicate key 'd' (first defined at line 3, column 5)"),
-        ("{a: 1, b: 2, a: 3}", "m.yaml:1:14: KC002 duplicate key 'a' (first defined at line 1, column 2)"),
-        ("1: a\n0x1: b\n", "m.yaml:2:1: KC002 duplicate key '1' (first defined at line 1, column 1)"),
+        (
+            "a: 1\nb: 2\na: 3\n",
+            "m.yaml:3:1: KC002 duplicate key 'a' (first defined at line 1, column 1)",
+            ("a",),
+            {"a": 1, "b": 2},
+        ),
+        (
+            "ops:\n  x:\n    d: 1\n    d: 2\n",
+            "m.yaml:4:5: KC002 duplicate key 'd' (first defined at line 3, column 5)",
+            ("ops", "x", "d"),
+            {"ops": {"x": {"d": 1}}},
+        ),
+        (
+            "{a: 1, b: 2, a: 3}",
+            "m.yaml:1:14: KC002 duplicate key 'a' (first defined at line 1, column 2)",
+            ("a",),
+            {"a": 1, "b": 2},
+        ),
+        (
+            "1: a\n0x1: b\n",
+            "m.yaml:2:1: KC002 duplicate key '1' (first defined at line 1, column 1)",
+            (1,),
+            {1: "a"},
+        ),
     ],
     ids=["top-level", "nested", "flow", "same-int-spelled-twice"],
 )
-def test_duplicate_keys_are_refused(text: str, expected: str) -> None:
-    assert problem(text) == expected
+def test_duplicate_keys_are_reported_with_their_path_and_the_first_value_kept(
+    text: str, expected: str, path: tuple[object, ...], kept: object
+) -> None:
+    # The rest of the file is still read: the validator leaves out only the part the key is in.
+    parsed = parse_yaml("m.yaml", text)
+    assert isinstance(parsed, ParsedFile)
+    assert [(str(d.diagnostic), d.paths) for d in parsed.duplicates] == [(expected, (path,))]
+    assert parsed.data == kept
+
+
+def test_a_duplicate_key_in_an_aliased_mapping_has_every_path_it_is_reached_by() -> None:
+    parsed = parse_yaml("m.yaml", "a: &m {k: 1, k: 2}\nb: *m\n")
+    assert isinstance(parsed, ParsedFile)
+    assert sorted(parsed.duplicates[0].paths) == [("a", "k"), ("b", "k")]
 
 
 @pytest.mark.parametrize(

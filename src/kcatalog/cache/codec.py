@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import Diagnostic, Location, Severity
 from ..model import (
     BackendInfo,
+    BrokenOps,
     Capability,
     CatalogSettings,
     Dispatch,
@@ -63,6 +64,7 @@ MODEL_TYPES: tuple[type, ...] = (
     Importable,
     Parameters,
     Dispatch,
+    BrokenOps,
 )
 ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole)
 _LOCATION = -1

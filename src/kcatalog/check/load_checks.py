@@ -163,6 +163,8 @@ def _check_require(linked: LinkedCatalog, require: Require, out: list[Diagnostic
     wanted = require.items() if isinstance(require, Mapping) else ((op, ()) for op in require)
     for op_id, backends in wanted:
         info = linked.ops.get(op_id)
+        if info is None and linked.broken.covers(op_id):
+            continue  # declared, with errors reported where it is
         if info is None:
             out.append(
                 Diagnostic(
@@ -190,6 +192,7 @@ def _check_overrides(linked: LinkedCatalog, overrides: OverridesArg, out: list[D
     except ValueError as exc:
         out.append(Diagnostic(codes.OVERRIDE_MALFORMED, str(exc)))
         return []
+    names = [*linked.ops, *linked.broken.ops]  # an op left out for its errors is no op an override misses
     for found in sets:
-        out.extend(check_overrides(found, list(linked.ops), linked.known))
+        out.extend(check_overrides(found, names, linked.known))
     return sets

@@ -9,7 +9,17 @@ from dataclasses import dataclass, field
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Location, did_you_mean
-from ..model import CatalogLayer, CatalogSettings, Declared, Importable, LayerPolicy, Target, TargetRole
+from ..model import (
+    NOTHING_BROKEN,
+    BrokenOps,
+    CatalogLayer,
+    CatalogSettings,
+    Declared,
+    Importable,
+    LayerPolicy,
+    Target,
+    TargetRole,
+)
 from ..platform import DEVICES
 from ..validate.validator import ValidatedFile
 from .merged_settings import layer_name
@@ -28,6 +38,8 @@ class LinkContext:
     layer_allow_lists: Mapping[int, tuple[str, ...] | None] = field(default_factory=dict)
     policies: Mapping[int, LayerPolicy] = field(default_factory=dict)  # each layer's rules (link/policy.py)
     declared: list[Declared] = field(default_factory=list)
+    # The ops declared but left out for their schema errors: named elsewhere, they are no unknown op.
+    broken: BrokenOps = NOTHING_BROKEN
 
     def allow_lists(self, file: ValidatedFile) -> tuple[tuple[str, ...], ...]:
         """The allow-lists a target declared in `file` must satisfy: its own layer's, if it has one."""

@@ -38,7 +38,12 @@ def _extend(
     for op_id, extension in manifest.extends.items():
         pending = pending_ops.get(op_id)
         if pending is None:
-            if not replacing:
+            if replacing:
+                continue
+            if context.broken.covers(op_id):  # its own errors are reported: check only the backends given here
+                for key, given in (("backends", extension.backends), ("replaces", extension.replaces)):
+                    backend_specs(context, file, op_id, None, given, ("extends", op_id), key=key)
+            else:
                 context.diagnostics.error(
                     codes.EXTENDS_UNKNOWN_OP,
                     f"extends op '{op_id}', which no manifest declares{did_you_mean(op_id, pending_ops)}",

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import did_you_mean, listing
-from ..model import LayerClass, LayerCondition, LayerMapping, OpInfo, Target, TargetRole
+from ..model import BrokenOps, LayerClass, LayerCondition, LayerMapping, OpInfo, Target, TargetRole
 from ..validate.mappings_schema import LAYERS_KEY, LayersFile
 from ..validate.validator import ValidatedFile
 from .context import declared_at
@@ -17,10 +17,12 @@ from .context import declared_at
 def link_mappings(
     files: Sequence[ValidatedFile],
     ops: Mapping[str, OpInfo],
+    broken: BrokenOps,
     allow_lists: Callable[[ValidatedFile], tuple[tuple[str, ...], ...]],
     diagnostics: Diagnostics,
 ) -> tuple[LayerMapping, ...]:
-    """Every layers file's mappings, in file then declaration order; problems are added to `diagnostics`."""
+    """Every layers file's mappings, in file then declaration order; problems are added to `diagnostics` (an op
+    among the `broken` is not one: its own errors are reported where it is declared)."""
     mappings: dict[str, LayerMapping] = {}
     for file in files:
         model = file.model
@@ -39,7 +41,7 @@ def link_mappings(
                 )
                 continue
             for index, op_id in enumerate(entry.ops):
-                if op_id not in ops:
+                if op_id not in ops and not broken.covers(op_id):
                     diagnostics.error(
                         codes.LAYER_OP_UNKNOWN,
                         f"layer mapping '{name}' names op '{op_id}', which no manifest declares"

@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 from .. import codes
 from ..diagnostics import Diagnostics
-from ..model import CatalogLayer, LinkedCatalog, OpInfo
+from ..model import NOTHING_BROKEN, BrokenOps, CatalogLayer, LinkedCatalog, OpInfo
 from ..validate.schema import Manifest
 from ..validate.validator import ValidatedFile
 from .backend_specs import backend_specs, declare_fake
@@ -33,19 +33,21 @@ def link_files(
     *,
     settings_found: bool = False,
     layers: Sequence[CatalogLayer] = (),
+    broken: BrokenOps = NOTHING_BROKEN,
 ) -> LinkedCatalog:
     """Link validated files (of `layers`, in order), adding what is wrong to `diagnostics`; the result is complete
-    only when none of them is an error."""
+    only when none of them is an error. The `broken` ops (validator.ValidatedFiles) are left out, and what names
+    them is not reported."""
     start = len(diagnostics)
-    context = LinkContext(diagnostics, layers)
+    context = LinkContext(diagnostics, layers, broken=broken)
     link_settings(context, files, settings_found)
     ops = _link_ops(context, files)
     check_policy(context, files, ops)
-    mappings = link_mappings(files, ops, context.allow_lists, diagnostics)
+    mappings = link_mappings(files, ops, broken, context.allow_lists, diagnostics)
     settings = context.settings
     warnings = tuple(d for d in diagnostics.since(start) if not d.is_error)
     declared = (*context.declared, *(t for mapping in mappings for t in (mapping.forward, mapping.prepare) if t))
-    return LinkedCatalog(settings, MappingProxyType(ops), declared, warnings, mappings)
+    return LinkedCatalog(settings, MappingProxyType(ops), declared, warnings, mappings, broken=broken)
 
 
 def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str, OpInfo]:
@@ -72,11 +74,26 @@ def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str,
             pending = pending_ops[op_id] = PendingOp(file, name, op_id, op, location, specs, fake)
             link_torch_op(pending)
             groups[op_id] = manifest.group
+        _check_left_out(context, file, manifest)
     link_extensions(context, manifests, pending_ops)
+    for op_id in context.broken.ops:  # an op whose extension was left out: its backends are not all known
+        pending_ops.pop(op_id, None)
     for pending in pending_ops.values():  # after extensions, which may add the backends an order names
         resolve_priorities(context, pending)
     check_torch_names(pending_ops)  # their problems are warnings where a policy asks for torch ops (policy.py)
     return {op_id: pending.freeze(groups[op_id], context.layer(pending.file)) for op_id, pending in pending_ops.items()}
+
+
+def _check_left_out(context: LinkContext, file: ValidatedFile, manifest: Manifest) -> None:
+    """The own checks of the sound backends of the ops and extensions left out of the file for their errors (names,
+    device kinds, targets), so that those errors show now too; the ops themselves are not linked."""
+    for part in file.left_out:
+        if not part.backends:  # not an op or extension, or none of its backends is sound
+            continue
+        kind, name = part.path
+        op_id = f"{manifest.group}.{name}" if kind == "ops" else name
+        for key, backends in part.backends.items():
+            backend_specs(context, file, op_id, None, backends, (kind, name), key=key)
 
 
 def _across(context: LinkContext, earlier: ValidatedFile, later: ValidatedFile) -> str:

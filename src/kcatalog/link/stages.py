@@ -11,24 +11,27 @@ from ..model import CatalogLayer, LinkedCatalog
 from ..read.digest import text_digest
 from ..read.files import SourceFile
 from ..validate.tables import TunedTable
-from ..validate.validator import ValidatedFile
+from ..validate.validator import ValidatedFiles
 from .linker import link_files
 from .tuned import link_tuned
 
 
 def link_catalog(
     sources: Sequence[SourceFile],
-    files: Sequence[ValidatedFile],
+    validated: ValidatedFiles,
     layers: Sequence[CatalogLayer],
     diagnostics: Diagnostics,
 ) -> LinkedCatalog:
-    """The catalog that `files` (validated from `sources`, of `layers`) make, what is wrong added to `diagnostics`;
-    complete only when none of that is an error."""
-    linked = link_files(files, diagnostics, settings_found=any(s.is_settings for s in sources), layers=layers)
+    """The catalog that the files `validated` from `sources` (of `layers`) make, what is wrong added to
+    `diagnostics`; complete only when none of that is an error."""
+    files, broken = validated.files, validated.broken
+    settings_found = any(s.is_settings for s in sources)
+    linked = link_files(files, diagnostics, settings_found=settings_found, layers=layers, broken=broken)
     tables = [file for file in files if isinstance(file.model, TunedTable)]
     if not tables:
         return linked
     texts = {source.shown: source.text for source in sources}
     # The catalog's content digest leaves the tables out: a plan holds their choices (LinkedCatalog.tuned_texts).
     tuned_texts = tuple(text_digest(texts[file.path]) for file in tables)
-    return dataclasses.replace(linked, tuned=link_tuned(files, linked.ops, diagnostics), tuned_texts=tuned_texts)
+    tuned = link_tuned(files, linked.ops, broken, diagnostics)
+    return dataclasses.replace(linked, tuned=tuned, tuned_texts=tuned_texts)

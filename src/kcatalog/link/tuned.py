@@ -9,21 +9,22 @@ from typing import Any
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Location, did_you_mean, listing
-from ..model import OpInfo, TunedBucket, TunedOp
+from ..model import BrokenOps, OpInfo, TunedBucket, TunedOp
 from ..platform import Platform
 from ..validate.tables import BucketDecl, TunedTable
 from ..validate.validator import ValidatedFile
 
 
 def link_tuned(
-    files: Sequence[ValidatedFile], ops: Mapping[str, OpInfo], diagnostics: Diagnostics
+    files: Sequence[ValidatedFile], ops: Mapping[str, OpInfo], broken: BrokenOps, diagnostics: Diagnostics
 ) -> tuple[TunedOp, ...]:
-    """Every table's choices, in file order; what is wrong is added to `diagnostics` and left out."""
+    """Every table's choices, in file order; what is wrong is added to `diagnostics` and left out, and so are the
+    choices for `broken` ops, whose own errors are reported where they are declared."""
     linked: list[TunedOp] = []
     seen: dict[tuple[str, str, str], Location] = {}
     for file in files:
         if isinstance(file.model, TunedTable):
-            linked += _link_table(file, file.model, ops, seen, diagnostics)
+            linked += _link_table(file, file.model, ops, broken, seen, diagnostics)
     return tuple(linked)
 
 
@@ -31,6 +32,7 @@ def _link_table(
     file: ValidatedFile,
     table: TunedTable,
     ops: Mapping[str, OpInfo],
+    broken: BrokenOps,
     seen: dict[tuple[str, str, str], Location],
     diagnostics: Diagnostics,
 ) -> list[TunedOp]:
@@ -59,11 +61,12 @@ def _link_table(
     for op_id, by_dtype in body.ops.items():
         info = ops.get(op_id)
         if info is None:
-            diagnostics.error(
-                codes.TUNED_UNKNOWN_OP,
-                f"tuned table names unknown op '{op_id}'{did_you_mean(op_id, ops)}",
-                at("ops", op_id, key=True),
-            )
+            if not broken.covers(op_id):
+                diagnostics.error(
+                    codes.TUNED_UNKNOWN_OP,
+                    f"tuned table names unknown op '{op_id}'{did_you_mean(op_id, ops)}",
+                    at("ops", op_id, key=True),
+                )
             continue
         for dtype, buckets in by_dtype.items():
             where = at("ops", op_id, dtype, key=True)

@@ -100,14 +100,25 @@ class _Loader(_Parser, _PlainResolver):
 
 
 @dataclass(frozen=True)
+class DuplicateKey:
+    """A key written twice in one mapping: its diagnostic, and the paths of that key in the data (more than one
+    where the mapping is reached through aliases). The data keeps the first value, so the rest of the file is still
+    read; the validator leaves out the part of the file the key is in."""
+
+    diagnostic: Diagnostic
+    paths: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
 class ParsedFile:
-    """A YAML file read into plain data, its node tree (for positions in what fails the schema), and the table of
-    where each key and value is written (for the stages after it)."""
+    """A YAML file read into plain data, its node tree (for positions in what fails the schema), the table of
+    where each key and value is written (for the stages after it), and the keys written twice."""
 
     path: str
     data: Any
     root: yaml.Node | None
     locations: LocationTable
+    duplicates: tuple[DuplicateKey, ...] = ()
 
 
 class _Refused(Exception):
@@ -157,7 +168,31 @@ def parse_yaml(path: str, text: str) -> ParsedFile | Diagnostic:
         data = converter.convert(root, 0)
     except _Refused as refused:
         return refused.diagnostic
-    return ParsedFile(path, data, root, LocationTable(path, data, root, converter.mappings, converter.sequences))
+    locations = LocationTable(path, data, root, converter.mappings, converter.sequences)
+    duplicates: tuple[DuplicateKey, ...] = ()
+    if converter.duplicates:
+        found = _paths_of(data, {id(mapping) for mapping, _, _ in converter.duplicates})
+        duplicates = tuple(
+            DuplicateKey(diagnostic, tuple((*at, key) for at in found[id(mapping)]))
+            for mapping, key, diagnostic in converter.duplicates
+        )
+    return ParsedFile(path, data, root, locations, duplicates)
+
+
+def _paths_of(data: Any, wanted: set[int]) -> dict[int, list[tuple[Any, ...]]]:
+    """Every path at which each wanted container (by identity) is reached; only run when a key is duplicated, and
+    bounded by the node budget, which counts aliases at their expanded size."""
+    found: dict[int, list[tuple[Any, ...]]] = {number: [] for number in wanted}
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while stack:
+        value, path = stack.pop()
+        if id(value) in found:
+            found[id(value)].append(path)
+        if type(value) is dict:
+            stack.extend((item, (*path, key)) for key, item in value.items())
+        elif type(value) is list:
+            stack.extend((item, (*path, index)) for index, item in enumerate(value))
+    return found
 
 
 def _syntax_diagnostic(path: str, text: str, exc: yaml.MarkedYAMLError) -> Diagnostic:
@@ -231,6 +266,8 @@ class _NodeConverter:
         # Each container's nodes, by the identity of the plain value it became: the file's LocationTable.
         self.mappings: dict[int, dict[Any, tuple[yaml.Node, yaml.Node]]] = {}
         self.sequences: dict[int, list[yaml.Node]] = {}
+        # (the mapping, the key, its diagnostic) for each key written twice: reported, the first value kept.
+        self.duplicates: list[tuple[dict[Any, Any], Any, Diagnostic]] = []
 
     def refuse(self, code: str, message: str, node: yaml.Node) -> _Refused:
         return _Refused(Diagnostic(code, message, node_location(self.path, node)))
@@ -311,7 +348,11 @@ class _NodeConverter:
             if key in result:  # a key repeated through an alias is the very same node: look it up, not for it
                 first = entries[key][0].start_mark
                 where = f"line {first.line + 1}, column {first.column + 1}"
-                raise self.refuse(codes.DUPLICATE_KEY, f"duplicate key '{key}' (first defined at {where})", key_node)
+                message = f"duplicate key '{key}' (first defined at {where})"
+                self.duplicates.append(
+                    (result, key, Diagnostic(codes.DUPLICATE_KEY, message, node_location(self.path, key_node)))
+                )
+                continue
             entries[key] = (key_node, value_node)
             result[key] = convert(value_node, depth)
         return result

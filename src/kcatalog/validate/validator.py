@@ -13,10 +13,12 @@ import pydantic
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Diagnostic, did_you_mean
-from ..read.files import SourceFile
+from ..model import BrokenOps
+from ..read.files import CatalogFile, SourceFile
 from ..read.location_table import LocationTable
 from ..read.yaml_nodes import ParsedFile, find_key_node, find_node, node_location, parse_yaml
 from .mappings_schema import LAYERS_KEY, LayersFile
+from .salvage import LeftOut, salvage
 from .schema import (
     BACKEND_PATTERN,
     FORMAT_VERSION,
@@ -38,11 +40,13 @@ _KINDS: dict[str, type[TunedTable] | type[Plan] | type[LayersFile]] = {
 
 @dataclass(frozen=True)
 class ValidatedFile:
-    """A catalog file that passed the schema: its model and its node tree for positions."""
+    """A catalog file that passed the schema, perhaps with parts left out for their errors: its model (of what is
+    left), its node tree for positions, and the parts left out."""
 
     parsed: ParsedFile
     model: Manifest | Settings | LayersFile | TunedTable | Plan
     layer: int = 0  # its layer's number (read/layer_sources.py)
+    left_out: tuple[LeftOut, ...] = ()
 
     @property
     def path(self) -> str:
@@ -54,26 +58,46 @@ class ValidatedFile:
         return self.parsed.locations
 
 
-def validate_sources(sources: Iterable[SourceFile], diagnostics: Diagnostics) -> list[ValidatedFile]:
-    """The files that parse and pass the schema; what stops the others goes to `diagnostics`, so that one bad file
-    never hides the rest."""
+@dataclass(frozen=True)
+class ValidatedFiles:
+    """The files that passed the schema (some with parts left out), and the ops declared in what was left out or
+    lost, which the link stages treat as declared but broken."""
+
+    files: list[ValidatedFile]
+    broken: BrokenOps
+
+
+def validate_sources(
+    sources: Iterable[SourceFile], diagnostics: Diagnostics, *, unread: Iterable[CatalogFile] = ()
+) -> ValidatedFiles:
+    """The files that parse and pass the schema, each without its parts that fail it; what is wrong goes to
+    `diagnostics`, so that one bad op never hides the rest of its file, nor one bad file the rest. `unread`: the
+    catalog files that could not be read (reported by read/files.py), which may have declared any op."""
     validated = []
+    broken = _Broken()
+    broken.any_op = any(not file.is_settings for file in unread)
     for source in sources:
         parsed = parse_yaml(source.shown, source.text)
         if isinstance(parsed, Diagnostic):
             diagnostics.add(parsed)
+            broken.lost(source, None)
             continue
         file = validate(parsed, is_settings=source.is_settings, diagnostics=diagnostics, layer=source.layer)
-        if file is not None:
+        if file is None:
+            broken.lost(source, parsed)
+        else:
             validated.append(file)
-    return validated
+            broken.left_out(file)
+    return ValidatedFiles(validated, broken.freeze())
 
 
 def validate(
     parsed: ParsedFile, *, is_settings: bool, diagnostics: Diagnostics, layer: int = 0
 ) -> ValidatedFile | None:
-    """One parsed file checked against its model; None when it fails, every schema error added to `diagnostics`
-    at its position."""
+    """One parsed file checked against its model, every schema error (and duplicate key) added to `diagnostics` at
+    its position; the parts that hold them are left out (salvage.py), and None is returned when that loses the
+    whole file."""
+    diagnostics.extend(duplicate.diagnostic for duplicate in parsed.duplicates)
     data = parsed.data
     model_cls: type[Manifest] | type[Settings] | type[LayersFile] | type[TunedTable] | type[Plan] = (
         Settings if is_settings else Manifest
@@ -112,13 +136,85 @@ def validate(
                 where,
             )
         return None
+    errors: list[Any] = []
     try:
         model = model_cls.model_validate(data)
     except pydantic.ValidationError as exc:
-        for error in exc.errors(include_url=False):
+        errors = exc.errors(include_url=False)
+        for error in errors:
             diagnostics.add(_schema_diagnostic(parsed, model_cls, error))
+    else:
+        if not parsed.duplicates:
+            return ValidatedFile(parsed, model, layer)
+    paths = [tuple(error["loc"]) for error in errors] + [path for dup in parsed.duplicates for path in dup.paths]
+    salvaged = salvage(model_cls, data, paths)
+    if salvaged is None:
         return None
-    return ValidatedFile(parsed, model, layer)
+    try:
+        model = model_cls.model_validate(salvaged.data)
+    except pydantic.ValidationError:  # what is left fails too (a collection left empty, say): the file is lost
+        return None
+    return ValidatedFile(parsed, model, layer, salvaged.left_out)
+
+
+# A manifest lost to a YAML error still names its group on a line of its own, almost always.
+_GROUP_LINE = re.compile(r"^group:[ \t]*(['\"]?)([a-z][a-z0-9_]*)\1[ \t]*(?:#.*)?$", re.MULTILINE)
+_OTHER_KIND_LINE = re.compile(rf"^(?:{'|'.join(map(re.escape, _KINDS))})[ \t]*:", re.MULTILINE)
+
+
+class _Broken:
+    """Gathers the ops that files declare but that could not be read (model.BrokenOps)."""
+
+    def __init__(self) -> None:
+        self.ops: dict[str, None] = {}
+        self.groups: dict[str, None] = {}
+        self.any_op = False
+
+    def lost(self, source: SourceFile, parsed: ParsedFile | None) -> None:
+        """A file lost whole: a manifest's ops are all broken; those of its group, when the group can be read (from
+        its data, or from its `group:` line when it does not parse), else any op."""
+        if source.is_settings:
+            return
+        if parsed is not None:
+            data = parsed.data
+            if data is None or (isinstance(data, dict) and any(key in data for key in _KINDS)):
+                return  # empty, or not a manifest: declares no op
+            group = data.get("group") if isinstance(data, dict) else None
+            if isinstance(group, str) and re.fullmatch(NAME_PATTERN, group):
+                self.groups[group] = None
+                return
+        else:
+            if _OTHER_KIND_LINE.search(source.text):
+                return
+            line = _GROUP_LINE.search(source.text)
+            if line is not None:
+                self.groups[line[2]] = None
+                return
+        self.any_op = True
+
+    def left_out(self, file: ValidatedFile) -> None:
+        """The ops of a manifest's left-out parts: an op itself, the op an extension extends, or every op of the
+        group when its `ops` (every op an `extends` names, when `extends`) is left out whole."""
+        manifest = file.model
+        if not isinstance(manifest, Manifest):
+            return
+        for part in file.left_out:
+            key = part.path[0]
+            if part.path == ("ops",):
+                self.groups[manifest.group] = None
+            elif key == "ops":
+                self.ops[f"{manifest.group}.{part.path[1]}"] = None
+            elif key == "extends" and len(part.path) == 2:
+                self.ops[str(part.path[1])] = None
+            elif key == "extends":
+                extended = file.parsed.data.get("extends")
+                if isinstance(extended, dict):
+                    self.ops.update(dict.fromkeys(map(str, extended)))
+                else:
+                    self.any_op = True
+
+    def freeze(self) -> BrokenOps:
+        return BrokenOps(tuple(self.ops), tuple(self.groups), self.any_op)
 
 
 _PATTERN_MEANING = {
