@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     measured = tuning.measure(jobs, device, timer=timer, progress=progress)
     log(f"tune: done in {time.perf_counter() - started:.0f} s")
     command = "kcatalog tune --device cuda --dtype bfloat16 --out tuned/ (benchmarks/tune_gpu.py)"
-    table = tuning.table_text(str(platform), tuning.provenance(device, command), measured)
     table_path = options.out / f"{str(platform).replace(':', '_')}.yaml"
+    table = tuning.table_text(str(platform), tuning.provenance(device, command), measured, written_to=table_path)
     table_path.write_text(table, encoding="utf-8")
     print(tuning.format_table(measured), flush=True)
 

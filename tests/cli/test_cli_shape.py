@@ -54,6 +54,75 @@ def test_explain_takes_catalog_paths_as_every_command_does(
     assert code == 0 and out.splitlines()[1].split() == ["norm.rms_norm", "ref"]
 
 
+# A user layer of one op on top of the shipped catalog: it declares no backends of its own (it uses shipped's) and
+# meets the shipped policy, so that only the way the layers are named is under test.
+USER_MANIFEST = """\
+kcatalog: 1
+group: mine
+ops:
+  rms_norm:
+    description: the shipped RMS norm, as a user's op
+    signature: "(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor"
+    reference: torch
+    fake: reference
+    dtypes: [float32]
+    samples:
+      sizes: {T: [1, 3], H: [8]}
+      args:
+        x: {shape: [T, H]}
+        weight: {shape: [H], range: [0.5, 1.5]}
+        eps: 1.0e-6
+      decode: {T: [1, 2], H: [8]}
+    backends:
+      torch: {target: "kcatalog.kernels.torch.layernorm:rms_norm", requires: [torch]}
+      aten: {target: "kcatalog.kernels.aten.layernorm:rms_norm", requires: [torch]}
+"""
+
+
+# Every command that takes catalog layers: its options, placed between `shipped` and the user's directory (argparse
+# alone took positionals only before the first option), and a part of its output that shows the user's op.
+CATALOG_COMMANDS: dict[str, tuple[list[str], str]] = {
+    "validate": (["--strict"], "All checks passed!\n"),
+    "list": (["--output-format", "json"], '"layer": "mycat"'),
+    "layers": (["--output-format", "json"], '"name": "mycat"'),
+    "explain": (
+        ["mine.rms_norm", "--platform", "cpu"],
+        "mine.rms_norm on cpu: aten (kcatalog.kernels.aten.layernorm:rms_norm) [layer mycat]",
+    ),
+    "test": (["mine.rms_norm", "--seed", "1"], "\n2 checks, 0 failed.\n"),
+    "bench": (["mine.rms_norm", "--device", "cpu"], "\nmine.rms_norm  aten "),
+    "tune": (
+        ["mine.rms_norm", "--device", "cpu", "--dtype", "float32", "--buckets", "1", "--out", "tuned"],
+        "\nwrote tuned/cpu.yaml\n",
+    ),
+    "plan": (["--platform", "cpu"], "\n    mine.rms_norm:\n      float32: aten\n"),
+    "report": (["--html", "page.html"], "wrote page.html (10 ops x "),  # the shipped 9 and the user's
+}
+RUN_KERNELS = {"test", "bench", "tune", "plan"}  # need torch
+
+
+def test_every_command_that_takes_catalogs_is_covered() -> None:
+    from kcatalog.tools.cli import _parser
+
+    _, parsers = _parser()
+    takes = {name for name, parser in parsers.items() if "--catalog" in parser.format_help()}
+    assert takes == set(CATALOG_COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(CATALOG_COMMANDS))
+def test_every_command_takes_shipped_and_a_user_directory(
+    run: Callable[..., Result], workspace: Workspace, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    options, shown = CATALOG_COMMANDS[command]
+    if command in RUN_KERNELS:
+        pytest.importorskip("torch")
+    workspace.files({"mine.yaml": USER_MANIFEST}, name="mycat")
+    monkeypatch.chdir(workspace.root)
+    code, out, err = run(command, "shipped", *options, "mycat")
+    assert code == 0, err
+    assert shown in out, out
+
+
 def test_positional_paths_and_catalog_options_are_layers_in_order(run: Callable[..., Result], minimal: Path) -> None:
     code, out, err = run("layers", "shipped", "--catalog", "mycat", "--output-format", "json")
     assert code == 1  # both layers' settings declare torch and triton: the second is told to use the first's

@@ -60,7 +60,9 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def check_page(cells: Cells) -> None:
+def check_page(cells: Cells, page_dir: Path) -> None:
+    """Every op's row, the reasons `explain` gives, and links to the manifest lines relative to the page (a page
+    copied with its files elsewhere, or served, still links them; a file:// link would die)."""
     catalog = kcatalog.load_catalog()
     assert cells.rows == catalog.ops()
     assert cells.external == []  # self-contained: nothing fetched
@@ -74,7 +76,9 @@ def check_page(cells: Cells) -> None:
         cls, title, href = cells.cells[("layernorm.rms_norm", selection.chosen.backend, platform)]
         assert cls == "cell chosen" and title == f"chosen, by {selection.decided_by}"
         location = selection.chosen.location
-        assert href == f"{Path(location.path).resolve().as_uri()}#L{location.line}"
+        linked, _, line = href.partition("#")
+        assert not Path(linked).is_absolute() and ":" not in linked
+        assert ((page_dir / linked).resolve(), line) == (Path(location.path).resolve(), f"L{location.line}")
     # torch_compile is `auto: false`: it can run on cuda:9.0, so eligible there, though chosen only when named
     cls, title, _ = cells.cells[("layernorm.rms_norm", "torch_compile", "cuda:9.0")]
     assert cls == "cell eligible" and title.startswith("not chosen automatically (auto: false)")
@@ -84,12 +88,31 @@ def check_page(cells: Cells) -> None:
 
 def test_the_page_has_every_op_and_the_reasons_explain_gives(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
-    check_page(parsed(text))
+    check_page(parsed(text), page.parent)
+    assert "file:" not in text
     # the shipped policy, which governs the shipped ops
     assert (
         "<tr><td>shipped</td><td>its own ops</td><td>torch</td><td>cpu, cuda:9.0, hip:gfx942</td><td>yes</td>"
         "<td>yes (problems are warnings below)</td></tr>"
     ) in text
+
+
+def test_links_go_under_the_base_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--link-base`: for a page published as a CI artifact, links into the repository's web view; each file's
+    path is taken relative to the working directory (the checkout's root, in CI)."""
+    from kcatalog.read.files import shipped_catalog_dir
+
+    root = shipped_catalog_dir().resolve().parent  # the checkout (or the installed package) holding catalog/
+    monkeypatch.chdir(root)
+    page = tmp_path / "report.html"
+    base = "https://github.com/org/repo/blob/main"  # no trailing slash: one is added
+    assert main(["report", "--html", str(page), "--platform", "cpu", "--link-base", base]) == 0
+    cells = parsed(page.read_text(encoding="utf-8"))
+    location = kcatalog.load_catalog().select("layernorm.rms_norm", "cpu").chosen.location  # type: ignore[union-attr]
+    relative = Path(location.path).resolve().relative_to(root).as_posix()
+    href = next(h for (op, _, _), (cls, _, h) in cells.cells.items() if op == "layernorm.rms_norm" and "chosen" in cls)
+    assert href == f"{base}/{relative}#L{location.line}"
+    assert relative.startswith("catalog/")
 
 
 def chromium() -> str:
@@ -104,7 +127,7 @@ def test_rendered_in_headless_chromium(page: Path, tmp_path: Path) -> None:
     flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1500,1000"]
     dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr
-    check_page(parsed(dom.stdout))  # what the browser built from the page, not the file's text
+    check_page(parsed(dom.stdout), page.parent)  # what the browser built from the page, not the file's text
     shot = tmp_path / "shot.png"
     taken = subprocess.run([*flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
     assert taken.returncode == 0, taken.stderr

@@ -71,8 +71,8 @@ def test_the_committed_schemas_are_fresh(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def rendered(directory: Path) -> dict[str, bytes]:
-    """`kcatalog schema --dir DIRECTORY`: the schemas generated from the models, by file name."""
-    assert main(["schema", "--dir", str(directory)]) == 0
+    """`kcatalog schema --out DIRECTORY`: the schemas generated from the models, by file name."""
+    assert main(["schema", "--out", str(directory)]) == 0
     return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
 
 
@@ -91,27 +91,29 @@ def test_committed_schemas_match_the_models_byte_for_byte(tmp_path: Path) -> Non
 
 def test_a_modified_schema_fails_the_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rendered(tmp_path)
-    assert main(["schema", "--check", "--dir", str(tmp_path)]) == 0
+    assert main(["schema", "--check", str(tmp_path)]) == 0
     edited = tmp_path / "manifest.v1.json"
     document = json.loads(edited.read_text(encoding="utf-8"))
     document["description"] = "edited by hand"
     edited.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     capsys.readouterr()
-    assert main(["schema", "--check", "--dir", str(tmp_path)]) == 1
-    assert capsys.readouterr().err == f"{edited}: stale or missing; run `kcatalog schema` to regenerate\n"
+    assert main(["schema", "--check", str(tmp_path)]) == 1
+    assert (
+        capsys.readouterr().err == f"{edited}: stale or missing; regenerate with `kcatalog schema --out {tmp_path}`\n"
+    )
 
 
 def test_a_missing_schema_fails_the_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rendered(tmp_path)
     (tmp_path / "settings.v1.json").unlink()
-    assert main(["schema", "--check", "--dir", str(tmp_path)]) == 1
+    assert main(["schema", "--check", str(tmp_path)]) == 1
     assert "settings.v1.json: stale or missing" in capsys.readouterr().err
 
 
 def test_schema_writes_what_the_check_accepts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["schema", "--dir", str(tmp_path)]) == 0
+    assert main(["schema", "--out", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in SHIPPED_SCHEMAS.iterdir())
-    assert main(["schema", "--check", "--dir", str(tmp_path)]) == 0
+    assert main(["schema", "--check", str(tmp_path)]) == 0
 
 
 def test_schemas_are_json_schema_2020_12_documents(tmp_path: Path) -> None:
@@ -120,3 +122,30 @@ def test_schemas_are_json_schema_2020_12_documents(tmp_path: Path) -> None:
         assert document["$schema"] == "https://json-schema.org/draft/2020-12/schema"
         assert document["$id"] == name
         assert document["additionalProperties"] is False  # extra="forbid" reaches the editor too
+
+
+def test_schema_never_writes_into_the_installed_package(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run from a wheel, `kcatalog schema` rewrote the JSON files inside site-packages: without `--out` it writes
+    nothing (the package's schemas are the ones it was built with) and says how to write them; `--check` reads."""
+    package = tmp_path / "site-packages" / "kcatalog" / "schemas"  # a stand-in for an installed package's copy
+    package.mkdir(parents=True)
+    for path in SHIPPED_SCHEMAS.iterdir():
+        (package / path.name).write_bytes(path.read_bytes())
+    (package / "plan.v1.json").write_text("{}\n", encoding="utf-8")  # stale: a write would show
+    before = {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in package.iterdir()}
+    monkeypatch.setattr("kcatalog.validate.jsonschema.shipped_schema_dir", lambda: package)
+
+    assert main(["schema"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: kcatalog schema ")
+    assert err.splitlines()[-1] == (
+        f"error: give --out DIR to write the schemas (in a source checkout: --out schemas/); the package's own are "
+        f"in {package}"
+    )
+    assert main(["schema", "--check"]) == 1
+    assert capsys.readouterr().err == (
+        f"{package / 'plan.v1.json'}: stale or missing; regenerate with `kcatalog schema --out {package}`\n"
+    )
+    assert {path.name: (path.read_bytes(), path.stat().st_mtime_ns) for path in package.iterdir()} == before

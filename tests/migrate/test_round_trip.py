@@ -122,7 +122,7 @@ def test_drop_in_misses_list_what_exists_and_where(imported: Imported) -> None:
     drop_in = compat_registry(imported.catalog_dir, cache=False)
     with pytest.raises(
         KeyError,
-        match=r"^no 'aiter' backend for op 'norm\.op_0' \(declared at .*norm\.yaml:7:3\); "
+        match=r"^no 'aiter' backend for op 'norm\.op_0' \(declared at .*norm\.yaml:8:3\); "
         r"available: torch, triton, KDA, torch_compile$",
     ):
         drop_in.get_backend("norm.op_0", imported.module.Backend.AITER)

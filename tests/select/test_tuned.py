@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -230,6 +231,29 @@ def test_plan_check_names_the_op_an_override_changes(
     assert "KC006 plan" in capsys.readouterr().err
 
 
+def test_plan_check_compares_what_the_plan_covers(
+    tagged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan made for one dtype holds on the machine it was made on: `--check` compares the dtypes the plan
+    covers and names those it did not compare; `--dtype` compares what it asks, the plan's or not."""
+    plan = tmp_path / "plan.yaml"
+    catalog = ["--platform", "cpu", "--catalog", str(tagged)]
+    assert _plan(capsys, *catalog, "--dtype", "float32", "--out", str(plan))[0] == 0
+    assert _plan(capsys, "--check", str(plan), *catalog) == (
+        0,
+        "not compared: float64 (the plan covers float32 only)\nPlan holds.\n",
+    )
+    code, out = _plan(capsys, "--check", str(plan), *catalog, "--dtype", "float64")
+    assert (code, out.splitlines()) == (
+        1,
+        [
+            "g.tag float64: plan has nothing, this machine chooses ref on cpu",
+            "not compared: float32 (--dtype asked for float64)",
+            f"1 difference from {plan}",
+        ],
+    )
+
+
 def test_a_pin_that_cannot_be_honoured_warns_once_or_raises_when_strict(
     tagged: Path,
     tmp_path: Path,
@@ -416,6 +440,92 @@ def test_tune_writes_no_table_when_nothing_ran(tmp_path: Path, capsys: pytest.Ca
     assert main([*args, "--backend", "nosuch", "--out", str(tmp_path / "tuned")]) == 1
     assert "error: no backend ran; no table written" in capsys.readouterr().err
     assert not (tmp_path / "tuned").exists()
+
+
+TUNE = ["tune", "layernorm.rms_norm", "--device", "cpu", "--dtype", "float32", "--buckets", "1,2,4,8"]
+
+
+def test_ctrl_c_in_tune_keeps_the_finished_buckets_and_resume_times_only_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted after two of four buckets (Ctrl-C raises KeyboardInterrupt inside the timing), the table holds
+    those two, whole and valid, and the command says how to go on; `--resume` times only the other two."""
+    pytest.importorskip("torch")
+    from kcatalog.tools import tuning
+    from kcatalog.tools.inputs import describe
+    from kcatalog.tools.timing import BenchResult, Job
+
+    timed: list[tuple[str, str, int]] = []
+    stop_at: list[int | None] = [10]  # jobs: 4 per bucket (2 decode widths x torch, aten); the 3rd bucket is cut
+
+    def timer(job: Job, device: str, copy_gbps: float, seed: int) -> BenchResult:
+        if len(timed) == stop_at[0]:
+            raise KeyboardInterrupt
+        timed.append(tuning.bucket_of(job))
+        microseconds = tuning.tokens_of(job) * (1.0 if job.spec.backend == "aten" else 3.0)
+        sizes = describe(job.sizes)
+        return BenchResult(job.info.id, job.spec.backend, job.dtype, job.shapes, sizes, "wall-clock", microseconds, 0,
+                           None, None, None)  # fmt: skip
+
+    monkeypatch.setattr(tuning, "time_job", timer)
+    out = tmp_path / "tuned"
+    table = out / "cpu.yaml"
+    argv = [*TUNE, "--out", str(out)]
+    assert main(argv) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2:] == [
+        f"error: interrupted; {table} keeps the 2 buckets measured",
+        f"go on with: {shlex.join(['kcatalog', *argv, '--resume'])}",
+    ]
+    assert sorted(p.name for p in out.iterdir()) == ["cpu.yaml"]  # no temporary left beside it
+    shipped_manifest = kcatalog.load_catalog().info("layernorm.rms_norm").location.path
+    kept = kcatalog.load_catalog([shipped_manifest, table], cache=False).tuning.table(
+        "layernorm.rms_norm", "cpu", "float32"
+    )
+    assert kept is not None and [(b.low, b.high, b.backend) for b in kept.buckets] == [
+        (1, 1, "aten"),
+        (2, None, "aten"),
+    ]
+
+    assert main(argv) == 2  # a table is there: go on from it, or replace it, but say which
+    assert capsys.readouterr().err.endswith(
+        f"error: {table} exists: --resume times only the buckets it lacks, --force replaces it\n"
+    )
+
+    timed.clear()
+    stop_at[0] = None
+    assert main([*argv, "--resume"]) == 0
+    assert sorted(set(timed)) == [("layernorm.rms_norm", "float32", 4), ("layernorm.rms_norm", "float32", 8)]
+    assert len(timed) == 8
+    assert f"resuming from {table}: 2 buckets kept, 8 of 16 jobs to time" in capsys.readouterr().out
+    done = kcatalog.load_catalog([shipped_manifest, table], cache=False).tuning.table(
+        "layernorm.rms_norm", "cpu", "float32"
+    )
+    assert done is not None and [(b.low, b.high) for b in done.buckets] == [(1, 1), (2, 2), (3, 5), (6, None)]
+    assert [b.medians_us for b in done.buckets[:2]] == [b.medians_us for b in kept.buckets]  # kept, not re-timed
+
+
+def test_resume_refuses_a_table_it_cannot_go_on_from(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Figures from another device would be compared with this one's; a table without the token counts measured
+    (not written by tune) cannot say which buckets are done."""
+    pytest.importorskip("torch")
+    out = tmp_path / "tuned"
+    out.mkdir()
+    table = out / "cpu.yaml"
+    row = "{tokens: [1, null], backend: aten, at: 1, medians_us: {aten: 1.0}}"
+    text = f"kcatalog: 1\ntuned:\n  platform: cpu\n  provenance: {{device: gpu-box}}\n  ops:\n    layernorm.rms_norm:\n      float32:\n        - {row}\n"
+    table.write_text(text)
+    assert main([*TUNE, "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == f"error: cannot resume from {table}: measured on gpu-box (cpu), this is cpu (cpu)"
+    table.write_text(text.replace("gpu-box", "cpu").replace(" at: 1,", ""))
+    assert main([*TUNE, "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"{table}:8:11: KC102 missing field 'at': the bucket records no token count (not written by `kcatalog tune`)"
+        in err
+    )
+    assert err.splitlines()[-1] == f"error: cannot resume from {table}"
 
 
 def test_a_cached_load_keeps_the_tables(tagged: Path, tmp_path: Path) -> None:

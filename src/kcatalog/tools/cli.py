@@ -28,7 +28,7 @@ from .commands import (
     tune,
     validate,
 )
-from .commands.common import Command, UsageError
+from .commands.common import INTERRUPTED, Command, UsageError
 
 # name -> the module declaring and running it; a new command is one module and one line here.
 COMMANDS: dict[str, Command] = {
@@ -46,7 +46,6 @@ COMMANDS: dict[str, Command] = {
     "import-registry": import_registry,
     "dump-registry": dump_registry,
 }
-INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C (128 + SIGINT)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,10 +74,28 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class _CommandParser(_Parser):
+    """A subcommand's parser: its positionals (ops, catalog PATHs) and options may come in any order, as in
+    `kcatalog tune OP --device cpu shipped mycat`; argparse alone takes positionals only before the first option."""
+
+    _mixing = False  # inside parse_known_intermixed_args, whose two passes call parse_known_args (Python < 3.13)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._mixing:
+            return super().parse_known_args(args, namespace)
+        self._mixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._mixing = False
+
+
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = _Parser(prog="kcatalog", description="Validate, list, explain, test and report a kernel catalog.")
     parser.add_argument("--version", action=_Version)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser)
     return parser, {name: module.add_parser(sub) for name, module in COMMANDS.items()}
 
 
@@ -101,6 +118,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0) if exc.code in (0, None) else 2
+    options.argv = list(sys.argv[1:] if argv is None else argv)  # as given: what tune and plan record
     # Library warnings (fallbacks, ignored overrides) reach the user through the command's own output.
     logging.getLogger("kcatalog").addHandler(logging.NullHandler())
     try:

@@ -4,6 +4,8 @@ matrix, each cell's reason on hover and a link to its manifest line, the policy'
 from __future__ import annotations
 
 import html
+import os
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,12 +72,40 @@ def cells(catalog: Catalog, platforms: Sequence[Platform]) -> list[Cell]:
     return found
 
 
-def _href(location: Location) -> str:
-    return f"{Path(location.path).resolve().as_uri()}#L{location.line}"
+@dataclass(frozen=True)
+class Links:
+    """Where the page's links to manifest lines point: under `base` (a URL such as
+    https://github.com/org/repo/blob/main/), the file's path relative to the working directory appended; else
+    relative to `page_dir`, the directory the page is written into. Never an absolute file:// link, which dies
+    once the page is copied elsewhere (a CI artifact)."""
+
+    page_dir: Path
+    base: str | None = None
+
+    def href(self, location: Location) -> str | None:
+        """The link to the location's line; None for a file that is not under the working directory when a base
+        is given (its place under the base is unknown)."""
+        path = Path(location.path).resolve()
+        if self.base is not None:
+            try:
+                relative = path.relative_to(Path.cwd().resolve())
+            except ValueError:
+                return None
+            return f"{self.base.rstrip('/')}/{urllib.parse.quote(relative.as_posix())}#L{location.line}"
+        try:
+            relative_to_page = os.path.relpath(path, self.page_dir.resolve())
+        except ValueError:  # another drive (Windows): no relative path exists
+            return f"{path.as_uri()}#L{location.line}"
+        return f"{urllib.parse.quote(Path(relative_to_page).as_posix())}#L{location.line}"
 
 
-def render(catalog: Catalog, platforms: Sequence[Platform], title: str = "kcatalog support matrix") -> str:
-    """The page, as text."""
+def render(
+    catalog: Catalog,
+    platforms: Sequence[Platform],
+    links: Links,
+    title: str = "kcatalog support matrix",
+) -> str:
+    """The page, as text, its manifest links made by `links`."""
     e = html.escape
     backends = [b for b in catalog.backends if any(b in catalog.info(op).backends for op in catalog)]
     by_key = {(c.op, c.backend, c.platform): c for c in cells(catalog, platforms)}
@@ -96,19 +126,15 @@ def render(catalog: Catalog, platforms: Sequence[Platform], title: str = "kcatal
     out.append("</tr></thead><tbody>")
     for op in catalog:
         info = catalog.info(op)
-        out.append(
-            f'<tr data-op="{e(op)}"><th><a href="{e(_href(info.location))}" title="{e(str(info.location))}">'
-            f"{e(op)}</a></th>"
-        )
+        href = links.href(info.location)
+        name = f'<a href="{e(href)}" title="{e(str(info.location))}">{e(op)}</a>' if href else e(op)
+        out.append(f'<tr data-op="{e(op)}"><th>{name}</th>')
         for platform in platforms:
             for backend in backends:
                 cell = by_key[(op, backend, str(platform))]
                 mark = e(_MARK[cell.state])
-                link = (
-                    f'<a href="{e(_href(cell.location))}" data-location="{e(str(cell.location))}">{mark}</a>'
-                    if cell.location
-                    else mark
-                )
+                href = links.href(cell.location) if cell.location else None
+                link = f'<a href="{e(href)}" data-location="{e(str(cell.location))}">{mark}</a>' if href else mark
                 out.append(
                     f'<td class="cell {cell.state}" data-backend="{e(backend)}" data-platform="{e(cell.platform)}" '
                     f'title="{e(cell.reason)}">{link}</td>'

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .inputs import samples_of, size_sets, with_samples
 from .timing import BenchResult, Job, runnable_here, time_job
 
 if TYPE_CHECKING:
+    from ..diagnostics import Diagnostics
     from ..model import OpInfo
     from ..platform import Platform
     from ..registry.catalog import Catalog
@@ -99,21 +102,40 @@ def tokens_of(job: Job) -> int:
     return int(job.sizes[name])
 
 
+Bucket = tuple[str, str, int]  # op, dtype, token count: what one row of a table holds
+
+
+def bucket_of(job: Job) -> Bucket:
+    """The bucket a job's timing goes into."""
+    return job.info.id, job.dtype, tokens_of(job)
+
+
 def measure(
     jobs: Sequence[Job],
     device: str,
     *,
     progress: Callable[[int, int, str], None] | None = None,
     timer: Callable[[Job], BenchResult] | None = None,
+    finished: Callable[[Measured], None] | None = None,
 ) -> list[Measured]:
-    """Time every job, then gather them by op, dtype and token count."""
-    results: list[tuple[Job, BenchResult]] = []
+    """Time every job, a bucket's jobs one after another, then gather them by op, dtype and token count;
+    `finished` gets each bucket as its last job is timed (so that an interruption loses only the bucket under way)."""
+    first: dict[Bucket, int] = {}
     for index, job in enumerate(jobs):
+        first.setdefault(bucket_of(job), index)
+    ordered = sorted(jobs, key=lambda job: first[bucket_of(job)])  # stable: the bucket's own order is kept
+    left = collections.Counter(bucket_of(job) for job in jobs)
+    results: list[tuple[Job, BenchResult]] = []
+    for index, job in enumerate(ordered):
         if progress:
-            progress(index, len(jobs), f"{job.info.id} [{job.spec.backend}] {job.dtype} {job.sizes}")
+            progress(index, len(ordered), f"{job.info.id} [{job.spec.backend}] {job.dtype} {job.sizes}")
         results.append((job, timer(job) if timer else time_job(job, device, 0.0, 0)))
+        key = bucket_of(job)
+        left[key] -= 1
+        if finished and not left[key]:
+            finished(gather([row for row in results if bucket_of(row[0]) == key])[0])
     if progress:
-        progress(len(jobs), len(jobs), "done")
+        progress(len(ordered), len(ordered), "done")
     return gather(results)
 
 
@@ -214,13 +236,15 @@ def _driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
 
 
-def table_text(platform: str, prov: Provenance, measured: Sequence[Measured]) -> str:
-    """The tuned table as YAML (a catalog file: tuned/*.yaml), one flow mapping per bucket; `measured` must hold
-    a bucket where some backend ran (a table lists at least one op)."""
+def table_text(platform: str, prov: Provenance, measured: Sequence[Measured], *, written_to: Path | None = None) -> str:
+    """The tuned table as YAML (a catalog file: tuned/*.yaml), one flow mapping per bucket, naming its schema as
+    seen from `written_to`; `measured` must hold a bucket where some backend ran (a table lists at least one op)."""
     import json
 
+    from .schema_refs import modeline
+
     lines = [
-        "# yaml-language-server: $schema=../../schemas/tuned.v1.json",
+        modeline("tuned.v1.json", written_to),
         "# Written by `kcatalog tune`: the fastest backend per token-count bucket, with every candidate's median.",
         "kcatalog: 1",
         "tuned:",
@@ -245,6 +269,47 @@ def table_text(platform: str, prov: Provenance, measured: Sequence[Measured]) ->
                     f"at: {m.tokens}, medians_us: {{{medians}}}, shapes: [{shapes}]}}"
                 )
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class KeptTable:
+    """A table an earlier `kcatalog tune` wrote, read back to go on from it: its platform, the device it was
+    measured on and its buckets (the medians it recorded; failures were not recorded, so they are timed again)."""
+
+    platform: str
+    device: str
+    measured: tuple[Measured, ...]
+
+
+def read_kept(path: Path, diagnostics: Diagnostics) -> KeptTable | None:
+    """The table at `path`; None, with what is wrong in `diagnostics`, when it is not a table tune wrote."""
+    from .. import codes
+    from ..read.files import CatalogFile, read_sources
+    from ..validate.tables import TunedTable
+    from ..validate.validator import validate_sources
+
+    start = len(diagnostics)
+    files = validate_sources(read_sources([CatalogFile(path.resolve(), is_settings=False)], diagnostics), diagnostics)
+    if diagnostics.errors_since(start) or not files:
+        return None
+    table = files[0].model
+    if not isinstance(table, TunedTable):
+        where = files[0].locations.value(())
+        diagnostics.error(codes.MISSING_FIELD, "missing required field 'tuned': not a tuned table", where)
+        return None
+    measured = []
+    for op, by_dtype in table.tuned.ops.items():
+        for dtype, buckets in by_dtype.items():
+            for index, bucket in enumerate(buckets):
+                if bucket.at is None:  # without the token count measured, the bucket cannot be told from a new one
+                    where = files[0].locations.value(("tuned", "ops", op, dtype, index))
+                    message = "missing field 'at': the bucket records no token count (not written by `kcatalog tune`)"
+                    diagnostics.error(codes.MISSING_FIELD, message, where)
+                    continue
+                measured.append(Measured(op, dtype, bucket.at, bucket.shapes, dict(bucket.medians_us), {}))
+    if diagnostics.errors_since(start):
+        return None
+    return KeptTable(table.tuned.platform, table.tuned.provenance.device, tuple(measured))
 
 
 def format_table(measured: Sequence[Measured]) -> str:

@@ -4,7 +4,9 @@ and `plugins` tokens), loading it with its diagnostics on stderr, dtype and devi
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -134,12 +136,35 @@ class UsageError(Exception):
     """A command's arguments cannot work here: printed as `error: ...` with the command's usage, exit 2."""
 
 
+INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C (128 + SIGINT)
+
+
 def write_output(path: str | Path, text: str) -> None:
-    """Write a file the command was asked for (--html, --json, --out); a UsageError saying why it cannot be."""
+    """Write a file the command was asked for (--html, --json, --out); a UsageError saying why it cannot be.
+
+    A regular file is written whole or not at all (a temporary beside it, then renamed over it), so that Ctrl-C or
+    a full disk never leaves half a file where a complete one was; anything else (/dev/stdout) is written to."""
+    target = Path(path)
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        if target.exists() and not target.is_file():
+            target.write_text(text, encoding="utf-8")
+            return
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            temporary.write_text(text, encoding="utf-8")
+            temporary.replace(target)
+        except BaseException:  # KeyboardInterrupt too: no temporary left behind
+            temporary.unlink(missing_ok=True)
+            raise
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def command_line(options: argparse.Namespace, *, drop: Sequence[str] = (), add: Sequence[str] = ()) -> str:
+    """The command as it was run (for a file's provenance, or to say how to run it again), less the arguments in
+    `drop`, plus those of `add` it lacks."""
+    argv = [arg for arg in options.argv if arg not in drop]
+    return shlex.join(["kcatalog", *argv, *(arg for arg in add if arg not in argv)])
 
 
 def platform_of_catalog(catalog: Catalog, text: str) -> Platform:

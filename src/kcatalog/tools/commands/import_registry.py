@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...migrate.source import RegistryError, read_json
+from ...read.files import SETTINGS_FILE
 from ..formats import plural
+from ..schema_refs import modeline
 from .common import UsageError
 from .dump_registry import read_live
 
@@ -98,19 +100,22 @@ def write_catalog(directory: Path, converted: ConvertedCatalog, *, force: bool) 
             if path.name not in converted.files:
                 path.unlink()
         for name, text in converted.files.items():
+            path = directory / name
+            schema = "settings.v1.json" if name == SETTINGS_FILE else "manifest.v1.json"
             temporary = directory / f".{name}.tmp"
-            temporary.write_text(text, encoding="utf-8")
-            temporary.replace(directory / name)
+            temporary.write_text(f"{modeline(schema, path)}\n{text}", encoding="utf-8")
+            temporary.replace(path)
     except OSError as exc:
         return f"cannot write {directory}: {exc}"
     return None
 
 
 def _written_by_import(path: Path) -> bool:
+    """Whether an import wrote the file: its header on the first line, or the second, below the schema's modeline."""
     from ...migrate.convert import HEADER
 
     try:
         with path.open(encoding="utf-8") as file:
-            return file.readline().startswith(HEADER)
+            return any(file.readline().startswith(HEADER) for _ in range(2))
     except (OSError, UnicodeDecodeError):
         return False

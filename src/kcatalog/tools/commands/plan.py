@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import add_catalog_arguments, catalog_paths, dtype, load_or_report, platform_of_catalog
+from .common import (
+    add_catalog_arguments,
+    catalog_paths,
+    command_line,
+    dtype,
+    load_or_report,
+    platform_of_catalog,
+    write_output,
+)
 
 if TYPE_CHECKING:
     from ...platform import Platform
@@ -21,20 +28,33 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     add_catalog_arguments(parser)
     parser.add_argument("--platform", help="e.g. cuda:9.0 (default: this machine)")
-    parser.add_argument("--dtype", type=dtype, action="append", default=[], help="only this dtype (repeatable)")
+    parser.add_argument(
+        "--dtype",
+        type=dtype,
+        action="append",
+        default=[],
+        help="only this dtype (repeatable); with --check: compare these (default: the dtypes the plan covers)",
+    )
     parser.add_argument("--tuned", action="append", default=[], metavar="DIR", help="tuned tables to add (repeatable)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write the plan here (default: print it)")
-    parser.add_argument("--check", type=Path, metavar="PLAN", help="exit 1 when this machine would choose otherwise")
+    parser.add_argument(
+        "--check",
+        type=Path,
+        metavar="PLAN",
+        help="exit 1 when this machine would choose otherwise, for the dtypes the plan covers",
+    )
     return parser
 
 
 def run(options: argparse.Namespace) -> int:
     """Write the plan, or compare one with this machine (exit 1 listing the ops that differ)."""
+    from ...read.layer_sources import default_sources
     from ...runtime.planning import plan_text, resolve_plan
+    from ..schema_refs import modeline
 
     paths = catalog_paths(options)
-    if options.tuned:  # tuned tables on top of the given layers (default: the shipped catalog)
-        paths = [*(paths or ["shipped"]), *options.tuned]
+    if options.tuned:  # tuned tables on top of the given layers (default: the default ones)
+        paths = [*(paths or default_sources()), *options.tuned]
     catalog = load_or_report(paths)
     if catalog is None:
         return 1
@@ -42,13 +62,13 @@ def run(options: argparse.Namespace) -> int:
     if options.check is not None:
         return _check(options, catalog, platform)
     resolved = resolve_plan(catalog.runtime, platform, options.dtype, here=_runs_here(platform, catalog.platform()))
-    text = plan_text(resolved, shlex.join(["kcatalog", *sys.argv[1:]]))
+    text = plan_text(resolved, command_line(options))
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)
     if options.out is None:
-        print(text, end="")
+        print(f"{modeline('plan.v1.json', None)}\n{text}", end="")
     else:
-        options.out.write_text(text, encoding="utf-8")
+        write_output(options.out, f"{modeline('plan.v1.json', options.out)}\n{text}")
         print(f"wrote {options.out} ({len(resolved.choices)} ops on {resolved.platform}, digest {resolved.digest})")
     return 0
 
@@ -74,9 +94,22 @@ def _check(options: argparse.Namespace, catalog: Catalog, platform: Platform) ->
         raise CatalogError(f"cannot read plan '{options.check}'")
     if str(platform) != locked.platform:
         lines = [f"plan is for {locked.platform}; this machine is {platform}"]
+        left_out = None
     else:
-        lines = differences(locked_choices(locked), resolve_plan(catalog.runtime, platform, options.dtype))
+        covered = sorted({dtype for _, dtype in locked.entries})
+        compared = options.dtype or covered  # asked, else what the plan was made for (`plan --dtype ...`)
+        pinned = {op: {d: c for d, c in by.items() if d in compared} for op, by in locked_choices(locked).items()}
+        here = _runs_here(platform, catalog.platform())
+        lines = differences(pinned, resolve_plan(catalog.runtime, platform, compared, here=here))
+        declared = {dtype for op in catalog for dtype in catalog.info(op).dtypes or ()}
+        rest = sorted(declared - set(compared))
+        why = f"the plan covers {', '.join(covered)} only"
+        if options.dtype:
+            why = f"--dtype asked for {', '.join(compared)}"
+        left_out = f"not compared: {', '.join(rest)} ({why})" if rest else None
     for line in lines:
         print(line)
+    if left_out is not None:
+        print(left_out)
     print(f"{len(lines)} difference{'s' * (len(lines) != 1)} from {options.check}" if lines else "Plan holds.")
     return 1 if lines else 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from .common import add_catalog_arguments, catalog_paths, load_or_report, platform_of_catalog, write_output
@@ -15,6 +16,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_catalog_arguments(parser)
     parser.add_argument("--html", required=True, metavar="FILE", help="the page to write")
     parser.add_argument(
+        "--link-base",
+        metavar="URL",
+        help="link manifest lines under this URL, e.g. https://github.com/org/repo/blob/main/ (each file's path "
+        "relative to the working directory appended); default: relative to the page, for a page kept beside the files",
+    )
+    parser.add_argument(
         "--platform",
         action="append",
         default=[],
@@ -24,13 +31,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(options: argparse.Namespace) -> int:
-    from ..html_report import render
+    from ..html_report import Links, render
 
     catalog = load_or_report(catalog_paths(options))
     if catalog is None:
         return 1
     texts = options.platform or catalog.settings.required_platforms or ("cpu",)
     platforms = [platform_of_catalog(catalog, text) for text in texts]
-    write_output(options.html, render(catalog, platforms))
+    links = Links(Path(options.html).parent, options.link_base)
+    write_output(options.html, render(catalog, platforms, links))
     print(f"wrote {options.html} ({len(catalog)} ops x {len(platforms)} platforms)")
     return 0

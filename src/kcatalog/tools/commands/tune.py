@@ -1,14 +1,18 @@
-"""`kcatalog tune`: time every eligible backend per token-count bucket and write a tuned table (tools/tuning.py)."""
+"""`kcatalog tune`: time every eligible backend per token-count bucket and write a tuned table (tools/tuning.py),
+rewritten as each bucket finishes, so that Ctrl-C keeps what was measured and `--resume` goes on from it."""
 
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .common import add_op_arguments, load_ops
+from ..formats import plural
+from .common import INTERRUPTED, UsageError, add_op_arguments, command_line, load_ops, write_output
+
+if TYPE_CHECKING:
+    from ..tuning import KeptTable, Measured, Provenance
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -22,12 +26,46 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         backend_help="only these candidates (repeatable)",
     )
     parser.add_argument("--buckets", help="token counts to time, e.g. 1,2,4,...,32768 (default: decode and prefill)")
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="where to write <platform>.yaml")
+    parser.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="where to write <platform>.yaml (after each bucket)"
+    )
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument(
+        "--resume", action="store_true", help="go on from the table in DIR: time only the buckets it lacks"
+    )
+    again.add_argument("--force", action="store_true", help="replace the table in DIR, timing every bucket again")
     return parser
 
 
+class _Table:
+    """The table being written: the buckets kept from an earlier run and those measured since, the file rewritten
+    whole after each bucket that some backend ran in (a table of no ops would not load)."""
+
+    def __init__(self, path: Path, platform: str, provenance: Provenance, kept: KeptTable | None) -> None:
+        self.path = path
+        self.platform = platform
+        self.provenance = provenance
+        self.kept = list(kept.measured) if kept else []
+        self.new: list[Measured] = []
+        self.saved = 0  # the buckets in the file as last written by this run (0: not written)
+
+    @property
+    def measured(self) -> list[Measured]:
+        return sorted([*self.kept, *self.new], key=lambda m: (m.op, m.dtype, m.tokens))
+
+    def add(self, bucket: Measured) -> None:
+        from ..tuning import table_text
+
+        self.new.append(bucket)
+        measured = self.measured
+        if any(m.best for m in measured):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_output(self.path, table_text(self.platform, self.provenance, measured, written_to=self.path))
+            self.saved = sum(1 for m in measured if m.best)
+
+
 def run(options: argparse.Namespace) -> int:
-    """Time the candidates, print the choices, write `<out>/<platform>.yaml`."""
+    """Time the candidates, writing `<out>/<platform>.yaml` as each bucket finishes; print the choices."""
     from .. import timing, tuning
 
     asked = load_ops(options)
@@ -43,6 +81,9 @@ def run(options: argparse.Namespace) -> int:
         print("error: --buckets: token counts start at 1", file=sys.stderr)
         return 2
     platform = catalog.platform(options.device)
+    path: Path = options.out / f"{str(platform).replace(':', '_')}.yaml"
+    provenance = tuning.provenance(options.device, command_line(options))
+    kept = _kept(path, options, str(platform), provenance.device)
     jobs, notes = tuning.tune_jobs(
         catalog,
         asked.ops,
@@ -51,17 +92,52 @@ def run(options: argparse.Namespace) -> int:
         buckets=buckets,
         backends=options.backend,
     )
-    measured = tuning.measure(jobs, options.device, progress=timing.progress_bar)
+    done = {(m.op, m.dtype, m.tokens) for m in kept.measured} if kept else set()
+    todo = [job for job in jobs if tuning.bucket_of(job) not in done]
+    if kept:
+        kept_buckets = plural(len(kept.measured), "bucket")
+        print(f"resuming from {path}: {kept_buckets} kept, {len(todo)} of {len(jobs)} jobs to time")
+    table = _Table(path, str(platform), provenance, kept)
+    try:
+        tuning.measure(todo, options.device, progress=timing.progress_bar, finished=table.add)
+    except KeyboardInterrupt:
+        if table.saved:
+            print(f"\nerror: interrupted; {path} keeps the {plural(table.saved, 'bucket')} measured", file=sys.stderr)
+            print(f"go on with: {command_line(options, drop=['--force'], add=['--resume'])}", file=sys.stderr)
+        else:
+            print("\nerror: interrupted before a bucket finished; nothing written", file=sys.stderr)
+        return INTERRUPTED
+    measured = table.measured
     print(tuning.format_table(measured))
     for note in notes:
         print(f"note: {note}")
-    if not any(m.best for m in measured):  # a table of no ops would not load: the directory's catalog with it
+    if not any(m.best for m in measured):
         print("error: no backend ran; no table written", file=sys.stderr)
         return 1
-    out: Path = options.out
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{str(platform).replace(':', '_')}.yaml"
-    command = shlex.join(["kcatalog", *sys.argv[1:]])
-    path.write_text(tuning.table_text(str(platform), tuning.provenance(options.device, command), measured), "utf-8")
-    print(f"wrote {path}")
-    return 0 if measured and all(m.best for m in measured) else 1
+    print(f"wrote {path}" if table.saved else f"{path} already holds every bucket; nothing timed")
+    return 0 if all(m.best for m in measured) else 1
+
+
+def _kept(path: Path, options: argparse.Namespace, platform: str, device: str) -> KeptTable | None:
+    """The table to go on from (--resume), or None; a UsageError where one is there and neither --resume nor
+    --force says what to do with it, or it cannot be gone on from."""
+    from ...diagnostics import Diagnostics
+    from ..tuning import read_kept
+
+    if not path.exists():
+        return None
+    if options.force:
+        return None
+    if not options.resume:
+        raise UsageError(f"{path} exists: --resume times only the buckets it lacks, --force replaces it")
+    found = Diagnostics()
+    kept = read_kept(path, found)
+    if kept is None:
+        for diagnostic in found:
+            print(diagnostic, file=sys.stderr)
+        raise UsageError(f"cannot resume from {path}")
+    if kept.platform != platform or kept.device != device:
+        raise UsageError(
+            f"cannot resume from {path}: measured on {kept.device} ({kept.platform}), this is {device} ({platform})"
+        )
+    return kept
