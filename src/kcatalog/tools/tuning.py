@@ -289,7 +289,8 @@ def read_kept(path: Path, diagnostics: Diagnostics) -> KeptTable | None:
     from ..validate.validator import validate_sources
 
     start = len(diagnostics)
-    files = validate_sources(read_sources([CatalogFile(path.resolve(), is_settings=False)], diagnostics), diagnostics)
+    sources = read_sources([CatalogFile(path.resolve(), is_settings=False)], diagnostics)
+    files = validate_sources(sources, diagnostics).files
     if diagnostics.errors_since(start) or not files:
         return None
     table = files[0].model
