@@ -70,16 +70,18 @@ class LinkContext:
                 )
             self.diagnostics.error(codes.UNKNOWN_BACKEND, message, file.locations.value((*path, index)))
 
-    def check_device(self, device: str, location: Location) -> None:
-        """A device kind must be built in or declared in the settings' `devices`; the error points at `location`."""
+    def check_device(self, device: str, location: Location) -> bool:
+        """Whether a device kind is built in or declared in the settings' `devices`; if not, the error points at
+        `location`."""
         if device in self.devices:
-            return
+            return True
         self.diagnostics.error(
             codes.UNKNOWN_DEVICE,
             f"unknown device '{device}'{did_you_mean(device, self.devices)}; known: {', '.join(self.devices)} "
             "(declare more under 'devices' in the catalog settings)",
             location,
         )
+        return False
 
 
 def declared_at(
