@@ -49,7 +49,9 @@ def backend_specs(
             )
         for index, capability in enumerate(backend.capabilities):
             known = context.check_device(capability.device, at.value((*path, "capabilities", index, "device")))
-            if known and capability.device not in DEVICES and capability.has_arch_window:  # a declared kind
+            if not known:  # it would run nowhere: what names it (a tuned table, the policy) would only say so again
+                context.left_out(op_id)
+            elif capability.device not in DEVICES and capability.has_arch_window:  # a declared kind
                 context.diagnostics.error(
                     codes.INVALID_VALUE,
                     f"'capabilities'[{index}]: {cuda_only_window(capability.device)}",

@@ -3,6 +3,7 @@ device kinds, each layer's allow-list and policies), where diagnostics go, and t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -40,6 +41,12 @@ class LinkContext:
     declared: list[Declared] = field(default_factory=list)
     # The ops declared but left out for their schema errors: named elsewhere, they are no unknown op.
     broken: BrokenOps = NOTHING_BROKEN
+
+    def left_out(self, op_id: str) -> None:
+        """Leave the op out as broken, like one with a schema error: its own error is reported where it is written,
+        and nothing naming it (a tuned table, a layer mapping, the policy) reports it a second time."""
+        if op_id not in self.broken.ops:
+            self.broken = dataclasses.replace(self.broken, ops=(*self.broken.ops, op_id))
 
     def allow_lists(self, file: ValidatedFile) -> tuple[tuple[str, ...], ...]:
         """The allow-lists a target declared in `file` must satisfy: its own layer's, if it has one."""
