@@ -11,6 +11,7 @@ UNSUPPORTED_YAML: Final = "KC003"
 FILE_REFUSED: Final = "KC004"
 FILE_UNREADABLE: Final = "KC005"
 PATH_NOT_FOUND: Final = "KC006"
+PLUGIN_BROKEN: Final = "KC007"
 # KC1xx validate: the schema.
 UNKNOWN_FIELD: Final = "KC101"
 MISSING_FIELD: Final = "KC102"
@@ -91,6 +92,7 @@ CODES: Final[dict[str, str]] = {
     FILE_REFUSED: "file refused: too large, nested too deep, or too many aliased nodes",
     FILE_UNREADABLE: "file cannot be read or decoded as UTF-8",
     PATH_NOT_FOUND: "path not found, or no catalog files in it",
+    PLUGIN_BROKEN: "an installed plugin's catalog has errors: the distribution to fix, uninstall or leave out",
     UNKNOWN_FIELD: "unknown field",
     MISSING_FIELD: "missing required field",
     INVALID_VALUE: "invalid value or wrong type",

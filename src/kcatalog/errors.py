@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -87,12 +87,93 @@ class Rejected:
         return self.kind in _ELIGIBLE_KINDS
 
 
-def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """A ' (did you mean 'x'?)' hint for the nearest candidate, or '' when none is close."""
+# Other spellings of names kcatalog knows, as torch and serving configs write them: a hint names the known one
+# where it is among the candidates (`--dtype fp16`: did you mean 'float16'?).
+ALIASES: Mapping[str, str] = {
+    "fp64": "float64",
+    "double": "float64",
+    "fp32": "float32",
+    "float": "float32",
+    "fp16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "fp8": "float8_e4m3fn",  # what serving engines mean by fp8: e4m3 weights and activations
+    "fp8_e4m3": "float8_e4m3fn",
+    "float8_e4m3": "float8_e4m3fn",
+    "e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
+    "e5m2": "float8_e5m2",
+    "long": "int64",
+    "int": "int32",
+    "short": "int16",
+    "rocm": "hip",
+    "nvidia": "cuda",
+    "gpu": "cuda",  # not 'xpu', which difflib's ratio finds
+}
+
+
+def nearest(name: str, candidates: Iterable[str], *, typo: bool = False) -> str | None:
+    """The candidate `name` most plausibly misspells, or None: the same name in another case, a known alias
+    (ALIASES, or torch's `torch.float16`), else the one closest by difflib's ratio (at least 0.6). With `typo`,
+    for a pool of hundreds (installed modules), only a slip of the keyboard counts: an edit distance of one per
+    four characters, never 'zlib' for 'mylib'. Where several are equally close ('tpu': cpu, npu, xpu), none is
+    named: the hint would be a guess."""
+    folded: dict[str, str] = {}
+    for candidate in candidates:
+        folded.setdefault(candidate.casefold(), candidate)
+    key = name.casefold().removeprefix("torch.")
+    found = folded.get(key) or folded.get(ALIASES.get(key, key))
+    if found is None:
+        scores = _typo_scores(key, folded) if typo else _ratio_scores(key, folded)
+        best = max(scores.values(), default=None)
+        closest = [candidate for candidate, score in scores.items() if score == best]
+        found = folded[closest[0]] if len(closest) == 1 else None
+    return found if found != name else None
+
+
+def _ratio_scores(key: str, candidates: Iterable[str]) -> dict[str, float]:
+    """difflib's ratio of each candidate at least 0.6 from `key` (its cheap bounds first, as get_close_matches)."""
     import difflib  # only errors need it; keep it off the import path of a clean load
 
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    matcher = difflib.SequenceMatcher()
+    matcher.set_seq2(key)
+    scores = {}
+    for candidate in candidates:
+        matcher.set_seq1(candidate)
+        if matcher.real_quick_ratio() >= 0.6 and matcher.quick_ratio() >= 0.6 and matcher.ratio() >= 0.6:
+            scores[candidate] = matcher.ratio()
+    return scores
+
+
+def _typo_scores(key: str, candidates: Iterable[str]) -> dict[str, float]:
+    """Minus the edits from `key` of each candidate within one edit per four characters of it."""
+    limit = max(1, len(key) // 4)
+    edits = {candidate: _edits(key, candidate, limit) for candidate in candidates}
+    return {candidate: -count for candidate, count in edits.items() if count <= limit}
+
+
+def _edits(a: str, b: str, limit: int) -> int:
+    """Insertions, deletions, substitutions and swaps of neighbours turning `a` into `b` (Damerau-Levenshtein,
+    optimal string alignment), or `limit + 1` where the lengths alone need more than `limit`."""
+    if abs(len(a) - len(b)) > limit:  # most of hundreds of candidates: not worth the table
+        return limit + 1
+    before: list[int] = []
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            cost = min(row[j] + 1, current[j - 1] + 1, row[j - 1] + (x != y))
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                cost = min(cost, before[j - 2] + 1)
+            current.append(cost)
+        before, row = row, current
+    return row[-1]
+
+
+def did_you_mean(name: str, candidates: Iterable[str], *, typo: bool = False) -> str:
+    """A ' (did you mean 'x'?)' hint for the candidate `name` most plausibly misspells (`nearest`), or ''."""
+    found = nearest(name, candidates, typo=typo)
+    return f" (did you mean '{found}'?)" if found is not None else ""
 
 
 def listing(names: Iterable[str], limit: int = 20) -> str:

@@ -18,7 +18,7 @@ from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, Targe
 from .platform import is_installed
 from .read.digest import content_digest
 from .read.files import CatalogFile, PathLike, SourceFile, read_sources
-from .read.layer_sources import layer_files, resolve_layers
+from .read.layer_sources import broken_plugins, layer_files, resolve_layers
 from .registry.catalog import Catalog
 from .select.buckets import Tuning
 from .select.overrides import OverridesArg
@@ -121,6 +121,12 @@ def load_catalog(
     `catalog.cache_status` says what the cache did, and why.
     Raises CatalogError carrying every diagnostic; warnings (e.g. targets unavailable here) are on
     `catalog.warnings`.
+
+    An installed plugin whose entry point names no package of manifests, or whose catalog has errors, fails
+    the load like any layer with errors (skipping it would silently drop or change the kernels it was installed
+    for); a KC007 error names its distribution and version and the ways out: fix or upgrade it, `pip uninstall`
+    it, or leave it out of the `plugins` layers with KCATALOG_EXCLUDE_PLUGINS=dist[,dist...] (names compared
+    as pip compares them). Explicit `paths` without 'plugins' never read the plugins.
     """
     result = check_catalog(paths, dataclasses.replace(options or LoadOptions(), **keywords))
     if result.catalog is None:
@@ -161,6 +167,7 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         assert read is not None  # read whenever the cache is on
         status = _cache_outcome(store, read, linked, linked_clean, checks.fresh_targets or known_targets)
     diagnostics.extend(checks.diagnostics)
+    diagnostics.extend(broken_plugins(layers, found, diagnostics))  # which distribution to fix or uninstall
     digest = content_digest(sources, leave_out=frozenset(linked.tuned_texts))
     plan = None
     if options.plan is not None and not diagnostics.has_errors:

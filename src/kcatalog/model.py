@@ -365,12 +365,25 @@ class LayerMapping:
 
 
 @dataclass(frozen=True)
+class Plugin:
+    """The installed distribution an entry-point layer comes from: what to fix, upgrade or uninstall."""
+
+    distribution: str
+    version: str | None  # None where its metadata names none
+    entry_point: str  # 'catalog = kc_vendor.catalog'
+
+    def __str__(self) -> str:
+        return f"{self.distribution} {self.version}" if self.version else self.distribution
+
+
+@dataclass(frozen=True)
 class CatalogLayer:
     """One layer of a catalog: a directory of manifests with an optional settings file, and where it came from."""
 
     name: str  # what diagnostics and `kcatalog layers` call it: 'shipped', a distribution's name, a path
     origin: str  # how it was found: the shipped catalog, a path given, KCATALOG_PATH, an entry point
     paths: tuple[str, ...]  # the directories (or files) read for it
+    plugin: Plugin | None = None  # for a layer of the installed plugins (entry points)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from .errors import nearest
 from .model import Capability
 
 # The built-in device kinds; a catalog's settings may declare more (`devices:`).
@@ -37,7 +38,11 @@ class Platform:
         """Read 'cuda:9.0', 'hip:gfx942', 'cpu'; ValueError naming the valid devices (`devices`) otherwise."""
         device, _, arch = text.strip().partition(":")
         if device not in devices:
-            raise ValueError(f"unknown device '{device}' in platform '{text}'; expected one of {', '.join(devices)}")
+            found = nearest(device, devices)
+            hint = f" (did you mean '{found}{text.strip()[len(device) :]}'?)" if found is not None else ""
+            raise ValueError(
+                f"unknown device '{device}' in platform '{text}'{hint}; expected one of {', '.join(devices)}"
+            )
         if device == "cuda" and arch and not _CUDA_ARCH.fullmatch(arch):  # ASCII digits: int() takes any
             raise ValueError(f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0")
         return cls(device, arch or None)

@@ -71,7 +71,7 @@ BROKEN_CONCISE = [
     "norm.yaml:12:7: KC203 unknown backend 'tirton' in op 'norm.rms_norm' (did you mean 'triton'?); "
     "known: torch, triton, rocm",
     "norm.yaml:17:17: KC303 warning: module 'kc_rocm_kernels_absent.norm' unavailable here: "
-    "top-level package 'kc_rocm_kernels_absent' is not installed",
+    "top-level package 'kc_rocm_kernels_absent' is not installed; install it to check this target",
     "Found 2 errors and 1 warning in 1 file.",
 ]
 
@@ -271,7 +271,8 @@ def test_usage_error_messages(run: Callable[..., Run]) -> None:
     assert err.startswith("usage: kcatalog explain ") and err.endswith("\nerror: give one op, or --all\n")
     err = run("explain", "norm.rms_norm", "--platform", "gpu").err
     assert err.startswith("usage: kcatalog explain ") and err.endswith(
-        "\nerror: unknown device 'gpu' in platform 'gpu'; expected one of cuda, hip, cpu, npu, xpu, mps, musa\n"
+        "\nerror: unknown device 'gpu' in platform 'gpu' (did you mean 'cuda'?); expected one of cuda, hip, cpu, npu, "
+        "xpu, mps, musa\n"
     )
 
 

@@ -117,6 +117,8 @@ def enter(case: str, workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> t
     for module in directory.glob("*.py"):
         workspace.module(module.stem, module.read_text(encoding="utf-8"))
     monkeypatch.chdir(directory)
+    if (directory / "site").is_dir():  # installed distributions (dist-info and packages): their plugins
+        monkeypatch.syspath_prepend(str(directory / "site"))
     extra = directory / "args.txt"  # e.g. --import: options a case needs beyond a plain validate
     layers = directory / "layers.txt"  # the layers of a case made of several, in order (default: '.')
     paths = layers.read_text(encoding="utf-8").split() if layers.exists() else ["."]

@@ -13,6 +13,7 @@ import pytest
 
 import kcatalog
 from kcatalog import CacheOutcome
+from kcatalog.model import Plugin
 from kcatalog.tools.cli import main
 
 # The package __init__ of each plugin: it must never run while a catalog loads.
@@ -105,7 +106,8 @@ def test_two_distributions_replacing_one_backend_are_named_both(site: Path) -> N
     )
     catalog, diagnostics = kcatalog.check_catalog()
     assert catalog is None
-    [error] = [str(d) for d in diagnostics if d.is_error]
+    broken, error = [str(d) for d in diagnostics if d.is_error]
+    assert broken.startswith("KC007 installed plugin kc-plugin-faster 1.0 ")  # the second is the one to fix
     assert (
         "faster/catalog/faster.yaml:6:7: KC202 backend 'triton' of op 'layernorm.rms_norm' already replaced at "
         in error
@@ -143,9 +145,48 @@ def test_an_entry_point_naming_a_missing_package(site: Path) -> None:
     (site / "kc_plugin_gone" / "catalog").rmdir()
     _, diagnostics = kcatalog.check_catalog()
     assert [str(d) for d in diagnostics] == [
-        "KC006 entry point kcatalog.catalogs: catalog = kc_plugin_gone.catalog (distribution kc-plugin-gone): "
-        "package 'kc_plugin_gone.catalog' is not found"
+        "KC007 installed plugin kc-plugin-gone 1.0 (entry point kcatalog.catalogs: catalog = kc_plugin_gone.catalog): "
+        "its package 'kc_plugin_gone.catalog' is not found, which fails every load of the installed plugins (the "
+        "default layers); fix or upgrade it, uninstall it (pip uninstall kc-plugin-gone), or leave it out "
+        "(KCATALOG_EXCLUDE_PLUGINS=kc-plugin-gone)"
     ]
+
+
+BROKEN = """\
+kcatalog: 1
+group: broken
+ops:
+  op:
+    description: its backends are missing
+"""
+
+
+def test_a_broken_plugin_names_its_distribution_and_what_to_do(site: Path) -> None:
+    """The file alone does not say which installed distribution to fix or uninstall: KC007 does, once."""
+    distribution(site, "kc-plugin-broken", "kc_plugin_broken", {"broken.yaml": BROKEN})
+    with pytest.raises(kcatalog.CatalogError) as failed:
+        kcatalog.load_catalog(cache=False)  # the default layers: shipped, then plugins
+    lines = str(failed.value).splitlines()
+    assert lines[:2] == [
+        "catalog has 2 errors:",
+        "  KC007 installed plugin kc-plugin-broken 1.0 (entry point kcatalog.catalogs: catalog = "
+        "kc_plugin_broken.catalog): its catalog has 1 error, which fails every load of the installed plugins (the "
+        "default layers); fix or upgrade it, uninstall it (pip uninstall kc-plugin-broken), or leave it out "
+        "(KCATALOG_EXCLUDE_PLUGINS=kc-plugin-broken)",
+    ]
+    assert lines[2].endswith("kc_plugin_broken/catalog/broken.yaml:5:5: KC102 missing required field 'backends'")
+
+
+def test_a_plugin_named_in_the_exclude_variable_is_left_out(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    distribution(site, "kc-plugin-broken", "kc_plugin_broken", {"broken.yaml": BROKEN})
+    distribution(site, "kc-plugin-fast", "kc_plugin_fast", {"fast.yaml": TRITON_REPLACES})
+    monkeypatch.setenv("KCATALOG_EXCLUDE_PLUGINS", "KC_Plugin.Broken")  # compared as pip compares names
+    catalog = kcatalog.load_catalog(cache=False)
+    assert [layer.name for layer in catalog.layers] == ["shipped", "kc-plugin-fast"]
+    assert catalog.layers[1].plugin == Plugin("kc-plugin-fast", "1.0", "catalog = kc_plugin_fast.catalog")
+    assert [layer.name for layer in kcatalog.load_catalog(["shipped", "plugins"], cache=False).layers][1:] == [
+        "kc-plugin-fast"
+    ]  # the token too
 
 
 def test_layers_command_shows_each_layer_and_what_it_adds(

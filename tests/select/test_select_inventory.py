@@ -153,7 +153,10 @@ def test_a_declared_device_kind_is_a_platform_of_the_catalog(workspace: Workspac
     assert catalog.devices[-1] == "tpu"
     assert catalog.select("g.op", "tpu").require().backend == "torch"
     assert catalog.select("g.op", "musa").chosen is None
-    with pytest.raises(ValueError, match=r"unknown device 'tpux' in platform 'tpux'; expected one of .*, musa, tpu$"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown device 'tpux' in platform 'tpux' \(did you mean 'tpu'\?\); expected one of .*, musa, tpu$",
+    ):
         catalog.select("g.op", "tpux")
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import codes
-from ..errors import Diagnostic, did_you_mean, listing
+from ..errors import Diagnostic, did_you_mean, listing, nearest
 from ..model import Declared, LinkedCatalog, OverrideSet, TargetChecks, TargetRole, is_under
 from ..read.files import SETTINGS_FILE
 from ..select.overrides import OverridesArg, check_overrides, process_overrides
@@ -79,11 +79,23 @@ def _check_allowed(linked: LinkedCatalog, lists: _AllowLists, out: list[Diagnost
                     Diagnostic(
                         codes.TARGET_NOT_ALLOWED,
                         f"target '{spec.target}' is outside the allowed modules ({source}: "
-                        f"{', '.join(prefixes) or 'none'})",
+                        f"{', '.join(prefixes) or 'none'}){_allowed_spelling(spec, prefixes)}",
                         spec.target_location,
                     )
                 )
     return refused
+
+
+def _allowed_spelling(spec: Declared, prefixes: tuple[str, ...]) -> str:
+    """' (did you mean 'x'?)' for the target spelt under an allowed prefix, where its module's leading names
+    misspell the prefix's, one by one ('kcatalg.kernels.torch' for 'kcatalog.kernels'), else ''."""
+    parts = spec.target.module.split(".")
+    for prefix in prefixes:
+        names = prefix.split(".")
+        if len(parts) >= len(names) and all(a == b or nearest(a, [b], typo=True) for a, b in zip(parts, names)):
+            rest = "".join(f".{part}" for part in parts[len(names) :])
+            return f" (did you mean '{prefix}{rest}:{spec.target.attr}'?)"
+    return ""
 
 
 def _check_targets(

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from .. import codes
 from ..errors import did_you_mean
 from ..model import Capability, Importable, KernelSpec, Target, TargetRole
-from ..validate.schema import FAKE_REFERENCE, BackendDecl, OpDecl
+from ..platform import DEVICES
+from ..validate.schema import FAKE_REFERENCE, BackendDecl, OpDecl, cuda_only_window
 from ..validate.validator import ValidatedFile
 from .context import LinkContext, declared_at
 
@@ -47,7 +48,15 @@ def backend_specs(
                 at.value((*path, "dtypes")),
             )
         for index, capability in enumerate(backend.capabilities):
-            context.check_device(capability.device, at.value((*path, "capabilities", index, "device")))
+            known = context.check_device(capability.device, at.value((*path, "capabilities", index, "device")))
+            if not known:  # it would run nowhere: what names it (a tuned table, the policy) would only say so again
+                context.left_out(op_id)
+            elif capability.device not in DEVICES and capability.has_arch_window:  # a declared kind
+                context.diagnostics.error(
+                    codes.INVALID_VALUE,
+                    f"'capabilities'[{index}]: {cuda_only_window(capability.device)}",
+                    at.value((*path, "capabilities", index)),
+                )
         info = context.settings.backends.get(name) if context.settings is not None else None
         lists, layer = context.allow_lists(file), context.layer(file)
         gate = None

@@ -3,6 +3,7 @@ device kinds, each layer's allow-list and policies), where diagnostics go, and t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -41,6 +42,12 @@ class LinkContext:
     # The ops declared but left out for their schema errors: named elsewhere, they are no unknown op.
     broken: BrokenOps = NOTHING_BROKEN
 
+    def left_out(self, op_id: str) -> None:
+        """Leave the op out as broken, like one with a schema error: its own error is reported where it is written,
+        and nothing naming it (a tuned table, a layer mapping, the policy) reports it a second time."""
+        if op_id not in self.broken.ops:
+            self.broken = dataclasses.replace(self.broken, ops=(*self.broken.ops, op_id))
+
     def allow_lists(self, file: ValidatedFile) -> tuple[tuple[str, ...], ...]:
         """The allow-lists a target declared in `file` must satisfy: its own layer's, if it has one."""
         prefixes = self.layer_allow_lists.get(file.layer)
@@ -70,16 +77,18 @@ class LinkContext:
                 )
             self.diagnostics.error(codes.UNKNOWN_BACKEND, message, file.locations.value((*path, index)))
 
-    def check_device(self, device: str, location: Location) -> None:
-        """A device kind must be built in or declared in the settings' `devices`; the error points at `location`."""
+    def check_device(self, device: str, location: Location) -> bool:
+        """Whether a device kind is built in or declared in the settings' `devices`; if not, the error points at
+        `location`."""
         if device in self.devices:
-            return
+            return True
         self.diagnostics.error(
             codes.UNKNOWN_DEVICE,
             f"unknown device '{device}'{did_you_mean(device, self.devices)}; known: {', '.join(self.devices)} "
             "(declare more under 'devices' in the catalog settings)",
             location,
         )
+        return False
 
 
 def declared_at(

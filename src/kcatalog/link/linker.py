@@ -43,11 +43,11 @@ def link_files(
     link_settings(context, files, settings_found)
     ops = _link_ops(context, files)
     check_policy(context, files, ops)
-    mappings = link_mappings(files, ops, broken, context.allow_lists, diagnostics)
+    mappings = link_mappings(files, ops, context.broken, context.allow_lists, diagnostics)
     settings = context.settings
     warnings = tuple(d for d in diagnostics.since(start) if not d.is_error)
     declared = (*context.declared, *(t for mapping in mappings for t in (mapping.forward, mapping.prepare) if t))
-    return LinkedCatalog(settings, MappingProxyType(ops), declared, warnings, mappings, broken=broken)
+    return LinkedCatalog(settings, MappingProxyType(ops), declared, warnings, mappings, broken=context.broken)
 
 
 def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str, OpInfo]:
@@ -76,7 +76,8 @@ def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str,
             groups[op_id] = manifest.group
         _check_left_out(context, file, manifest)
     link_extensions(context, manifests, pending_ops)
-    for op_id in context.broken.ops:  # an op whose extension was left out: its backends are not all known
+    # An op whose extension was left out (its backends are not all known), or with a device kind none declares.
+    for op_id in context.broken.ops:
         pending_ops.pop(op_id, None)
     for pending in pending_ops.values():  # after extensions, which may add the backends an order names
         resolve_priorities(context, pending)

@@ -129,7 +129,7 @@ class ModuleReader:
             return Problem(
                 codes.TARGET_UNAVAILABLE,
                 f"module {quote(name)} unavailable here: top-level package {quote(parts[0])} is not installed"
-                f"{nearest_installed(parts[0], tuple(sys.path))}",
+                f"{nearest_installed(parts[0], tuple(sys.path)) or '; install it to check this target'}",
                 True,
             )
         parent = ".".join(parts[:failed_at])
@@ -150,10 +150,10 @@ class ModuleReader:
 
 @functools.lru_cache(maxsize=256)
 def nearest_installed(name: str, path: tuple[str, ...]) -> str:
-    """' (did you mean 'x'?)' for the installed top-level module nearest to `name`, found on `path` (sys.path)
-    without importing anything; remembered per name and path, since a catalog often names one missing
-    package many times."""
+    """' (did you mean 'x'?)' for an installed top-level module `name` plausibly misspells (hundreds are
+    installed: only a near-typo counts), found on `path` (sys.path) without importing anything, or ''; remembered
+    per name and path, since a catalog often names one missing package many times."""
     import pkgutil
 
     installed = {module.name for module in pkgutil.iter_modules(list(path))} | set(sys.builtin_module_names)
-    return did_you_mean(name, sorted(installed))
+    return did_you_mean(name, sorted(installed), typo=True)

@@ -4,23 +4,35 @@ A layer is the shipped catalog (the token `shipped`), a path given, a directory 
 of manifests that an installed distribution names under the entry-point group `kcatalog.catalogs` (the token
 `plugins`). Entry points are read from the distributions' metadata and their packages located with the finder
 that never imports (pyresolve/finder.py): no plugin code runs.
+
+A broken plugin (its entry point names no package of manifests, or its catalog has errors) fails the load, as
+any layer with errors does: skipping it would silently drop or change kernels the user installed it for. One
+KC007 error names its distribution and version and what to do: fix or upgrade it, `pip uninstall` it, or
+leave it out with KCATALOG_EXCLUDE_PLUGINS (as pytest's `-p no:NAME` leaves out a plugin that breaks a run).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .. import codes
 from ..diagnostics import Diagnostics
-from ..model import CatalogLayer
-from .files import SETTINGS_FILE, CatalogFile, PathLike, discover, shipped_catalog_dir
+from ..errors import Diagnostic
+from ..model import CatalogLayer, Plugin
+from .files import SETTINGS_FILE, CatalogFile, PathLike, discover, display_path, shipped_catalog_dir
 
 SHIPPED = "shipped"  # the token for the catalog shipped inside the package
 PLUGINS = "plugins"  # the token for every installed distribution's `kcatalog.catalogs` entry points
 ENTRY_POINT_GROUP = "kcatalog.catalogs"
 PATH_VARIABLE = "KCATALOG_PATH"  # more layers (directories, os.pathsep-separated) on top of the default ones
+# Distributions (comma-separated) whose entry points the `plugins` token leaves out: a broken plugin the user
+# did not ask for need not break every load until it is fixed or uninstalled.
+EXCLUDE_VARIABLE = "KCATALOG_EXCLUDE_PLUGINS"
 
 
 def default_sources() -> list[PathLike]:
@@ -37,14 +49,14 @@ def resolve_layers(paths: Iterable[PathLike] | None, diagnostics: Diagnostics) -
     from_environment = paths is None
     layers: dict[str, CatalogLayer] = {}  # by root directory, in order of first mention
 
-    def add(root: Path, name: str, origin: str, paths: tuple[str, ...]) -> None:
+    def add(root: Path, name: str, origin: str, paths: tuple[str, ...], plugin: Plugin | None = None) -> None:
         key = str(root)
         known = layers.get(key)
         if known is None:
-            layers[key] = CatalogLayer(name, origin, paths)
+            layers[key] = CatalogLayer(name, origin, paths, plugin)
         else:
             more = tuple(path for path in paths if path not in known.paths)
-            layers[key] = CatalogLayer(known.name, known.origin, (*known.paths, *more))
+            layers[key] = dataclasses.replace(known, paths=(*known.paths, *more))
 
     for raw in default_sources() if paths is None else paths:
         if isinstance(raw, str) and raw == SHIPPED:
@@ -52,7 +64,7 @@ def resolve_layers(paths: Iterable[PathLike] | None, diagnostics: Diagnostics) -
             add(shipped.resolve(), SHIPPED, "the catalog shipped with kcatalog", (str(shipped),))
         elif isinstance(raw, str) and raw == PLUGINS:
             for plugin in _entry_point_layers(diagnostics):
-                add(Path(plugin.paths[0]).resolve(), plugin.name, plugin.origin, plugin.paths)
+                add(Path(plugin.paths[0]).resolve(), plugin.name, plugin.origin, plugin.paths, plugin.plugin)
         else:
             given = Path(raw)
             origin = PATH_VARIABLE if from_environment else "a path given"
@@ -95,25 +107,62 @@ def layer_files(layers: Sequence[CatalogLayer], diagnostics: Diagnostics) -> lis
 
 
 def _entry_point_layers(diagnostics: Diagnostics) -> list[CatalogLayer]:
-    """One layer per `kcatalog.catalogs` entry point, sorted by distribution and entry name."""
+    """One layer per `kcatalog.catalogs` entry point, sorted by distribution and entry name, less the
+    distributions KCATALOG_EXCLUDE_PLUGINS names."""
     from importlib.metadata import entry_points
 
     from ..pyresolve import locate  # finds a package's directory without running its __init__
 
+    excluded = {_normalized(name) for name in os.environ.get(EXCLUDE_VARIABLE, "").split(",") if name.strip()}
     found = []
     for entry in entry_points(group=ENTRY_POINT_GROUP):
-        dist = entry.dist.name if entry.dist is not None else entry.name
-        found.append((dist, entry.name, entry.value))
-    names = [dist for dist, _, _ in found]
+        dist = entry.dist.name if entry.dist is not None and entry.dist.name else entry.name
+        version = entry.dist.version if entry.dist is not None else None
+        if _normalized(dist) not in excluded:
+            found.append((dist, version or "", entry.name, entry.value))
+    names = [dist for dist, _, _, _ in found]
     layers = []
-    for dist, name, value in sorted(set(found)):
+    for dist, version, name, value in sorted(set(found)):
+        plugin = Plugin(dist, version or None, f"{name} = {value}")
         package = value.partition(":")[0].strip()
-        origin = f"entry point {ENTRY_POINT_GROUP}: {name} = {value} (distribution {dist})"
-        location = locate(package).location
+        location = locate(package).location if package else None
         if location is None or location.search is None:
             what = "not found" if location is None else "a module, not a package of manifests"
-            diagnostics.error(codes.PATH_NOT_FOUND, f"{origin}: package '{package}' is {what}")
+            diagnostics.error(codes.PLUGIN_BROKEN, broken_plugin(plugin, f"its package '{package}' is {what}"))
             continue
+        origin = f"entry point {ENTRY_POINT_GROUP}: {plugin.entry_point} (distribution {plugin})"
         layer_name = dist if names.count(dist) == 1 else f"{dist}:{name}"
-        layers.append(CatalogLayer(layer_name, origin, tuple(location.search)))
+        layers.append(CatalogLayer(layer_name, origin, tuple(location.search), plugin))
     return layers
+
+
+def _normalized(distribution: str) -> str:
+    """A distribution's name as pip compares names: 'KC_Vendor.kernels' and 'kc-vendor-kernels' are one."""
+    return re.sub(r"[-_.]+", "-", distribution.strip()).lower()
+
+
+def broken_plugin(plugin: Plugin, problem: str) -> str:
+    """KC007's message: the installed distribution, its problem, and the three ways out."""
+    return (
+        f"installed plugin {plugin} (entry point {ENTRY_POINT_GROUP}: {plugin.entry_point}): {problem}, which fails "
+        f"every load of the installed plugins (the default layers); fix or upgrade it, uninstall it (pip uninstall "
+        f"{plugin.distribution}), or leave it out ({EXCLUDE_VARIABLE}={plugin.distribution})"
+    )
+
+
+def broken_plugins(
+    layers: Sequence[CatalogLayer], files: Sequence[CatalogFile], found: Iterable[Diagnostic]
+) -> list[Diagnostic]:
+    """A KC007 error for each plugin layer whose files (also those that could not be read) have errors
+    (`found`, located in them): the file alone does not say which distribution to fix or uninstall."""
+    layer_of = {display_path(file.path): file.layer for file in files}
+    errors = Counter(layer_of.get(d.location.path) for d in found if d.is_error and d.location is not None)
+    return [
+        Diagnostic(codes.PLUGIN_BROKEN, broken_plugin(layer.plugin, f"its catalog has {_errors(errors[number])}"))
+        for number, layer in enumerate(layers)
+        if layer.plugin is not None and errors[number]
+    ]
+
+
+def _errors(count: int) -> str:
+    return f"{count} error{'s' * (count != 1)}"

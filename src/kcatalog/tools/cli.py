@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ..errors import CatalogError
+from ..errors import CatalogError, did_you_mean
 from .commands import (
     bench,
     cache,
@@ -49,11 +49,12 @@ COMMANDS: dict[str, Command] = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors exit through `_UsageExit`, so `main` returns 2 instead of exiting."""
+    """Usage errors exit through `_UsageExit`, so `main` returns 2 instead of exiting. They are printed as every
+    other error of the tool is, `error: ...`, after the usage line that names the command."""
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        _print_error(message)
         raise _UsageExit
 
 
@@ -104,14 +105,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code, no traceback
-        print("\nerror: interrupted", file=sys.stderr)
+        print(file=sys.stderr)  # off the line a progress bar may have left
+        _print_error("interrupted")
         return INTERRUPTED
 
 
 def _main(argv: Sequence[str] | None) -> int:
     parser, commands = _parser()
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        options, extra = parser.parse_known_args(argv)
+        if args and not args[0].startswith("-") and args[0] not in COMMANDS:  # argparse names no nearest one
+            parser.error(
+                f"unknown command '{args[0]}'{did_you_mean(args[0], COMMANDS)}; commands: {', '.join(COMMANDS)}"
+            )
+        options, extra = parser.parse_known_args(args)
         if extra:  # the subcommand's own usage, not the top-level one
             commands[options.command].error(f"unrecognized arguments: {' '.join(extra)}")
     except _UsageExit:
@@ -135,8 +142,13 @@ def _main(argv: Sequence[str] | None) -> int:
         return _fail(options, f"internal error: {type(exc).__name__}: {exc}", 2)
 
 
-def _fail(options: argparse.Namespace, message: str, code: int) -> int:
+def _print_error(message: str) -> None:
+    """The one form of the tool's own errors on stderr (ruff's): `error: message`."""
     print(f"error: {message}", file=sys.stderr)
+
+
+def _fail(options: argparse.Namespace, message: str, code: int) -> int:
+    _print_error(message)
     if getattr(options, "output_format", None) == "json":  # JSON output stays valid JSON, also on failure
         print(json.dumps({"error": message}))
     return code

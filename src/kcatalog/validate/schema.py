@@ -17,6 +17,8 @@ from pydantic import (
     model_validator,
 )
 
+from ..platform import DEVICES
+
 FORMAT_VERSION = 1
 FAKE_REFERENCE = "reference"  # `fake: reference`: the op's reference backend, run on fake (meta) tensors
 
@@ -40,6 +42,7 @@ NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 BACKEND_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 OP_ID_PATTERN = r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$"
 SIGNATURE_PATTERN = r"^\(.*\)( -> .+)?$"
+PLATFORM_PATTERN = r"^[a-z][a-z0-9_]*(:[A-Za-z0-9_.+-]+)?$"
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 # Whole-string matches (fullmatch): '$' would also match before a final newline, '\d' any Unicode digit.
 _TARGET = re.compile(rf"{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*")
@@ -75,6 +78,11 @@ def _check_cuda_arch(value: str) -> str:
     if not _CUDA_ARCH.fullmatch(value):
         raise ValueError(f"arch {value!r} is not a CUDA compute capability 'major.minor' such as '8.0' or '9.0'")
     return value
+
+
+def cuda_only_window(device: str) -> str:
+    """Why a capability of another device kind than cuda may not name an arch window."""
+    return f"min_arch and max_arch apply to cuda only; for {device}, list exact architectures in 'archs'"
 
 
 Target = Annotated[
@@ -120,12 +128,17 @@ class CapabilityDecl(_Strict):
         None, min_length=1, description="exact architectures, e.g. ROCm gfx names [gfx942, gfx950]"
     )
 
+    @property
+    def has_arch_window(self) -> bool:
+        """Whether it names min_arch or max_arch, which apply to cuda only."""
+        return self.min_arch is not None or self.max_arch is not None
+
     @model_validator(mode="after")
     def _arch_window_is_cuda_only(self) -> CapabilityDecl:
-        if self.device != "cuda" and (self.min_arch is not None or self.max_arch is not None):
-            raise ValueError(
-                f"min_arch and max_arch apply to cuda only; for {self.device}, list exact architectures in 'archs'"
-            )
+        # A kind not built in is checked when linking, once the settings' `devices` are known: a misspelt
+        # 'cdua' is an unknown device (KC215, with its hint), not a reason to list architectures.
+        if self.device in DEVICES and self.device != "cuda" and self.has_arch_window:
+            raise ValueError(cuda_only_window(self.device))
         if self.min_arch and self.max_arch and _arch_key(self.min_arch) > _arch_key(self.max_arch):
             raise ValueError(f"min_arch {self.min_arch} is above max_arch {self.max_arch}, so no cuda device matches")
         return self
@@ -271,7 +284,7 @@ class PolicyDecl(_Strict):
     platforms, those it extends); under `require_of_all`, every op the catalog loads, from any layer."""
 
     required_backends: tuple[BackendName, ...] = Field((), description="backends each op must have")
-    required_platforms: tuple[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*(:[A-Za-z0-9_.+-]+)?$")], ...] = Field(
+    required_platforms: tuple[Annotated[str, Field(pattern=PLATFORM_PATTERN)], ...] = Field(
         (), description="platforms ('cpu', 'cuda:9.0', 'hip:gfx942') each op must have an eligible backend on"
     )
     torch_ops: StrictBool = Field(

@@ -12,8 +12,9 @@ import pydantic
 
 from .. import codes
 from ..diagnostics import Diagnostics
-from ..errors import Diagnostic, did_you_mean
+from ..errors import Diagnostic, did_you_mean, nearest
 from ..model import BrokenOps
+from ..platform import DEVICES
 from ..read.files import CatalogFile, SourceFile
 from ..read.location_table import LocationTable
 from ..read.yaml_nodes import ParsedFile, find_key_node, find_node, node_location, parse_yaml
@@ -24,6 +25,7 @@ from .schema import (
     FORMAT_VERSION,
     NAME_PATTERN,
     OP_ID_PATTERN,
+    PLATFORM_PATTERN,
     SIGNATURE_PATTERN,
     Manifest,
     Settings,
@@ -222,7 +224,26 @@ _PATTERN_MEANING = {
     BACKEND_PATTERN: "should be a backend name (letters, digits and '_', not starting with a digit)",
     OP_ID_PATTERN: "should be an op id '<group>.<name>'",
     SIGNATURE_PATTERN: "should be a Python signature such as '(x: Tensor, eps: float = 1e-6) -> Tensor'",
+    PLATFORM_PATTERN: "should be a platform 'device' or 'device:arch' such as 'cpu' or 'cuda:9.0'",
 }
+_DEVICE_FIELDS = frozenset({"device", "devices", "platform_priority"})  # their values, or keys, are device kinds
+
+
+def _device_hint(pattern: str, value: object, owner: object) -> str:
+    """A did-you-mean for a device kind, or a platform's, that breaks its pattern by case or a typo ('CUDA').
+    Against the built-in kinds: the settings that may declare more are not read yet."""
+    if not isinstance(value, str):
+        return ""
+    if pattern == PLATFORM_PATTERN:
+        device, colon, arch = value.partition(":")
+        found = nearest(device, DEVICES)
+        return f" (did you mean '{found}{colon}{arch}'?)" if found is not None else ""
+    return did_you_mean(value, DEVICES) if pattern == NAME_PATTERN and owner in _DEVICE_FIELDS else ""
+
+
+def _last_name(loc: list[Any]) -> object:
+    """The last field name in `loc`: 'device' for ('backends', 'x', 'capabilities', 0, 'device')."""
+    return next((part for part in reversed(loc) if isinstance(part, str)), None)
 
 
 def _schema_diagnostic(parsed: ParsedFile, model_cls: type, error: Any) -> Diagnostic:
@@ -258,7 +279,8 @@ def _schema_diagnostic(parsed: ParsedFile, model_cls: type, error: Any) -> Diagn
         wanted = ctx["min_length"]
         message = f"should have at least {wanted} item{'s' * (wanted != 1)}, got {ctx['actual_length']}"
     elif kind == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERN_MEANING:
-        message = f"{_PATTERN_MEANING[ctx['pattern']]}, got {_describe_input(value)}"
+        hint = _device_hint(ctx["pattern"], value, loc[-2] if field.startswith("key ") else _last_name(loc))
+        message = f"{_PATTERN_MEANING[ctx['pattern']]}, got {_describe_input(value)}{hint}"
     else:
         message = error["msg"].removeprefix("Value error, ").replace("valid tuple", "list")
         message = re.sub(r"a valid dictionary(?: or instance of \w+)?", "a mapping", message)

@@ -7,7 +7,7 @@ import json
 import platform
 from typing import Any
 
-from .common import add_op_arguments, load_ops, write_output
+from .common import add_op_arguments, load_ops, require_module, write_output
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -29,6 +29,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(options: argparse.Namespace) -> int:
     from .. import timing  # torch and the samples' machinery: only a bench needs them
 
+    if options.plot:  # before timing anything, not after
+        require_module("matplotlib", "--plot", "pip install 'kcatalog[plot]'")
     asked = load_ops(options)
     if asked is None:
         return 1

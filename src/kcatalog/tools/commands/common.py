@@ -4,6 +4,7 @@ and `plugins` tokens), loading it with its diagnostics on stderr, dtype and devi
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import shlex
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...platform import Platform
@@ -59,9 +61,11 @@ class OpsToRun:
 
 
 def load_ops(options: argparse.Namespace) -> OpsToRun | None:
-    """The device checked, the catalog loaded (None after printing its diagnostics) and the ops selected."""
+    """torch and the device checked, the catalog loaded (None after printing its diagnostics) and the ops
+    selected: the commands that run ops (test, bench, tune) run them with torch."""
     from ..conformance import select_ops
 
+    require_module("torch", f"kcatalog {options.command} runs kernels and", TORCH_INSTALL)
     require_device(options.device)
     given = split_ops(options.items)
     paths = catalog_paths(options, given.paths)
@@ -175,13 +179,37 @@ def platform_of_catalog(catalog: Catalog, text: str) -> Platform:
         raise UsageError(str(exc)) from None
 
 
+# What to install for torch: its CPU build first on a machine without a GPU, or pip pulls the multi-GB CUDA one.
+TORCH_INSTALL = (
+    "pip install 'kcatalog[torch]' (on a machine without a GPU, first: "
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu)"
+)
+
+
+def require_module(module: str, needs: str, install: str) -> ModuleType:
+    """The module imported, or a UsageError saying that `needs` ('kcatalog bench runs kernels and', '--plot')
+    needs it and how to install it (`install`): the one way a command says an optional dependency is missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        missing = isinstance(exc, ModuleNotFoundError) and (exc.name or "").partition(".")[0] == module
+        why = "is not installed" if missing else f"cannot be imported ({type(exc).__name__}: {exc})"
+        raise UsageError(f"{needs} needs {module}, which {why} here: {install}") from None
+
+
 def require_device(device: str) -> None:
-    """UsageError unless the device can be used here (a CUDA device for `cuda`)."""
+    """UsageError unless the device can be used here (a CUDA device for `cuda`), saying what to pass instead."""
     if device != "cuda":
         return
-    try:
-        import torch
-    except ImportError:
-        raise UsageError("--device cuda needs torch: pip install 'kcatalog[torch]'") from None
+    torch = require_module("torch", "--device cuda", TORCH_INSTALL)
     if not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available here (torch.cuda.is_available() is False)")
+        build = f"; torch {torch.__version__} is a CPU-only build" if _cpu_only(torch) else ""
+        raise UsageError(
+            f"--device cuda: no CUDA device is available here (torch.cuda.is_available() is False{build}); "
+            "pass --device cpu to run on the CPU"
+        )
+
+
+def _cpu_only(torch: ModuleType) -> bool:
+    """Whether this torch was built for neither CUDA nor ROCm."""
+    return torch.version.cuda is None and getattr(torch.version, "hip", None) is None

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from ..formats import plural
-from .common import UsageError, add_op_arguments, load_ops
+from .common import UsageError, add_op_arguments, load_ops, require_module
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -31,6 +31,7 @@ def run(options: argparse.Namespace) -> int:
         if options.device != "cpu":
             raise UsageError("--interpret runs Triton kernels on the CPU; use it with --device cpu")
         os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
+        require_module("triton", "--interpret", "pip install 'kcatalog[triton]'")
     asked = load_ops(options)
     if asked is None:
         return 1
