@@ -14,7 +14,7 @@ from .. import codes
 from ..errors import did_you_mean, listing
 from ..model import ModuleFingerprint
 from . import kinds
-from .finder import Finder
+from .finder import Finder, search_path
 from .fingerprints import Fingerprint, fingerprint
 from .index import ModuleIndex, index_module
 from .locations import Located
@@ -151,9 +151,7 @@ class ModuleReader:
 @functools.lru_cache(maxsize=256)
 def nearest_installed(name: str, path: tuple[str, ...]) -> str:
     """' (did you mean 'x'?)' for the installed top-level module nearest to `name`, found on `path` (sys.path)
-    without importing anything; remembered per name and path, since a catalog often names one missing
-    package many times."""
-    import pkgutil
-
-    installed = {module.name for module in pkgutil.iter_modules(list(path))} | set(sys.builtin_module_names)
+    by the finder's own listing (pkgutil's would ask sys.path_hooks and the finders cached for each entry);
+    remembered per name and path, since a catalog often names one missing package many times."""
+    installed = set(Finder().submodules(search_path(path))) | set(sys.builtin_module_names)
     return did_you_mean(name, sorted(installed))
