@@ -163,3 +163,23 @@ def test_target_checks_cached_without_a_list_still_apply_the_callers(workspace: 
             kcatalog.load_catalog(directory, cache=cache, allowed_modules=["kc_keys_shell"])
         assert [str(d) for d in refused.value.diagnostics] == [expected]
     assert kcatalog.load_catalog(directory).cache_status.outcome is kcatalog.CacheOutcome.HIT  # the entry was used
+
+
+def test_a_gate_and_a_layer_forward_re_exported_from_outside_are_refused(workspace: Any) -> None:
+    """Every declared target is checked alike: a gate (`eligible:`) and a layer mapping's forward that an allowed
+    module only re-exports from os are KC305, not the warning that os's own star imports would give."""
+    workspace.module("kc_keys_roles", "from os import system\n\n\ndef ref(x):\n    return x\n")
+    backends = {"fast": {"target": "kc_keys_roles:ref", "eligible": "kc_keys_roles:system"}, "ref": "kc_keys_roles:ref"}
+    directory = workspace.write({"tag": workspace.op(backends, reference="ref")}, backends=["fast", "ref"])
+    layers = {
+        "kcatalog": 1,
+        "layers": {"m": {"classes": ["kc_keys_roles:ref"], "forward": "kc_keys_roles:system", "ops": ["g.tag"]}},
+    }
+    workspace.files({"model.layers.yaml": layers})
+    _, diagnostics = kcatalog.check_catalog([directory], allowed_modules=["kc_keys_roles"])
+    refused = [d for d in diagnostics if d.code == "KC305"]
+    assert [(Path(d.location.path).name, d.location.line) for d in refused if d.location] == [
+        ("g.yaml", 13),
+        ("model.layers.yaml", 6),
+    ]
+    assert all("names an object imported from module 'os'" in d.message for d in refused)

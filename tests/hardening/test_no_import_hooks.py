@@ -129,7 +129,8 @@ def twin(site: Path, root: Path, tag: str) -> Path:
                 "reference": "torch",
                 "dtypes": ["float32"],
                 "backends": {
-                    "torch": {"target": f"kc_hooks_{tag}:kernel"},
+                    "torch": {"target": f"kc_hooks_{tag}:kernel", "requires": [f"kc-hooks-plugin-{tag}"]},
+                    "aten": {"target": f"kc_hooks_{tag}:kernel", "requires": [f"kc-hooks-absent-{tag}"]},
                     "triton": {"target": f"kc_hooks_{tag}:kernel", "eligible": f"kc_hooks_{tag}:gate"},
                 },
             }
@@ -163,6 +164,11 @@ def run_everything(layer: Path, cache: Path, capsys: pytest.CaptureFixture[str])
     tag = layer.name.removeprefix("layer_")
     assert {f"kc-hooks-plugin-{tag}", "shipped", str(layer)} <= {layer.name for layer in warm.layers}
     assert warm.info(f"hooks_{tag}.norm").backends["triton"].gate is not None
+    # Selection looks up `requires:` in installed metadata: found by the same walk, asking no finder either.
+    selection = warm.select(f"hooks_{tag}.norm", "cpu", "float32")
+    assert selection.backend == "torch"
+    aten = next(r for r in selection.rejected if r.backend == "aten")
+    assert f"kc-hooks-absent-{tag}" in aten.reason
 
 
 def test_validate_and_loads_call_no_import_hook(
