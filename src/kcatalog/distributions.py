@@ -48,11 +48,12 @@ def entry_points(group: str) -> list[EntryPoint]:
     seen: set[str] = set()
     found = []
     for dist in _search(None):
-        name = dist.name or ""
-        normalized = _SEPARATORS.sub("-", name).lower()
+        # Named by its metadata directory, as importlib.metadata dedupes them: reading every METADATA would cost
+        # tens of milliseconds a load.
+        normalized = getattr(dist, "_normalized_name", None) or _SEPARATORS.sub("_", dist.name or "").lower()
         if normalized in seen:  # shadowed by one earlier on sys.path
             continue
         seen.add(normalized)
         for entry in dist.entry_points.select(group=group):
-            found.append(EntryPoint(name, entry.name, entry.value))
+            found.append(EntryPoint(dist.name, entry.name, entry.value))
     return found

@@ -148,18 +148,17 @@ class _Checks:
         """A catalog file found in (or given from) the catalog directory `root`, resolved; None where it is not
         read: a symlink that dangles, loops or leaves `root`, a file every user may write, or one in such a
         directory (refused, reported), or not a regular file (a link to a directory or a special file: left out)."""
-        at = Location(display_path(path), 1, 1)
         try:
             real = path.resolve(strict=True)
         except (OSError, RuntimeError):  # dangling, or a loop (RuntimeError before Python 3.13)
-            self.diagnostics.error(codes.FILE_UNREADABLE, "cannot read file: symlink is dangling or loops", at)
+            self.diagnostics.error(codes.FILE_UNREADABLE, "cannot read file: symlink is dangling or loops", _at(path))
             return None
         if not real.is_relative_to(root):
             self.diagnostics.error(
-                codes.FILE_UNREADABLE, f"symlink leaves the catalog directory (points to '{real}'); refused", at
+                codes.FILE_UNREADABLE, f"symlink leaves the catalog directory (points to '{real}'); refused", _at(path)
             )
             return None
-        if not real.is_file() or not self.directory_open(real.parent) or self._refused(real, "file", at):
+        if not real.is_file() or not self.directory_open(real.parent) or self._refused(real, "file", path):
             return None
         return real
 
@@ -179,20 +178,28 @@ class _Checks:
             known = self._directories[directory] = not self._refused(directory, "directory", None)
         return known
 
-    def _refused(self, path: Path, what: str, at: Location | None) -> bool:
-        """Refuse (reported) a catalog file or directory that every user may write: anyone could make it name any
-        code. The rule the load cache applies to its own files (read/permissions.py), drawn at every user."""
+    def _refused(self, path: Path, what: str, named: Path | None) -> bool:
+        """Refuse (reported at `named`, the file as found; a directory by its path) a catalog file or directory that
+        every user may write: anyone could make it name any code. The rule the load cache applies to its own files
+        (read/permissions.py), drawn at every user."""
         try:
             found = exposure(path)
         except OSError:
             return False  # cannot be seen: reading it reports why
         if not found.everyone:
             return False
-        where = "" if at is not None else f" '{display_path(path)}'"
+        where = "" if named is not None else f" '{display_path(path)}'"
         self.diagnostics.error(
-            codes.FILE_REFUSED, f"{what}{where} is writable by every user (mode {found.mode:04o}); refused", at
+            codes.FILE_REFUSED,
+            f"{what}{where} is writable by every user (mode {found.mode:04o}); refused",
+            _at(named) if named is not None else None,
         )
         return True
+
+
+def _at(path: Path) -> Location:
+    """A diagnostic's place for a whole file: its start, named as found."""
+    return Location(display_path(path), 1, 1)
 
 
 def read_sources(files: Iterable[CatalogFile], diagnostics: Diagnostics) -> list[SourceFile]:
