@@ -89,7 +89,7 @@ CODES: Final[dict[str, str]] = {
     YAML_SYNTAX: "YAML syntax error",
     DUPLICATE_KEY: "duplicate mapping key",
     UNSUPPORTED_YAML: "unsupported YAML: tags other than plain YAML, merge keys, multiple documents",
-    FILE_REFUSED: "file refused: too large, nested too deep, or too many aliased nodes",
+    FILE_REFUSED: "file refused: too large, nested too deep, too many aliased nodes, or writable by every user",
     FILE_UNREADABLE: "file cannot be read or decoded as UTF-8",
     PATH_NOT_FOUND: "path not found, or no catalog files in it",
     PLUGIN_BROKEN: "an installed plugin's catalog has errors: the distribution to fix, uninstall or leave out",

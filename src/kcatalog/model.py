@@ -535,6 +535,9 @@ class TargetChecks:
     modules: tuple[ModuleFingerprint, ...]
     # Where each target's object is defined, where the sources show it (a re-export followed to its source).
     defined_in: Mapping[str, str | None] = field(default_factory=dict)
+    # For a target not verifiable statically (a warning), the modules it was followed into before the sources
+    # stopped showing more (pyresolve's Resolution.imported_from): the allow-lists apply to them too.
+    imported_from: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from .distributions import installed
 from .errors import nearest
 from .model import Capability
 
@@ -118,11 +119,6 @@ def _describe(cap: Capability) -> str:
 
 @functools.lru_cache(maxsize=None)
 def is_installed(distribution: str) -> bool:
-    """Whether a distribution is installed, found through its metadata without importing it."""
-    import importlib.metadata  # costs tens of ms; only selection needs it, never a plain load
-
-    try:
-        importlib.metadata.distribution(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
+    """Whether a distribution is installed, found through its metadata without importing it (or asking any
+    import hook: distributions.py)."""
+    return installed(distribution)

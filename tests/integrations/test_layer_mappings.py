@@ -90,8 +90,9 @@ def test_the_layers_schema_is_generated_and_names_the_fields() -> None:
 def test_classes_of_an_absent_package_are_unavailable_and_looked_up_once(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No warning for a package not installed here; sys.path is scanned for it once per load, not per class."""
-    from importlib.machinery import PathFinder
+    """No warning for a package not installed here; sys.path is scanned for it once per load, not per class (by
+    kcatalog's own walk: tests/hardening/test_no_import_hooks.py checks that no finder is asked)."""
+    from kcatalog.check import layer_classes
 
     workspace.module("absent_fwd", "def forward(module, ops, x):\n    return x\n")
     directory = workspace.write({"tag": workspace.op({"ref": "absent_fwd:forward"})}, backends=["ref"])
@@ -103,13 +104,13 @@ def test_classes_of_an_absent_package_are_unavailable_and_looked_up_once(
         }
     )
     looked_up: list[str] = []
-    find_spec = PathFinder.find_spec
+    locate = layer_classes.locate
 
-    def counting(name: str, *args: Any, **kwargs: Any) -> Any:
+    def counting(name: str) -> Any:
         looked_up.append(name)
-        return find_spec(name, *args, **kwargs)
+        return locate(name)
 
-    monkeypatch.setattr(PathFinder, "find_spec", counting)
+    monkeypatch.setattr(layer_classes, "locate", counting)
     for cache in (False, workspace.root / "cache", workspace.root / "cache"):  # cold, written, read back
         looked_up.clear()
         catalog = kcatalog.load_catalog(directory, cache=cache)

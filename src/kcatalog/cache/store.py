@@ -26,6 +26,7 @@ from typing import Any
 from ..model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
 from ..pyresolve import digest, find_spec
 from ..read.files import SourceFile
+from ..read.permissions import exposure
 from .codec import Codec
 
 ENTRY_FORMAT = 3
@@ -207,13 +208,11 @@ def _starts_with_magic(path: Path) -> bool:
 
 
 def _unsafe(path: Path) -> str:
-    """Why an entry or the directory must not be trusted: another user owns it or others may write it."""
-    if not hasattr(os, "getuid"):
-        return ""
-    info = path.stat()
-    if info.st_uid != os.getuid():
+    """Why an entry or the directory must not be trusted: anyone but this user may change it (read/permissions.py)."""
+    found = exposure(path)
+    if found.other_owner:
         return f"{path} belongs to another user"
-    if info.st_mode & 0o022:
+    if not found.private:
         return f"{path} is writable by group or others"
     return ""
 

@@ -121,11 +121,18 @@ def _check_targets(
         defined_in = {
             target: checker.defining_module(target) for target, problem in problems.items() if problem is None
         }
-        checks = TargetChecks(problems, checker.fingerprints(), defined_in)
+        imported_from = {
+            target: checker.resolve(target).imported_from
+            for target, problem in problems.items()
+            if problem is not None and not problem.is_error and checker.resolve(target).imported_from
+        }
+        checks = TargetChecks(problems, checker.fingerprints(), defined_in, imported_from)
         if not any(problem is not None and problem.is_error for problem in problems.values()):
             fresh = checks
     for spec in wanted:
-        problem = checks.problems[str(spec.target)] or _defined_outside(spec, checks, allow_lists)
+        problem = checks.problems[str(spec.target)]
+        if problem is None or not problem.is_error:  # resolved, or not verifiable: where it comes from is checked
+            problem = _defined_outside(spec, checks, allow_lists) or problem
         if import_targets and (problem is None or not problem.is_error):
             # The deeper check imports what the static one could not verify (KC304) or found unavailable
             # (KC303) too; what importing finds replaces that warning.
@@ -145,18 +152,22 @@ def _check_targets(
 
 
 def _defined_outside(spec: Declared, checks: TargetChecks, allow_lists: _AllowLists) -> Diagnostic | None:
-    """KC305 for a target whose object is defined outside an allow-list (a re-export of foreign code):
-    importing it would be refused, so validating it is too."""
-    module = checks.defined_in.get(str(spec.target))
-    if module is None:
-        return None
-    for source, prefixes in allow_lists(spec):
-        if not is_under(module, prefixes):
-            return Diagnostic(
-                codes.TARGET_NOT_ALLOWED,
-                f"target '{spec.target}' names an object defined in module '{module}', outside the allowed "
-                f"modules ({source}: {', '.join(prefixes) or 'none'})",
-            )
+    """KC305 for a target whose object is defined outside an allow-list (a re-export of foreign code): importing
+    it would be refused, so validating it is too. Where the sources stop short of its definition, the modules it
+    was imported from on the way are what is known of where it comes from: one outside a list is KC305 too."""
+    target = str(spec.target)
+    module = checks.defined_in.get(target)
+    modules = (module,) if module is not None else checks.imported_from.get(target, ())
+    for via in modules:
+        for source, prefixes in allow_lists(spec):
+            if not is_under(via, prefixes):
+                what = "defined in" if module is not None else "imported from"
+                unknown = "" if module is not None else "; where it is defined is not verifiable statically"
+                return Diagnostic(
+                    codes.TARGET_NOT_ALLOWED,
+                    f"target '{spec.target}' names an object {what} module '{via}', outside the allowed "
+                    f"modules ({source}: {', '.join(prefixes) or 'none'}){unknown}",
+                )
     return None
 
 

@@ -196,9 +196,15 @@ _SUFFIXES = (
 
 
 def _sys_path() -> list[str]:
-    """sys.path as the path finder reads it: '' is the working directory; entries that are not str are skipped."""
+    """sys.path as the path finder reads it."""
+    return search_path(list(sys.path))
+
+
+def search_path(path: Iterable[object]) -> list[str]:
+    """Path entries as the path finder reads them: '' is the working directory; entries that are not str are
+    skipped."""
     entries = []
-    for entry in list(sys.path):
+    for entry in path:
         if type(entry) is not str:
             continue
         try:

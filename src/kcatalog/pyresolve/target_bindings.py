@@ -67,6 +67,7 @@ class ModuleNames:
                         codes.TARGET_UNVERIFIABLE,
                         f"{quote(attr)} not found in the source of {quote(name)}, whose star import of {source} "
                         f"(line {star.line}) cannot be followed: {cause}; {UNVERIFIABLE}",
+                        through=(star.module, *exported.through) if star.module else exported.through,
                     )
                 elif exported is not None:
                     return exported
@@ -199,7 +200,9 @@ class ModuleNames:
         result = self.module_attribute(source, name, hops + 1, visiting)
         if isinstance(result, Problem):
             return Problem(
-                result.code, f"{quote(qualname)} is imported from {quote(source)} ({line}), but {result.text}"
+                result.code,
+                f"{quote(qualname)} is imported from {quote(source)} ({line}), but {result.text}",
+                through=(source, *result.through),
             )
         return result
 

@@ -14,7 +14,7 @@ from .. import codes
 from ..errors import did_you_mean, listing
 from ..model import ModuleFingerprint
 from . import kinds
-from .finder import Finder
+from .finder import Finder, search_path
 from .fingerprints import Fingerprint, fingerprint
 from .index import ModuleIndex, index_module
 from .locations import Located
@@ -151,9 +151,8 @@ class ModuleReader:
 @functools.lru_cache(maxsize=256)
 def nearest_installed(name: str, path: tuple[str, ...]) -> str:
     """' (did you mean 'x'?)' for an installed top-level module `name` plausibly misspells (hundreds are
-    installed: only a near-typo counts), found on `path` (sys.path) without importing anything, or ''; remembered
-    per name and path, since a catalog often names one missing package many times."""
-    import pkgutil
-
-    installed = {module.name for module in pkgutil.iter_modules(list(path))} | set(sys.builtin_module_names)
+    installed: only a near-typo counts), found on `path` (sys.path) by the finder's own listing (pkgutil's would
+    ask sys.path_hooks and the finders cached for each entry); remembered per name and path, since a catalog often
+    names one missing package many times."""
+    installed = set(Finder().submodules(search_path(path))) | set(sys.builtin_module_names)
     return did_you_mean(name, sorted(installed), typo=True)

@@ -24,6 +24,9 @@ class Problem:
     code: str
     text: str
     bare: bool = False  # a problem of the target's own module, reported as "module 'x' ..." without prefix
+    # The modules the name was imported from (`from m import n`, star imports), in order, before its resolution
+    # stopped: where the object really comes from, as far as the sources show it (the allow-lists apply to them).
+    through: tuple[str, ...] = ()
 
     @property
     def is_warning(self) -> bool:

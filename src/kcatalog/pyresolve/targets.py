@@ -33,10 +33,13 @@ from .target_problems import Problem, diagnostic, pick, quote
 @dataclass(frozen=True)
 class Resolution:
     """What a target resolves to: its problem (None: it resolves) and the module that defines the object
-    it names, where the sources show it (None where they do not, or where several are possible)."""
+    it names, where the sources show it (None where they do not, or where several are possible); where its
+    resolution stopped short (a warning: not verifiable, unavailable), the modules the object was being followed
+    into (`from os import system` in the target's module: 'os'), where it must come from if it exists."""
 
     problem: Diagnostic | None
     defining_module: str | None
+    imported_from: tuple[str, ...] = ()
 
 
 class TargetChecker:
@@ -81,7 +84,10 @@ class TargetChecker:
                 else:
                     found.extend(result)
             if not found:
-                return Resolution(diagnostic(target, pick(problems)), None)
+                problem = pick(problems)
+                # What the path had reached (an object of another module: a re-exported class), then its imports.
+                owners = tuple(dict.fromkeys(obj.module for obj in current if obj.module and obj.module != module_name))
+                return Resolution(diagnostic(target, problem), None, (*owners, *problem.through))
             refused = _through_import(
                 found, current, ".".join(attrs[: depth + 1]), module_name, depth == len(attrs) - 1
             )

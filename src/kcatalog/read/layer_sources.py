@@ -24,7 +24,7 @@ from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Diagnostic
 from ..model import CatalogLayer, Plugin
-from .files import SETTINGS_FILE, CatalogFile, PathLike, discover, display_path, shipped_catalog_dir
+from .files import SETTINGS_FILE, CatalogFile, PathLike, discover, display_path, given_file_root, shipped_catalog_dir
 
 SHIPPED = "shipped"  # the token for the catalog shipped inside the package
 PLUGINS = "plugins"  # the token for every installed distribution's `kcatalog.catalogs` entry points
@@ -70,27 +70,13 @@ def resolve_layers(paths: Iterable[PathLike] | None, diagnostics: Diagnostics) -
             origin = PATH_VARIABLE if from_environment else "a path given"
             # Named as given (not relative to the working directory), so that a cached load names it the same.
             if given.is_file():  # with its catalog's settings, so that their allow-list applies to it
-                directory = given.resolve().parent
-                root = _catalog_root(directory)
+                directory = given.absolute().parent.resolve()  # where it is named, not where a symlink points
+                root = given_file_root(given)
                 settings = (str(root / SETTINGS_FILE),) if root != directory else ()  # beside it, discover finds it
                 add(root, str(given), origin, (str(given), *settings))
             else:
                 add(given.resolve() if given.exists() else given, str(given), origin, (str(given),))
     return list(layers.values())
-
-
-def _catalog_root(directory: Path) -> Path:
-    """The nearest of `directory` and the directories above it, up to the working directory, that holds a settings
-    file, else `directory`: never one above the working directory, whose files could be anyone's."""
-    cwd = Path.cwd().resolve()
-    if not directory.is_relative_to(cwd):
-        return directory
-    for candidate in (directory, *directory.parents):
-        if (candidate / SETTINGS_FILE).is_file():
-            return candidate
-        if candidate == cwd:
-            break
-    return directory
 
 
 def layer_files(layers: Sequence[CatalogLayer], diagnostics: Diagnostics) -> list[CatalogFile]:
@@ -109,21 +95,16 @@ def layer_files(layers: Sequence[CatalogLayer], diagnostics: Diagnostics) -> lis
 def _entry_point_layers(diagnostics: Diagnostics) -> list[CatalogLayer]:
     """One layer per `kcatalog.catalogs` entry point, sorted by distribution and entry name, less the
     distributions KCATALOG_EXCLUDE_PLUGINS names."""
-    from importlib.metadata import entry_points
-
+    from ..distributions import entry_points
     from ..pyresolve import locate  # finds a package's directory without running its __init__
 
     excluded = {_normalized(name) for name in os.environ.get(EXCLUDE_VARIABLE, "").split(",") if name.strip()}
-    found = []
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        dist = entry.dist.name if entry.dist is not None and entry.dist.name else entry.name
-        version = entry.dist.version if entry.dist is not None else None
-        if _normalized(dist) not in excluded:
-            found.append((dist, version or "", entry.name, entry.value))
-    names = [dist for dist, _, _, _ in found]
+    found = [entry for entry in entry_points(ENTRY_POINT_GROUP) if _normalized(entry.distribution) not in excluded]
+    names = [entry.distribution for entry in found]
     layers = []
-    for dist, version, name, value in sorted(set(found)):
-        plugin = Plugin(dist, version or None, f"{name} = {value}")
+    for entry in sorted(set(found)):
+        dist, name, value = entry.distribution, entry.name, entry.value
+        plugin = Plugin(dist, entry.version, f"{name} = {value}")
         package = value.partition(":")[0].strip()
         location = locate(package).location if package else None
         if location is None or location.search is None:

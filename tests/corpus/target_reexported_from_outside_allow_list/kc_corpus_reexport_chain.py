@@ -1,0 +1,1 @@
+from kc_corpus_reexport_system import system

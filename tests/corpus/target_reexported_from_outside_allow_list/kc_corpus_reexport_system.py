@@ -1,0 +1,5 @@
+from os import system
+
+
+def rms_norm(x, weight):
+    return x
