@@ -101,7 +101,7 @@ def test_error_lines_on_stderr_are_escaped(capsys: pytest.CaptureFixture[str], t
     assert main(["validate", str(tmp_path), option]) == 2
     err = capsys.readouterr().err
     no_control_characters(err)
-    assert err.splitlines()[-1] == f"kcatalog validate: error: unrecognized arguments: {escaped(option)}"
+    assert err.splitlines()[-1] == f"error: unrecognized arguments: {escaped(option)}"
     assert main(["import-registry", "--from-json", str(tmp_path / f"{FAKE}.json"), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     no_control_characters(err)

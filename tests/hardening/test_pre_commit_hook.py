@@ -112,7 +112,7 @@ def test_after_dashes_every_argument_is_a_path(
     assert main(["validate", "--no-targets", "--", "kcatalog.yaml", "--strict.yaml"]) == 0
     assert capsys.readouterr().out == "All checks passed!\n"
     assert main(["validate", "kcatalog.yaml", "--no-targets", "--strict.yaml", "--", "--exit-zero"]) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == "kcatalog validate: error: unrecognized arguments: --strict.yaml"
+    assert capsys.readouterr().err.splitlines()[-1] == "error: unrecognized arguments: --strict.yaml"
     assert main(["validate", "--no-targets", "--", "--exit-zero"]) == 1  # read as the layer it is, and refused
     assert capsys.readouterr().out.startswith("--exit-zero/kcatalog.yaml:2:")
 
@@ -120,8 +120,8 @@ def test_after_dashes_every_argument_is_a_path(
 def test_positionals_may_come_between_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`validate LAYER --strict FILE...`: how pre-commit calls a hook whose args hold no '--' (argparse alone
-    stops at the option: 'unrecognized arguments')."""
+    """`validate LAYER --strict FILE...`, as pre-commit calls a hook whose args hold no '--': the split at '--'
+    keeps the commands' intermixed parsing (argparse alone stops at the option: 'unrecognized arguments')."""
     from kcatalog.tools.cli import main
 
     monkeypatch.chdir(tmp_path)
@@ -130,6 +130,4 @@ def test_positionals_may_come_between_options(
     assert main(["validate", "shipped", "--strict", "kcatalog.yaml", "norm.yaml"]) == 0
     assert capsys.readouterr().out == "All checks passed!\n"
     assert main(["import-registry", "--out", "out", "--", "pkg:registry"]) == 2  # no list of positionals there
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        "kcatalog import-registry: error: unrecognized arguments: pkg:registry"
-    )
+    assert capsys.readouterr().err.splitlines()[-1] == ("error: unrecognized arguments: pkg:registry")
