@@ -14,6 +14,15 @@ class Severity(str, Enum):
     WARNING = "warning"
 
 
+def printable(text: str) -> str:
+    """`text` with each character that is not printable (line breaks, carriage returns, ANSI escapes and other
+    controls, bidirectional overrides) written as a Python escape ('\\n', '\\x1b', '\\u202e'): a file name or
+    value shown in a line of output can never fake, hide or erase another line."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 @dataclass(frozen=True)
 class Location:
     """A 1-based position in a catalog file."""
@@ -23,7 +32,7 @@ class Location:
     col: int
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}:{self.col}"
+        return f"{printable(self.path)}:{self.line}:{self.col}"
 
 
 @dataclass(frozen=True)
@@ -36,10 +45,9 @@ class Diagnostic:
     severity: Severity = Severity.ERROR
 
     def __post_init__(self) -> None:
-        # One line per diagnostic, whatever the input: a target or name may carry line breaks.
-        if "\n" in self.message or "\r" in self.message:
-            escaped = self.message.replace("\r", "\\r").replace("\n", "\\n")
-            object.__setattr__(self, "message", escaped)
+        # One line per diagnostic, whatever the input: a target or name may carry line breaks or ANSI escapes.
+        if not self.message.isprintable():
+            object.__setattr__(self, "message", printable(self.message))
 
     @property
     def is_error(self) -> bool:

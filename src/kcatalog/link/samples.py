@@ -12,7 +12,7 @@ from ..diagnostics import Diagnostics
 from ..errors import Location, did_you_mean
 from ..pyresolve import parse_expression
 from ..validate.schema import SamplesDecl, TensorArgDecl
-from .signature import signature_arguments
+from .signature import MAX_NESTING, nesting, signature_arguments
 
 _BINARY = {
     ast.Add: operator.add,
@@ -34,6 +34,8 @@ def expression_names(expr: object) -> set[str]:
         raise ValueError(f"'{expr}' is not an arithmetic expression") from None
     except (RecursionError, MemoryError):  # CPython's parser gives up on deeply nested expressions
         raise ValueError(f"'{expr[:40]}...' is too deeply nested to parse") from None
+    if nesting(tree) > MAX_NESTING:  # evaluating it recurses: refuse it here, where it is located
+        raise ValueError(f"'{expr[:40]}...' is nested more than {MAX_NESTING} levels deep")
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):

@@ -8,6 +8,21 @@ import functools
 from ..model import Dispatch, Parameters
 from ..pyresolve import parse
 
+# How deeply a signature or size expression may nest, as parsed (`a.b.c` and `1+2+3` are 3 levels): real ones nest
+# a few. The parser takes thousands, which compile(), ast.literal_eval and the walks here cannot follow: they recurse,
+# and would fail at a depth that depends on the caller's stack.
+MAX_NESTING = 100
+
+
+def nesting(tree: ast.AST) -> int:
+    """How many levels deep the syntax tree goes, counted without recursing."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
 
 @functools.lru_cache(maxsize=4096)  # catalogs repeat a handful of signatures across many ops
 def parse_signature(signature: str) -> ast.arguments:
@@ -19,6 +34,9 @@ def parse_signature(signature: str) -> ast.arguments:
     except (RecursionError, MemoryError):  # CPython's parser gives up on deeply nested expressions
         shown = signature if len(signature) <= 60 else signature[:57] + "..."
         raise ValueError(f"signature '{shown}' is too deeply nested to parse") from None
+    if nesting(tree) > MAX_NESTING + 2:  # the module and the def around the parameters
+        shown = signature if len(signature) <= 60 else signature[:57] + "..."
+        raise ValueError(f"signature '{shown}' is nested more than {MAX_NESTING} levels deep")
     function = tree.body[0] if len(tree.body) == 1 else None
     if not isinstance(function, ast.FunctionDef):  # e.g. '(x) -> T: pass\rimport os\rdef f()' smuggles in more
         raise ValueError(f"signature {signature!r} is not one parameter list")
@@ -67,7 +85,7 @@ def read_parameters(signature: str) -> Parameters:
             continue
         try:
             ast.literal_eval(default)
-        except ValueError:  # not a literal: handles forward the arguments as given
+        except (ValueError, TypeError):  # not a literal, or an unhashable key ({[1]: 2}): forwarded as given
             exact = False
             continue
         defaults.append((arg.arg, ast.unparse(default)))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 DUMP_FORMAT = 1  # the "kcatalog_registry_dump" version of the JSON below
+MAX_DEPTH = 64  # levels of arrays and objects a dump may nest, as catalog files may (a registry's specs nest ~4)
 
 # Attributes of a spec the conversion reads; any other public attribute is reported as not imported.
 SPEC_FIELDS = ("op", "backend", "target", "capabilities", "priority", "auto")
@@ -69,7 +70,12 @@ def dump_registry(registry: Any, source: str) -> RegistryDump:
         specs = list(all_specs())
     except Exception as exc:
         raise RegistryError(f"{source}.all_specs() raised {type(exc).__name__}: {exc}") from exc
-    return RegistryDump(source, tuple(_spec(item) for item in specs), plain(getattr(registry, "priority", None)))
+    try:
+        return RegistryDump(source, tuple(map(_spec, specs)), plain(getattr(registry, "priority", None)))
+    except RegistryError as exc:
+        raise RegistryError(f"registry {source!r}: {exc}") from None
+    except Exception as exc:  # the registry's own objects: a property or __repr__ may raise anything
+        raise RegistryError(f"registry {source!r} cannot be read: {type(exc).__name__}: {exc}") from exc
 
 
 def read_json(path: Path) -> RegistryDump:
@@ -80,6 +86,13 @@ def read_json(path: Path) -> RegistryDump:
         raise RegistryError(f"cannot read {path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise RegistryError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    except RecursionError:  # the decoder recurses per array or object
+        raise RegistryError(f"{path}: not a registry dump: nested deeper than the JSON parser can follow") from None
+    except ValueError as exc:  # an integer longer than int() converts (sys.get_int_max_str_digits())
+        raise RegistryError(f"{path}: not a registry dump: {str(exc).partition('; use sys.')[0]}") from None
+    deep = _deeper_than(document, MAX_DEPTH)
+    if deep is not None:  # the conversion walks values recursively: bounded here, as catalog files are
+        raise RegistryError(f"{path}: not a registry dump: {deep} is nested deeper than {MAX_DEPTH} levels")
     if not isinstance(document, dict) or document.get("kcatalog_registry_dump") != DUMP_FORMAT:
         raise RegistryError(
             f'{path}: not a registry dump (a JSON object with "kcatalog_registry_dump": {DUMP_FORMAT}, '
@@ -89,6 +102,26 @@ def read_json(path: Path) -> RegistryDump:
     if not isinstance(specs, list) or not all(isinstance(spec, dict) for spec in specs):
         raise RegistryError(f'{path}: "specs" should be a list of objects')
     return RegistryDump(str(document.get("source") or path), tuple(specs), document.get("priority"))
+
+
+def _deeper_than(document: Any, limit: int) -> str | None:
+    """Where `document` holds arrays or objects more than `limit` levels deep (its first keys there:
+    '["specs"][0]["not_imported"]["x"][0]...'), or None; counted without recursing."""
+    stack: list[tuple[Any, int, tuple[Any, Any] | None]] = [(document, 0, None)]  # (value, depth, (key, parent))
+    while stack:
+        value, depth, trail = stack.pop()
+        if not isinstance(value, (dict, list)):
+            continue
+        if depth >= limit:
+            keys = []
+            while trail is not None:
+                keys.append(trail[0])
+                trail = trail[1]
+            shown = "".join(f"[{json.dumps(key)}]" if isinstance(key, str) else f"[{key}]" for key in keys[:-6:-1])
+            return shown + "..." * (len(keys) > 5)
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        stack.extend((item, depth + 1, (key, trail)) for key, item in items)
+    return None
 
 
 def _spec(item: Any) -> dict[str, Any]:
@@ -144,17 +177,21 @@ def _attributes(obj: Any) -> dict[str, Any]:
     return found
 
 
-def plain(value: Any) -> Any:
-    """A registry value as JSON values: enums as their values, tuples and sets as lists, objects as mappings."""
+def plain(value: Any, depth: int = 0) -> Any:
+    """A registry value as JSON values: enums as their values, tuples and sets as lists, objects as mappings;
+    RegistryError where it nests deeper than a dump may (an object that refers to itself does, endlessly)."""
+    if depth > MAX_DEPTH:
+        raise RegistryError(f"a registry value is nested deeper than {MAX_DEPTH} levels (or refers to itself)")
+    inner = depth + 1
     if isinstance(value, enum.Enum):
-        return plain(value.value)
+        return plain(value.value, inner)
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     if isinstance(value, Mapping):
-        return {str(plain(key)): plain(item) for key, item in value.items()}
+        return {str(plain(key, inner)): plain(item, inner) for key, item in value.items()}
     if isinstance(value, (list, tuple)) and not hasattr(value, "_asdict"):
-        return [plain(item) for item in value]
+        return [plain(item, inner) for item in value]
     if isinstance(value, (set, frozenset)):
-        return sorted((plain(item) for item in value), key=lambda item: json.dumps(item, sort_keys=True))
+        return sorted((plain(item, inner) for item in value), key=lambda item: json.dumps(item, sort_keys=True))
     attributes = _attributes(value)
-    return {name: plain(item) for name, item in attributes.items()} if attributes else repr(value)
+    return {name: plain(item, inner) for name, item in attributes.items()} if attributes else repr(value)

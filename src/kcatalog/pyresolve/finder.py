@@ -52,6 +52,14 @@ class Finder:
 
     def locate(self, name: str) -> Located:
         """The module `name`, found parent by parent (once per finder)."""
+        found = self._located.get(name)
+        if found is not None:
+            return found
+        # Parents first, so that `_locate` finds its parent remembered: a name of any number of dotted parts never
+        # nests calls deeper than one level (walking up recursively hit the recursion limit at ~330 parts).
+        parts = name.split(".")
+        for end in range(1, len(parts)):
+            memo(self._located, ".".join(parts[:end]), self._locate)
         return memo(self._located, name, self._locate)
 
     def _locate(self, name: str) -> Located:

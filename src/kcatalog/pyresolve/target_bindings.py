@@ -197,6 +197,10 @@ class ModuleNames:
                 codes.TARGET_MODULE_NOT_FOUND,
                 f"{quote(qualname)} is imported by a relative import beyond the top-level package ({line})",
             )
+        if hops >= MAX_HOPS:  # each re-export followed nests this walk deeper: a chain of 1,000 hit the recursion limit
+            return Problem(
+                codes.TARGET_UNVERIFIABLE, f"more than {MAX_HOPS} re-exports to follow ({line}); {UNVERIFIABLE}"
+            )
         result = self.module_attribute(source, name, hops + 1, visiting)
         if isinstance(result, Problem):
             return Problem(

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import CatalogError, KernelImportError, UnknownBackendError
+from ..errors import CatalogError, KernelImportError, UnknownBackendError, printable
 from ..model import CatalogSettings, KernelSpec, OpInfo
 from ..platform import Platform, PlatformLike
 from .scopes import OverrideScopes
@@ -241,4 +241,4 @@ class Runtime:
             import logging  # only fallbacks and ignored overrides log; keep it off the load path
 
             self._noted.add(message)
-            logging.getLogger("kcatalog").warning(message)
+            logging.getLogger("kcatalog").warning(printable(message))  # it may quote an exception: one log line

@@ -24,11 +24,16 @@ class Pick:
 
 
 def covering(buckets: Sequence[TunedBucket], tokens: int) -> TunedBucket | None:
-    """The bucket holding `tokens` (buckets are sorted and disjoint), or None."""
-    index = bisect.bisect_left([b.high if b.high is not None else tokens for b in buckets], tokens)
-    if index < len(buckets) and buckets[index].covers(tokens):
+    """The bucket holding `tokens` (buckets are sorted and disjoint), or None: O(log n), no list built per call
+    (a handle's first call asks once per segment, so a per-call list made that quadratic in the buckets)."""
+    index = bisect.bisect_right(buckets, tokens, key=_low) - 1  # the last bucket starting at or below `tokens`
+    if index >= 0 and buckets[index].covers(tokens):
         return buckets[index]
     return None
+
+
+def _low(bucket: TunedBucket) -> int:
+    return bucket.low
 
 
 @dataclass(frozen=True)
@@ -106,18 +111,36 @@ def _timing(bucket: TunedBucket) -> str:
 @dataclass(frozen=True)
 class Segments:
     """Token counts cut where any bucket starts or ends: `bisect_left(edges, T)` is T's segment, and `probes`
-    holds one token count inside each segment (its upper edge; the last segment's is the last edge + 1)."""
+    holds one token count inside each segment (its upper edge; the last segment's is the last edge + 1).
+    `choosers[i]` names, per bucket list, the backend its bucket picks in segment i (None: no bucket there):
+    segments alike there select alike, so each distinct one is resolved once."""
 
     edges: tuple[int, ...]
     probes: tuple[int, ...]
+    choosers: tuple[tuple[str | None, ...], ...]
 
 
 def segments(bucket_lists: Sequence[Sequence[TunedBucket]]) -> Segments:
-    """The segments of every bucket list together (a plan's and a tuned table's), for one lookup per call."""
+    """The segments of every bucket list together (a plan's and a tuned table's), for one lookup per call:
+    O(n log n) in the buckets (the edges sorted once, then one walk along each sorted list)."""
     lows = {b.low - 1 for bs in bucket_lists for b in bs}
     cuts = sorted(lows | {b.high for bs in bucket_lists for b in bs if b.high is not None})
     probes = [*cuts, (cuts[-1] if cuts else 0) + 1]  # a segment's upper edge lies inside it
-    return Segments(tuple(cuts), tuple(probes))
+    columns = [_backends_at(bs, probes) for bs in bucket_lists]
+    choosers = tuple(tuple(column[index] for column in columns) for index in range(len(probes)))
+    return Segments(tuple(cuts), tuple(probes), choosers)
+
+
+def _backends_at(buckets: Sequence[TunedBucket], probes: Sequence[int]) -> list[str | None]:
+    """The backend of the bucket covering each probe (None: none does); both ascending, so one pointer walks."""
+    found: list[str | None] = []
+    index = 0
+    for probe in probes:
+        while index < len(buckets) and (high := buckets[index].high) is not None and high < probe:
+            index += 1
+        bucket = buckets[index] if index < len(buckets) else None
+        found.append(bucket.backend if bucket is not None and bucket.covers(probe) else None)
+    return found
 
 
 @dataclass(frozen=True)
@@ -129,8 +152,15 @@ class BucketDispatch:
 
 
 def dispatch_for(cut: Segments, resolve: Callable[[int], Callable[..., Any]]) -> BucketDispatch:
-    """Resolve each segment once, through its probe token count; neighbours that resolve alike are merged."""
-    fns = [resolve(probe) for probe in cut.probes]
+    """Resolve each distinct segment once, through a probe token count; neighbours that resolve alike are merged.
+    Selecting is far dearer than a bisect, so 30,000 buckets naming two backends cost two selections, not 30,000."""
+    resolved: dict[tuple[str | None, ...], Callable[..., Any]] = {}
+    fns = []
+    for probe, chooser in zip(cut.probes, cut.choosers):
+        fn = resolved.get(chooser)
+        if fn is None:
+            fn = resolved[chooser] = resolve(probe)
+        fns.append(fn)
     edges: list[int] = []
     merged = [fns[0]]
     for index in range(1, len(fns)):

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ..errors import CatalogError, did_you_mean
+from ..errors import CatalogError, did_you_mean, printable
 from .commands import (
     bench,
     cache,
@@ -54,7 +54,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        _print_error(message)
+        _print_error(printable(message))  # it may quote an argument: a file name
         raise _UsageExit
 
 
@@ -118,9 +118,7 @@ def _main(argv: Sequence[str] | None) -> int:
             parser.error(
                 f"unknown command '{args[0]}'{did_you_mean(args[0], COMMANDS)}; commands: {', '.join(COMMANDS)}"
             )
-        options, extra = parser.parse_known_args(args)
-        if extra:  # the subcommand's own usage, not the top-level one
-            commands[options.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        options = _parse(parser, commands, args)
     except _UsageExit:
         return 2
     except SystemExit as exc:  # --help
@@ -132,19 +130,40 @@ def _main(argv: Sequence[str] | None) -> int:
         return COMMANDS[options.command].run(options)
     except UsageError as exc:
         commands[options.command].print_usage(sys.stderr)
-        return _fail(options, str(exc), 2)
+        return _fail(options, printable(str(exc)), 2)
     except BrokenPipeError:  # e.g. `kcatalog test | head`: the reader left; say nothing more
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
         return 1
-    except CatalogError as exc:
+    except CatalogError as exc:  # one line per diagnostic it carries: _print_error escapes each
         return _fail(options, str(exc), 1)
     except Exception as exc:  # never a traceback: name the failure and exit 2
-        return _fail(options, f"internal error: {type(exc).__name__}: {exc}", 2)
+        return _fail(options, printable(f"internal error: {type(exc).__name__}: {exc}"), 2)
+
+
+def _parse(
+    parser: argparse.ArgumentParser, commands: dict[str, argparse.ArgumentParser], args: list[str]
+) -> argparse.Namespace:
+    """The options; every argument after the first `--` is a positional of the command (its PATHs), never an
+    option, as POSIX commands have it: pre-commit passes the changed files after the hook's args, and a file may
+    be named `--catalog=x.yaml`. The intermixed parsing of Python < 3.13 reads options after a `--` (`validate --
+    --exit-zero` set --exit-zero), so the split is made here. `options.separated`: whether there was a `--`."""
+    cut = args.index("--") if "--" in args else len(args)
+    options, extra = parser.parse_known_args(args[:cut])
+    command = commands[options.command]
+    listed = next((a.dest for a in command._actions if not a.option_strings and a.nargs == "*"), None)
+    after = args[cut + 1 :]
+    if extra or (after and listed is None):  # the subcommand's own usage, not the top-level one
+        command.error(f"unrecognized arguments: {' '.join([*extra, *after] if listed is None else extra)}")
+    if listed is not None:
+        setattr(options, listed, [*getattr(options, listed), *after])
+    options.separated = cut < len(args)
+    return options
 
 
 def _print_error(message: str) -> None:
-    """The one form of the tool's own errors on stderr (ruff's): `error: message`."""
-    print(f"error: {message}", file=sys.stderr)
+    """The one form of the tool's own errors on stderr (ruff's): `error: message`. Each line is escaped
+    (`printable`): a file name in it can never fake or erase a line; single-line messages come escaped whole."""
+    print("error: " + "\n".join(map(printable, message.split("\n"))), file=sys.stderr)
 
 
 def _fail(options: argparse.Namespace, message: str, code: int) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from ..errors import Diagnostic
+from ..errors import Diagnostic, printable
 
 
 def _counts(diagnostics: Sequence[Diagnostic]) -> tuple[int, int, int]:
@@ -19,7 +19,9 @@ def plural(count: int, noun: str) -> str:
 
 
 def text_table(rows: Sequence[Sequence[str]]) -> str:
-    """Rows of cells as left-aligned columns; the first row is the header."""
+    """Rows of cells as left-aligned columns; the first row is the header. Cells are escaped (`printable`): a
+    layer's directory or an exception's text can never break a row."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
@@ -56,7 +58,7 @@ def as_json(diagnostics: Sequence[Diagnostic]) -> str:
 
 
 def _escape(text: str, *, prop: bool = False) -> str:
-    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    text = printable(text).replace("%", "%25")  # line breaks, ANSI escapes and other controls as concise writes them
     return text.replace(":", "%3A").replace(",", "%2C") if prop else text
 
 

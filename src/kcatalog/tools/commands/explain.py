@@ -7,7 +7,7 @@ import argparse
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from ...errors import CatalogError
+from ...errors import CatalogError, printable
 from .common import (
     UsageError,
     add_catalog_arguments,
@@ -82,11 +82,11 @@ def run(options: argparse.Namespace) -> int:
                 if s.chosen
                 else "nothing eligible"
             )
-            print(f"{s.op} on {s.platform}: {chosen}")
+            print(printable(f"{s.op} on {s.platform}: {chosen}"))  # reasons quote exceptions, plans their paths
             for note in s.notes:
-                print(f"  note: {note}")
+                print(printable(f"  note: {note}"))
             for r in s.rejected:
-                print(f"  {r.backend}{layer(r.backend, s.op)}: {r.reason}")
+                print(printable(f"  {r.backend}{layer(r.backend, s.op)}: {r.reason}"))
             for spec in catalog.specs(s.op):
                 if spec.gate is not None:
                     print(f"  {spec.backend}: gated per call by {spec.gate.target} (asked once per argument shape)")
@@ -95,7 +95,7 @@ def run(options: argparse.Namespace) -> int:
                 buckets = ", ".join(f"{b.span} {b.backend}" for b in table.buckets)
                 print(f"  tuned table for {table.platform} {table.dtype}: {buckets} (--tokens N picks one)")
             for line in torch_ops[s.op].lines() if torch_ops else ():
-                print(line)
+                print(printable(line))
     return 0 if all(s.chosen for s in selections) else 1
 
 

@@ -7,6 +7,7 @@ import json
 import os
 from typing import Any
 
+from ...errors import printable
 from ..formats import plural
 from .common import UsageError, add_op_arguments, load_ops, require_module
 
@@ -57,11 +58,11 @@ def run(options: argparse.Namespace) -> int:
         if results:
             print(conformance.format_table(results))
         for note in notes:
-            print(f"note: {note}")
+            print(printable(f"note: {note}"))
         for r in failed:
             line = conformance.failure_line(
                 r, seed, catalogs=paths or (), device=options.device, interpret=options.interpret
             )
-            print(line)
+            print(printable(line))  # it quotes what the kernel raised
         print(f"{plural(len(results), 'check')}, {len(failed)} failed.")
     return 1 if failed or not results else 0

@@ -35,6 +35,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--plan", metavar="FILE", help="also check this plan against the catalog")
     parser.add_argument("--strict", action="store_true", help="warnings fail too (for CI)")
     parser.add_argument(
+        "--pre-commit",
+        action="store_true",
+        help="as the pre-commit hook runs it: the changed files follow a '--' that the hook's args end with, so "
+        "that no file name is taken for an option",
+    )
+    parser.add_argument(
         "--error-on",
         action="append",
         default=[],
@@ -47,6 +53,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(options: argparse.Namespace) -> int:
     from ...load import check_catalog
 
+    if options.pre_commit and not options.separated:  # pre-commit appends the files after the args: no way to
+        raise UsageError(  # tell a file named '--catalog=x.yaml' from an option, so refuse rather than guess
+            "--pre-commit: the hook's args must end with '--', after which pre-commit appends the changed files "
+            "(e.g. args: [shipped, --strict, --])"
+        )
     promoted = {code.strip() for codes in options.error_on for code in codes.split(",") if code.strip()}
     unknown = sorted(promoted - set(CODES))
     if unknown:  # a misspelt code would make nothing fail, silently

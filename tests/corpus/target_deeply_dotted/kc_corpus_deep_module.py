@@ -1,0 +1,1 @@
+"""A module, not a package: nothing is below it."""
