@@ -54,8 +54,19 @@ def run_pre_commit(tmp_path: Path, files: dict[str, str], user: dict[str, object
     )
 
 
-def test_the_readme_configuration_runs(tmp_path: Path) -> None:
-    user = {"files": "^mycatalog/", "args": ["shipped", "--strict", "--"]}
+def documented_hook() -> dict[str, object]:
+    """The hook's configuration as docs/tutorial/ci.md shows it (the YAML block after its marker)."""
+    page = (HOOKS.parent / "docs" / "tutorial" / "ci.md").read_text(encoding="utf-8")
+    block = page.split("<!-- pre-commit-config -->\n```yaml\n", 1)[1].split("```", 1)[0]
+    (repo,) = yaml.safe_load(block)["repos"]
+    (hook,) = repo["hooks"]
+    assert repo["repo"].startswith("https://") and hook["id"] == "kcatalog-validate"
+    return {key: value for key, value in hook.items() if key in ("files", "args")}
+
+
+def test_the_documented_configuration_runs(tmp_path: Path) -> None:
+    user = documented_hook()
+    assert user == {"files": "^mycatalog/", "args": ["shipped", "--strict", "--"]}  # what the files below are for
     files = {"mycatalog/kcatalog.yaml": LAYER_SETTINGS, "mycatalog/norm.yaml": NORM}
     passed = run_pre_commit(tmp_path / "clean", files, user)
     assert passed.returncode == 0, passed.stdout + passed.stderr
