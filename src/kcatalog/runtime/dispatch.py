@@ -1,15 +1,20 @@
 """What dispatching code (op handles, gates, torch ops' implementations) shares: the narrow view of the runtime it
-is given, dtype names, and resolving once under a lock."""
+is given, dtype names, resolving once under a lock, and what a trace asks of that view (runtime/trace.py)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ..model import KernelSpec, TunedBucket
 from .scopes import OverrideScopes
+
+if TYPE_CHECKING:
+    from ..select.selection import Selection
+    from .trace import Chosen, Recording, Site, TraceState
+    from .trace_file import Via
 
 _T = TypeVar("_T")
 
@@ -50,6 +55,11 @@ class Dispatcher:
     bucket_lists: Callable[[str, str], Sequence[Sequence[TunedBucket]]]
     scopes: OverrideScopes
     bucketed: bool  # a tuned table or the plan chooses this op's backend by token count somewhere
+    # What a trace asks, once per new shape: (device type, dtype name, tokens, call) -> the selection, with why ...
+    select: Callable[[str, str, int | None, Call | None], Selection]
+    # ... and (device type, dtype name, tokens) -> the tuned table's bucket covering it, or None.
+    tuned_bucket: Callable[[str, str, int], TunedBucket | None]
+    trace: TraceState  # the runtime's traces: what records, and the recording while one is open
 
 
 def resolve_once(lock: threading.Lock, table: dict[Any, Any], key: Any, resolve: Callable[[], _T]) -> _T:
@@ -59,3 +69,48 @@ def resolve_once(lock: threading.Lock, table: dict[Any, Any], key: Any, resolve:
         if fn is None:
             fn = table[key] = resolve()
     return fn
+
+
+# -- what a trace asks of the runtime (runtime/trace.py records; these know the Dispatcher) ----------------
+
+
+def site_for(dispatcher: Dispatcher, device: str, dtype: Any, via: Via) -> Site:
+    """A site of the op on a device type and dtype (torch's): its backends resolved (and imported) now, per bucket
+    segment where a tuned table or the plan chooses by token count."""
+    from ..select.buckets import dispatch_for, segments
+    from .trace import Site
+
+    name = dtype_name(dtype)
+    edges: tuple[int, ...] = ()
+    if dispatcher.bucketed:
+        cut = segments(dispatcher.bucket_lists(device, name))
+        found = dispatch_for(cut, lambda tokens: dispatcher.resolve(device, name, tokens, None))
+        edges, specs = found.edges, found.fns
+    else:
+        specs = (dispatcher.resolve(device, name, None, None),)
+
+    def choose(tokens: int | None, backend: str) -> Chosen:
+        return choice(dispatcher, device, name, tokens, None, backend)
+
+    return Site(dispatcher.op, name, via, specs, edges, choose)
+
+
+def choice(
+    dispatcher: Dispatcher, device: str, dtype: str, tokens: int | None, call: Call | None, backend: str
+) -> Chosen:
+    """Why `backend` ran a call of the op with this leading dimension (and arguments, for per-call gates)."""
+    from .trace import chosen
+
+    selection = dispatcher.select(device, dtype, tokens if dispatcher.bucketed else None, call)
+    bucket = None if tokens is None else dispatcher.tuned_bucket(device, dtype, tokens)
+    return chosen(selection, backend, bucket)
+
+
+def scoped_call(dispatcher: Dispatcher, recording: Recording, tensor: Any, via: Via) -> Callable[..., Any]:
+    """A call inside a `use()` block: resolved for the call, as the untraced code does, and counted the slow way."""
+    from .trace import tokens_of
+
+    device, name, tokens = tensor.device.type, dtype_name(tensor.dtype), tokens_of(tensor)
+    spec = dispatcher.resolve(device, name, tokens if dispatcher.bucketed else None, None)
+    recording.count(dispatcher.op, name, via, choice(dispatcher, device, name, tokens, None, spec.backend), tokens)
+    return spec.load()

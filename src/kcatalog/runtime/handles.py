@@ -7,13 +7,16 @@ import ast
 import bisect
 import keyword
 import threading
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..model import OpInfo, Parameters
 from ..select.buckets import BucketDispatch, dispatch_for, segments
-from .dispatch import Dispatcher, dtype_name, resolve_once
+from .dispatch import Dispatcher, dtype_name, resolve_once, scoped_call, site_for
 from .gates import is_gated, make_gated
+from .trace import Recording, Site, Swap, is_capturing, is_compiling, torch_check, twin_code
+from .trace_file import Via
 
 # The handle is generated with the op's own parameter list, because forwarding through
 # *args/**kwargs costs more than everything else the handle does. Only identifiers of the parsed
@@ -56,6 +59,49 @@ def handle({params}):
     {bind}if _kc_torch_op is not None and _kc_compiling():
         return _kc_torch_op({call})
     return _kc_gated({call})
+"""
+
+# While a trace is open (runtime/trace.py), the handle runs a twin of its code, swapped in as its __code__: the same
+# choice, each call counted at its site (device, dtype, CUDA graph capture) and leading dimension. torch.compile
+# traces the handle's own code (`_kc_plain`), so that a graph holds the same nodes, traced or not. A torch op's
+# implementation records with the same body (runtime/torch_ops.py).
+RECORDING_BODY = """\
+    if _kc_scopes.active:
+        return _kc_scoped({tensor})({call})
+    if {tensor}.is_cuda:
+        _kc_s = (_kc_captured if _kc_capturing() else _kc_sites_cuda).get({tensor}.dtype)
+    elif {tensor}.is_cpu:
+        _kc_s = _kc_sites_cpu.get({tensor}.dtype)
+    else:
+        _kc_s = _kc_sites_device.get(({tensor}.device.type, {tensor}.dtype))
+    if _kc_s is None:
+        _kc_s = _kc_first_site({tensor})
+    try:
+        _kc_s.counts[{tensor}.shape[0]] += 1
+    except (KeyError, IndexError):  # a shape not seen yet, or a 0-dimensional tensor
+        _kc_s.first_seen({tensor})
+    return _kc_s.fn({call})
+"""
+# Chosen by token count: the leading dimension picks the bucket segment, as in _BUCKETED.
+RECORDING_BUCKETED_BODY = RECORDING_BODY.replace(
+    """    try:
+        _kc_s.counts[{tensor}.shape[0]] += 1
+    except (KeyError, IndexError):  # a shape not seen yet, or a 0-dimensional tensor
+        _kc_s.first_seen({tensor})
+    return _kc_s.fn({call})
+""",
+    """    _kc_n = {tensor}.shape[0]
+    try:
+        _kc_s.counts[_kc_n] += 1
+    except KeyError:
+        _kc_s.first_seen({tensor})
+    return _kc_s.fns[_kc_bisect(_kc_s.edges, _kc_n)]({call})
+""",
+)
+_RECORDING_HEAD = """\
+def handle({params}):
+    {bind}if _kc_compiling_now():
+        return _kc_plain({call})
 """
 
 
@@ -193,16 +239,66 @@ def make_handle(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
         "_kc_bisect": bisect.bisect_left,
     }
     template = _BUCKETED if dispatcher.bucketed else _TEMPLATE
-    if is_gated(info):
-        template, namespace["_kc_gated"] = _GATED, make_gated(info, dispatcher)
-    handle = generate(template, call_code(info), namespace, "handle", f"<kcatalog op handle {op_id}>")
+    recording = _RECORDING_HEAD + (RECORDING_BUCKETED_BODY if dispatcher.bucketed else RECORDING_BODY)
+    gated = is_gated(info)
+    if gated:  # a gated op records in its gate's dispatch (runtime/gates.py): the handle has no twin
+        template, namespace["_kc_gated"] = _GATED, make_gated(info, dispatcher, Via.HANDLE)
+    code = call_code(info)
+    filename = f"<kcatalog op handle {op_id}>"
+    handle = generate(template, code, namespace, "handle", filename)
     handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")
     signature = info.signature or "(*args, **kwargs)"
     handle.__doc__ = f"{op_id}{signature}: {info.description or 'no description'} (dispatching op handle)"
+    if not gated:
+        namespace.update(recording_names(dispatcher, namespace, lock, Via.HANDLE))
+        namespace["_kc_plain"] = twin(handle)
+        source = recording.format(params=code.params, bind=code.bind, tensor=code.tensor, call=code.call)
+        swap = Swap(handle, twin_code(source, namespace, "handle", filename), lambda rec: begin(namespace, rec))
+        dispatcher.trace.register(swap)
     return handle
 
 
-def bucket_dispatch(dispatcher: Dispatcher, device: str, tensor: Any) -> BucketDispatch:
+def twin(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Another function of the same code, globals and defaults: the untraced handle, while its twin records."""
+    assert isinstance(function, types.FunctionType)
+    copy = types.FunctionType(function.__code__, function.__globals__, function.__name__, function.__defaults__)
+    copy.__kwdefaults__ = function.__kwdefaults__
+    return copy
+
+
+def recording_names(
+    dispatcher: Dispatcher, namespace: dict[str, Any], lock: threading.Lock, via: Via
+) -> dict[str, Any]:
+    """What a recording twin calls besides its sites: the first call at a site, and a call inside `use()`."""
+
+    def first_site(tensor: Any) -> Site:
+        recording: Recording = namespace["_kc_recording"]
+        device, key = tensor.device.type, tensor.dtype
+        if tensor.is_cuda and namespace["_kc_capturing"]():
+            table, kind = namespace["_kc_captured"], Via.CAPTURED
+        elif tensor.is_cuda:
+            table, kind = namespace["_kc_sites_cuda"], via
+        elif tensor.is_cpu:
+            table, kind = namespace["_kc_sites_cpu"], via
+        else:
+            table, kind, key = namespace["_kc_sites_device"], via, (device, key)
+        return resolve_once(lock, table, key, lambda: recording.add(site_for(dispatcher, device, tensor.dtype, kind)))
+
+    def scoped(tensor: Any) -> Callable[..., Any]:
+        with lock:
+            return scoped_call(dispatcher, namespace["_kc_recording"], tensor, via)
+
+    return {"_kc_first_site": first_site, "_kc_scoped": scoped}
+
+
+def begin(namespace: dict[str, Any], recording: Recording) -> None:
+    """A new recording: fresh sites, and the checks bound to torch's where torch is imported."""
+    namespace.update(_kc_recording=recording, _kc_sites_cuda={}, _kc_captured={}, _kc_sites_cpu={}, _kc_sites_device={})
+    torch_check(namespace, "_kc_compiling_now", is_compiling)
+    torch_check(namespace, "_kc_capturing", is_capturing)
+
+
+def bucket_dispatch(dispatcher: Dispatcher, device: str, tensor: Any) -> BucketDispatch[Callable[..., Any]]:
     """The boundary lookup for one (device, dtype): every segment of the plan's and the tuned table's buckets
     resolved (and imported) now, so that a call only bisects."""
     dtype = dtype_name(tensor.dtype)

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from .mappings_schema import LayersFile
 from .schema import Manifest, Settings
 from .tables import Plan, TunedTable
+from .trace_schema import TraceFile
 
 _MODELS: dict[str, type[BaseModel]] = {
     "manifest.v1.json": Manifest,
@@ -17,6 +18,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     "layers.v1.json": LayersFile,
     "tuned.v1.json": TunedTable,
     "plan.v1.json": Plan,
+    "trace.v1.json": TraceFile,
 }
 
 

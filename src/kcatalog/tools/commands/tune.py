@@ -12,6 +12,9 @@ from ..formats import plural
 from .common import INTERRUPTED, UsageError, add_op_arguments, command_line, load_ops, write_output
 
 if TYPE_CHECKING:
+    from ...platform import Platform
+    from ...registry.catalog import Catalog
+    from ..timing import Job
     from ..tuning import KeptTable, Measured, Provenance
 
 
@@ -25,7 +28,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         dtype_help="dtype (repeatable; default: bfloat16)",
         backend_help="only these candidates (repeatable)",
     )
-    parser.add_argument("--buckets", help="token counts to time, e.g. 1,2,4,...,32768 (default: decode and prefill)")
+    shapes = parser.add_mutually_exclusive_group()
+    shapes.add_argument("--buckets", help="token counts to time, e.g. 1,2,4,...,32768 (default: decode and prefill)")
+    shapes.add_argument(
+        "--from-trace",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="time exactly the shapes (op, dtype, token count) that ran untuned on this device in the trace "
+        "(repeatable: merged); ops and --dtype narrow them",
+    )
     parser.add_argument(
         "--out", type=Path, required=True, metavar="DIR", help="where to write <platform>.yaml (after each bucket)"
     )
@@ -84,14 +96,22 @@ def run(options: argparse.Namespace) -> int:
     path: Path = options.out / f"{str(platform).replace(':', '_')}.yaml"
     provenance = tuning.provenance(options.device, command_line(options))
     kept = _kept(path, options, str(platform), provenance.device)
-    jobs, notes = tuning.tune_jobs(
-        catalog,
-        asked.ops,
-        platform=platform,
-        dtypes=options.dtype or ["bfloat16"],
-        buckets=buckets,
-        backends=options.backend,
-    )
+    if options.from_trace:
+        jobs, notes = _trace_jobs(options, catalog, asked.ops, platform)
+        if not jobs:
+            for note in notes:
+                print(f"note: {note}")
+            print(f"the trace ran no shape untuned on {platform} that can be timed: nothing to tune")
+            return 0
+    else:
+        jobs, notes = tuning.tune_jobs(
+            catalog,
+            asked.ops,
+            platform=platform,
+            dtypes=options.dtype or ["bfloat16"],
+            buckets=buckets,
+            backends=options.backend,
+        )
     done = {(m.op, m.dtype, m.tokens) for m in kept.measured} if kept else set()
     todo = [job for job in jobs if tuning.bucket_of(job) not in done]
     if kept:
@@ -116,6 +136,21 @@ def run(options: argparse.Namespace) -> int:
         return 1
     print(f"wrote {path}" if table.saved else f"{path} already holds every bucket; nothing timed")
     return 0 if all(m.best for m in measured) else 1
+
+
+def _trace_jobs(
+    options: argparse.Namespace, catalog: Catalog, ops: list[str], platform: Platform
+) -> tuple[list[Job], list[str]]:
+    """The jobs of the shapes the trace ran untuned on this platform (tools/traces.py), and what it left out."""
+    from ..traces import jobs_from_trace, read_traces
+
+    record = read_traces(options.from_trace)
+    found = jobs_from_trace(catalog, record, ops, platform=platform, dtypes=options.dtype, backends=options.backend)
+    shapes = sum(len(tokens) for tokens in found.wanted.values())
+    if found.jobs:
+        jobs = plural(len(found.jobs), "job")
+        print(f"from the trace: {plural(shapes, 'shape')} that ran untuned on {platform}, {jobs}")
+    return found.jobs, found.notes
 
 
 def _kept(path: Path, options: argparse.Namespace, platform: str, device: str) -> KeptTable | None:

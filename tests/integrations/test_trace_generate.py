@@ -1,0 +1,99 @@
+"""A trace of a kernelized tiny Llama's `generate` on the CPU lists every op that ran, with its backend and its calls
+at each leading dimension (counted independently, by hooks on the replaced modules), and `kcatalog tune
+--from-trace` on it times exactly the shapes that ran untuned."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+# The tiny models, their tokens and greedy generation, as test_kernelize builds them (its `build` fixture too).
+from test_kernelize import build, generate, tokens  # noqa: F401
+
+import kcatalog
+from kcatalog.runtime.trace_file import TraceRecord, Via
+from kcatalog.tools import tuning
+from kcatalog.tools.cli import main
+from kcatalog.tools.timing import BenchResult, Job
+from kcatalog.tools.traces import untuned_shapes
+
+ROTARY, NORM, MLP = "attention.rotary_embedding", "layernorm.rms_norm", "activation.silu_and_mul"
+
+
+def count_calls(model: Any) -> Counter[tuple[str, int]]:
+    """(op, leading dimension of its dispatch argument) -> calls, from now on, by a pre-hook on each replaced module:
+    a norm and an MLP pass their input [B, S, H] on, the attention its q and k as [B * S, H * D] views."""
+    calls: Counter[tuple[str, int]] = Counter()
+
+    def hook(op: str, rows: Callable[[torch.Tensor], int]) -> Callable[..., None]:
+        def count(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            hidden = args[0] if args else kwargs["hidden_states"]
+            calls[(op, rows(hidden))] += 1
+
+        return count
+
+    for module in model.modules():
+        kind = type(module).__name__
+        if kind.endswith("RMSNorm"):
+            module.register_forward_pre_hook(hook(NORM, lambda h: h.shape[0]), with_kwargs=True)
+        elif kind.endswith("MLP"):
+            module.register_forward_pre_hook(hook(MLP, lambda h: h.shape[0]), with_kwargs=True)
+        elif kind.endswith("Attention"):
+            module.register_forward_pre_hook(hook(ROTARY, lambda h: h.shape[0] * h.shape[1]), with_kwargs=True)
+    return calls
+
+
+def test_a_trace_of_generate_lists_every_op_and_tune_times_its_untuned_shapes(
+    build: Callable[..., Any],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = build("llama")
+    catalog = kcatalog.load_catalog()  # this test's own: nothing else runs its handles
+    report = kcatalog.kernelize(model, catalog)
+    chosen = {choice.op: choice.backend for item in report.replaced for choice in item.ops}
+    assert set(chosen) == {ROTARY, NORM, MLP}
+    expected = count_calls(model)
+    path = tmp_path / "generate.json"
+    with catalog.trace(path) as trace:
+        generated = generate(model, tokens())
+    assert generated.shape[1] > tokens().shape[1]
+
+    record = trace.record
+    assert TraceRecord.from_dict(json.loads(path.read_text())) == record
+    assert Counter({(e.op, s.tokens): s.calls for e in record.entries for s in e.shapes}) == expected
+    assert {e.op: e.backend for e in record.entries} == chosen  # one backend per op, as kernelize reported
+    assert {(e.platform, e.dtype, e.via) for e in record.entries} == {("cpu", "float32", Via.HANDLE)}
+    prefill, decode = 2 * 11, 2  # the rotary op's rows: batch x sequence, then batch x one token
+    assert {s.tokens for e in record.entry(ROTARY) for s in e.shapes} == {prefill, decode}
+
+    assert main(["trace", "show", str(path)]) == 0
+    rows = [line.split()[:6] for line in capsys.readouterr().out.splitlines()]
+    for entry in record.entries:
+        assert [entry.op, "cpu", "float32", entry.backend, "handle", f"{entry.calls:,}"] in rows
+
+    # No table tunes the CPU: every shape ran untuned, and tune times exactly those (op, dtype, token count).
+    untuned = {(op, dtype, t) for (op, _, dtype), counts in untuned_shapes(record, "cpu").items() for t in counts}
+    assert untuned == {(op, "float32", t) for op, t in expected}
+    timed: list[tuple[str, str, int]] = []
+
+    def timer(job: Job, device: str, copy_gbps: float, seed: int) -> BenchResult:
+        timed.append(tuning.bucket_of(job))
+        sizes = str(job.sizes)  # the shapes of one bucket, told apart
+        return BenchResult(
+            job.info.id, job.spec.backend, job.dtype, job.shapes, sizes, "fake", 1.0, 0, None, None, None
+        )
+
+    monkeypatch.setattr(tuning, "time_job", timer)
+    out = tmp_path / "tuned"
+    assert main(["tune", "--from-trace", str(path), "--device", "cpu", "--out", str(out)]) == 0
+    assert set(timed) == untuned
+    table = (out / "cpu.yaml").read_text()
+    assert all(f"at: {t}," in table for _, _, t in untuned)
