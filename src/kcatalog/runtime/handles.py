@@ -15,7 +15,7 @@ from ..model import OpInfo, Parameters
 from ..select.buckets import BucketDispatch, dispatch_for, segments
 from .dispatch import Dispatcher, dtype_name, resolve_once, scoped_call, site_for
 from .gates import is_gated, make_gated
-from .trace import Recording, Site, Swap, is_capturing, is_compiling, torch_check, twin_code
+from .trace import Recording, Site, Swap, is_capturing, is_compiling, is_dynamo, torch_check, twin_code
 from .trace_file import Via
 
 # The handle is generated with the op's own parameter list, because forwarding through
@@ -78,7 +78,7 @@ RECORDING_BODY = """\
         _kc_s = _kc_first_site({tensor})
     try:
         _kc_s.counts[{tensor}.shape[0]] += 1
-    except (KeyError, IndexError):  # a shape not seen yet, or a 0-dimensional tensor
+    except (KeyError, IndexError, TypeError):  # a new shape, a 0-dimensional tensor, a symbolic size
         _kc_s.first_seen({tensor})
     return _kc_s.fn({call})
 """
@@ -86,14 +86,14 @@ RECORDING_BODY = """\
 RECORDING_BUCKETED_BODY = RECORDING_BODY.replace(
     """    try:
         _kc_s.counts[{tensor}.shape[0]] += 1
-    except (KeyError, IndexError):  # a shape not seen yet, or a 0-dimensional tensor
+    except (KeyError, IndexError, TypeError):  # a new shape, a 0-dimensional tensor, a symbolic size
         _kc_s.first_seen({tensor})
     return _kc_s.fn({call})
 """,
     """    _kc_n = {tensor}.shape[0]
     try:
         _kc_s.counts[_kc_n] += 1
-    except KeyError:
+    except (KeyError, TypeError):
         _kc_s.first_seen({tensor})
     return _kc_s.fns[_kc_bisect(_kc_s.edges, _kc_n)]({call})
 """,
@@ -192,6 +192,8 @@ def bind_torch_op(handle: Callable[..., Any], torch_op: Any, is_compiling: Calla
     """Route the handle through `torch_op` while torch.compile traces it (set once it is registered)."""
     namespace: dict[str, Any] = handle.__globals__
     namespace["_kc_compiling"] = is_compiling  # first: a concurrent call must never see the op without it
+    if "_kc_compiling_now" in namespace:  # the recording twin's check, as the handle's own (see `begin`)
+        namespace["_kc_compiling_now"] = is_compiling
     namespace["_kc_torch_op"] = torch_op
 
 
@@ -294,7 +296,10 @@ def recording_names(
 def begin(namespace: dict[str, Any], recording: Recording) -> None:
     """A new recording: fresh sites, and the checks bound to torch's where torch is imported."""
     namespace.update(_kc_recording=recording, _kc_sites_cuda={}, _kc_captured={}, _kc_sites_cpu={}, _kc_sites_device={})
-    torch_check(namespace, "_kc_compiling_now", is_compiling)
+    # The twin hands the call to the handle's own code wherever that code would differ: where torch.compile (or
+    # torch.export) traces it once the op is a torch op, as that code checks; else only where Dynamo traces it,
+    # whose check costs half as much per call.
+    torch_check(namespace, "_kc_compiling_now", is_compiling if namespace.get("_kc_torch_op") else is_dynamo)
     torch_check(namespace, "_kc_capturing", is_capturing)
 
 

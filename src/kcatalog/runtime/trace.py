@@ -96,13 +96,33 @@ class Site:
         self.counts[tokens] += 1
 
 
+@dataclass(frozen=True)
+class Counted:
+    """Where calls were counted (op, dtype, how, what they ran and why, leading dimension), and how many."""
+
+    op: str
+    dtype: str
+    via: Via
+    choice: Chosen
+    tokens: int | None
+
+    def entry(self, calls: int) -> TraceEntry:
+        """This count as a trace entry of one shape."""
+        c = self.choice
+        shape = TraceShape(self.tokens, calls, c.bucket)
+        return TraceEntry(self.op, c.platform, self.dtype, c.backend, self.via, c.decided_by, c.fallbacks, (shape,))
+
+
+Snapshot = dict[Counted, int]
+
+
 class Recording:
     """The calls counted from the first open trace to the last one's close: the sites, and the calls that go
     the slow way (inside `use()` blocks, per-call gates, backends traced into a compiled graph)."""
 
     def __init__(self) -> None:
         self.sites: list[Site] = []
-        self.slow: dict[tuple[str, str, Via, Chosen, int | None], int] = {}
+        self.slow: Snapshot = {}
         self._lock = threading.Lock()
 
     def add(self, site: Site) -> Site:
@@ -112,40 +132,27 @@ class Recording:
 
     def count(self, op: str, dtype: str, via: Via, choice: Chosen, tokens: int | None) -> None:
         """Count one call that no site counts."""
-        key = (op, dtype, via, choice, tokens)
+        key = Counted(op, dtype, via, choice, tokens)
         with self._lock:
             self.slow[key] = self.slow.get(key, 0) + 1
 
-    def snapshot(self) -> list[tuple[str, str, Via, Chosen, int | None, int]]:
-        """Every count now: (op, dtype, via, choice, tokens, calls)."""
+    def snapshot(self) -> Snapshot:
+        """Every count now."""
         with self._lock:
-            sites, slow = list(self.sites), dict(self.slow)
-        rows = [(*key, calls) for key, calls in slow.items()]
+            sites, found = list(self.sites), dict(self.slow)
         for site in sites:
             counts = dict(site.counts)  # one C-level copy: consistent however many threads count
-            rows += [(site.op, site.dtype, site.via, site.seen[t], t, calls) for t, calls in counts.items()]
-        return rows
-
-
-Snapshot = list[tuple[str, str, Via, Chosen, int | None, int]]
+            for tokens, calls in counts.items():
+                key = Counted(site.op, site.dtype, site.via, site.seen[tokens], tokens)
+                found[key] = found.get(key, 0) + calls
+        return found
 
 
 def entries(now: Snapshot, since: Snapshot | None = None) -> tuple[TraceEntry, ...]:
     """The calls counted between two snapshots (or since the recording began), as trace entries."""
-    before: dict[tuple[Any, ...], int] = {}
-    for *key, calls in since or ():
-        before[tuple(key)] = before.get(tuple(key), 0) + calls
-    found: list[TraceEntry] = []
-    for op, dtype, via, picked, tokens, calls in now:
-        made = calls - before.pop((op, dtype, via, picked, tokens), 0)
-        if made > 0:
-            shape = TraceShape(tokens, made, picked.bucket)
-            found.append(
-                TraceEntry(
-                    op, picked.platform, dtype, picked.backend, via, picked.decided_by, picked.fallbacks, (shape,)
-                )
-            )
-    return merge([TraceRecord(tuple(found))]).entries
+    before = since or {}
+    made = [key.entry(calls - before.get(key, 0)) for key, calls in now.items() if calls > before.get(key, 0)]
+    return merge([TraceRecord(tuple(made))]).entries
 
 
 def now() -> str:
@@ -202,6 +209,10 @@ def is_compiling(torch: Any) -> Callable[[], bool]:
     return torch.compiler.is_compiling  # type: ignore[no-any-return]
 
 
+def is_dynamo(torch: Any) -> Callable[[], bool]:
+    return torch.compiler.is_dynamo_compiling  # type: ignore[no-any-return]
+
+
 def is_capturing(torch: Any) -> Callable[[], bool]:
     return torch.cuda.is_current_stream_capturing  # type: ignore[no-any-return]
 
@@ -252,7 +263,7 @@ class Trace:
         self._digest = digest
         self._path = path
         self._recording: Recording | None = None
-        self._since: Snapshot = []
+        self._since: Snapshot = {}
         self._started = ""
         self._record: TraceRecord | None = None
 
