@@ -2,9 +2,10 @@
 
 All calls run the same trivial CPU "kernel" (it returns a preallocated tensor, so the kernel's own time
 does not drown the overhead in noise); each figure is the median of 101 interleaved repeats of 20,000 calls
-(2M calls a row; short repeats, so that a busy spell of a shared machine spoils few), minus the direct call's median. kcatalog's three ways: a handle the caller keeps, `catalog.op(id)(x)`
-looked up on every call (the same cached handle each time), and `catalog.kernel(id)(x)`. Targets: the first two
-<= 500 ns over the direct call, the third <= 1 us. Peers, measured in the same run:
+(2M calls a row; short repeats, so that a busy spell of a shared machine spoils few), minus the direct call's
+median. kcatalog's three ways: a handle the caller keeps, `catalog.op(id)(x)` looked up on every call (the same
+cached handle each time), and `catalog.kernel(id)(x)`. Targets: the first two <= 500 ns over the direct call, the
+third <= 1 us. Peers, measured in the same run:
   - torch.library.custom_op wrapping the same function (what vLLM/SGLang register for torch.compile);
   - an SGLang-style cached lookup, `get_kernel(op, backend)(x)` over a dict registry.
 The same handle for an op a tuned table chooses by token count (five buckets, as the shipped H200 table has):
