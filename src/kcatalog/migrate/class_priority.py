@@ -74,8 +74,11 @@ class _Reader:
             return None
         live = sys.modules.get(module)
         if live is not None:  # imported by the registry already: the value the engine itself ranks by
-            obj = getattr(live, owner, None)
-            return None if obj is None else self._live(getattr(obj, "priority", None))
+            try:
+                obj = getattr(live, owner, None)
+                return None if obj is None else self._live(getattr(obj, "priority", None))
+            except Exception:  # a module's or class's own __getattr__ may raise anything
+                return None
         tree = self._tree(module)
         if tree is None:
             return None
