@@ -36,6 +36,7 @@ UNKNOWN_DEVICE: Final = "KC215"
 UNKNOWN_PRIORITY_LIST: Final = "KC216"
 DUPLICATE_LAYER_MAPPING: Final = "KC217"
 LAYER_OP_UNKNOWN: Final = "KC218"
+UNORDERED_BACKENDS: Final = "KC219"
 # KC22x link: layers together (read/layer_sources.py, link/merged_settings.py, link/extensions.py).
 BACKEND_REDECLARED: Final = "KC220"
 LAYER_PRIORITY_CONFLICT: Final = "KC221"
@@ -81,6 +82,7 @@ REGISTRY_CAPABILITY_UNMAPPED: Final = "KC705"
 REGISTRY_DEVICE_DECLARED: Final = "KC706"
 REGISTRY_ATTRIBUTE_NOT_IMPORTED: Final = "KC707"
 REGISTRY_PRIORITY_UNMAPPED: Final = "KC708"
+REGISTRY_ORDER_MISSING: Final = "KC709"
 
 # Target problems that are warnings: the target may well work where its package is installed.
 TARGET_WARNINGS: Final = frozenset({TARGET_UNAVAILABLE, TARGET_UNVERIFIABLE})
@@ -115,6 +117,7 @@ CODES: Final[dict[str, str]] = {
     UNKNOWN_PRIORITY_LIST: "op names a priority list the settings do not declare",
     DUPLICATE_LAYER_MAPPING: "layer mapping declared more than once",
     LAYER_OP_UNKNOWN: "layer mapping names an op the catalog does not declare",
+    UNORDERED_BACKENDS: "op of several backends that no priority ranks: declaration order decides (a warning)",
     BACKEND_REDECLARED: "backend declared by the settings of two layers",
     LAYER_PRIORITY_CONFLICT: "a layer's priority list reorders backends an earlier layer ranked",
     REPLACES_UNKNOWN_BACKEND: "an extension replaces a backend the op does not have",
@@ -152,4 +155,5 @@ CODES: Final[dict[str, str]] = {
     REGISTRY_DEVICE_DECLARED: "registry device kind not built in: declared in the imported settings",
     REGISTRY_ATTRIBUTE_NOT_IMPORTED: "registry spec attribute the importer does not read",
     REGISTRY_PRIORITY_UNMAPPED: "registry priority malformed, conflicting, or naming an unusable backend",
+    REGISTRY_ORDER_MISSING: "registry gives no order for an op of several backends: declaration order decides",
 }

@@ -105,6 +105,42 @@ def _capability_mismatch(platform: Platform, cap: Capability) -> str | None:
     return None
 
 
+def contending(capabilities: dict[str, tuple[Capability, ...]]) -> list[str]:
+    """The backends (name -> capabilities) that share some platform with another one: where an order among them
+    decides which runs. An empty capability set runs anywhere."""
+    names = list(capabilities)
+    return [
+        name
+        for name in names
+        if any(other != name and _share(capabilities[name], capabilities[other]) for other in names)
+    ]
+
+
+def _share(first: tuple[Capability, ...], second: tuple[Capability, ...]) -> bool:
+    return not first or not second or any(_overlap(a, b) for a in first for b in second)
+
+
+def _overlap(a: Capability, b: Capability) -> bool:
+    """Whether some platform satisfies both capabilities: one device, and arches both admit."""
+    if a.device != b.device:
+        return False
+    low = max((_arch_tuple(c.min_arch) for c in (a, b) if c.min_arch), default=None)
+    high = min((_arch_tuple(c.max_arch) for c in (a, b) if c.max_arch), default=None)
+    lists = [set(c.archs) for c in (a, b) if c.archs is not None]
+    if not lists:
+        return low is None or high is None or low <= high
+    return any(_within(arch, low, high) for arch in set.intersection(*lists))
+
+
+def _within(arch: str, low: tuple[int, ...] | None, high: tuple[int, ...] | None) -> bool:
+    if low is None and high is None:
+        return True
+    if not _CUDA_ARCH.fullmatch(arch):  # arch windows are CUDA's
+        return False
+    value = _arch_tuple(arch)
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
 def _describe(cap: Capability) -> str:
     if cap.min_arch and cap.max_arch:
         return f"{cap.device} {cap.min_arch}..{cap.max_arch}"

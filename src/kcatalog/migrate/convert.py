@@ -15,7 +15,8 @@ from typing import Any
 
 from .. import codes
 from ..errors import Diagnostic, Severity
-from ..platform import DEVICES
+from ..model import Capability
+from ..platform import DEVICES, contending
 from ..validate.schema import BACKEND_PATTERN, CUDA_ARCH_RE, NAME_PATTERN, OP_ID_PATTERN, TARGET_RE
 from .source import RegistryDump
 
@@ -247,11 +248,14 @@ def convert(
 ) -> ConvertedCatalog:
     """The catalog files for a registry dump. `priority` is the default backend order (default: the registry's
     own default order if it has one, else none: each op's backends rank in the order the registry declared
-    them); `manual` names backends kept out of auto-selection (as are backends whose every spec says `auto: false`)."""
+    them, with a warning for each op whose backends can run on one platform and that has no order of its own);
+    `manual` names backends kept out of auto-selection (as are backends whose every spec says `auto: false`)."""
     converter = _RegistryConverter(dump, manual)
     for index, spec in enumerate(dump.specs):
         converter.add_spec(index, spec)
     default = _registry_priority(converter, dump.priority)
+    for op_id, ranked in dump.class_priority.items():  # what the specs' classes rank by (class_priority.py)
+        converter.set_priority(op_id, list(ranked.order), ranked.source)
     for attr, count in converter.not_imported.items():
         converter.report(
             codes.REGISTRY_ATTRIBUTE_NOT_IMPORTED,
@@ -259,6 +263,8 @@ def convert(
             Severity.WARNING,
         )
     order = tuple(priority) if priority is not None else default or ()
+    if not order:
+        _report_unordered(converter)
     if not any(op.backends for op in converter.ops.values()):  # a catalog needs a backend: write nothing
         return ConvertedCatalog({}, tuple(converter.diagnostics), 0, 0)
     named = _named_orders(converter)
@@ -273,6 +279,34 @@ def convert(
     return ConvertedCatalog(
         files, tuple(converter.diagnostics), sum(1 for op in converter.ops.values() if op.backends), specs
     )
+
+
+def _report_unordered(converter: _RegistryConverter) -> None:
+    """A warning for each op whose backends can run on one platform and that no order ranks: declaration order
+    decides, which the registry may not have meant (SGLang's selector refuses to choose among several)."""
+    manual = converter.manual_backends()
+    for op_id, op in converter.ops.items():
+        if op.priority is not None or op.platform_priority:
+            continue
+        automatic = {
+            name: tuple(_capability(cap) for cap in entry["capabilities"])
+            for name, entry in op.backends.items()
+            if entry["auto"] is not False and name not in manual
+        }
+        rivals = contending(automatic)
+        if rivals:
+            converter.report(
+                codes.REGISTRY_ORDER_MISSING,
+                f"op '{op_id}' has backends {', '.join(rivals)} that can run on one platform and the registry gives "
+                "no order for them: the first declared that can run is chosen; give --priority A,B,... for a "
+                "default order",
+                Severity.WARNING,
+            )
+
+
+def _capability(cap: Mapping[str, Any]) -> Capability:
+    archs = cap.get("archs")
+    return Capability(cap["device"], cap.get("min_arch"), cap.get("max_arch"), None if archs is None else tuple(archs))
 
 
 def _registry_priority(converter: _RegistryConverter, value: Any) -> tuple[str, ...] | None:
@@ -314,7 +348,7 @@ def _settings_text(converter: _RegistryConverter, order: tuple[str, ...], named:
     for name in backends:
         lines.append(f"  {_key(name)}: {{auto: false}}" if name in manual else f"  {_key(name)}: {{}}")
     if not order:
-        lines.append("# No default order: each op's backends rank in the order the registry declared them.")
+        lines.append("# No default order: an op without its own ranks its backends as the registry declared them.")
     lines.append(f"priority: {_flow(order)}")
     if named:
         lines.append("priorities:")

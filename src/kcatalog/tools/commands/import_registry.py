@@ -58,8 +58,8 @@ def run(options: argparse.Namespace) -> int:
             dump = read_json(options.from_json)
         except RegistryError as exc:
             raise UsageError(str(exc)) from None
-    seen = {spec.get("backend") for spec in dump.specs}
-    unknown = [name for name in [*(priority or ()), *options.no_auto] if name not in seen]
+    known = {*dump.backends, *(spec.get("backend") for spec in dump.specs)}  # also enum members no spec uses
+    unknown = [name for name in [*(priority or ()), *options.no_auto] if name not in known]
     if unknown:
         raise UsageError(f"{', '.join(map(repr, unknown))}: not a backend of the registry")
     from ...migrate.convert import convert  # the schema's patterns: pydantic, only for this command
