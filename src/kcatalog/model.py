@@ -522,6 +522,8 @@ class TargetChecks:
     modules: tuple[ModuleFingerprint, ...]
     # Where each target's object is defined, where the sources show it (a re-export followed to its source).
     defined_in: Mapping[str, str | None] = field(default_factory=dict)
+    # The layer classes that name no class: what they name instead ('a function', 'a module').
+    non_classes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
