@@ -20,7 +20,7 @@ from kcatalog.migrate.source import RegistryDump
 from kcatalog.platform import Platform
 from kcatalog.read.yaml_nodes import parse_yaml
 from kcatalog.tools.cli import main
-from kcatalog.tools.commands.common import command_line
+from kcatalog.tools.commands.common import command_line, write_output
 
 TARGET = "kcatalog.kernels.torch.layernorm:rms_norm"
 
@@ -164,6 +164,17 @@ def test_a_link_planted_at_a_temporary_name_is_never_followed(
     assert victim.read_text(encoding="utf-8") == "precious\n"
     assert errors(out) == []
     assert all((out / name).is_file() and not (out / name).is_symlink() for name in ("kcatalog.yaml", "norm.yaml"))
+
+
+def test_an_output_file_is_never_written_through_a_link_planted_beside_it(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n", encoding="utf-8")
+    plan = tmp_path / "plan.yaml"
+    for planted in (f".{plan.name}.tmp", f".{plan.name}.{os.getpid()}.tmp"):  # the names a writer could predict
+        (tmp_path / planted).symlink_to(victim)
+    write_output(plan, "kcatalog: 1\n")
+    assert victim.read_text(encoding="utf-8") == "precious\n"
+    assert plan.read_text(encoding="utf-8") == "kcatalog: 1\n"
 
 
 def test_a_write_that_fails_part_way_leaves_the_earlier_import_whole(

@@ -22,6 +22,8 @@ from pathlib import Path
 # not after the file they become: a name near the file system's limit still leaves room for it.
 _PREFIX = ".kcatalog-"
 _SUFFIX = ".tmp"
+# A hard link to a link, not to what it points at, where the system can tell them apart (not on Windows).
+_KEEP_LINKS: dict[str, bool] = {"follow_symlinks": False} if os.link in os.supports_follow_symlinks else {}
 TEMPORARY = re.compile(rf"{re.escape(_PREFIX)}[0-9a-f]{{16}}{re.escape(_SUFFIX)}")  # what a killed writer leaves
 
 
@@ -112,7 +114,7 @@ def _backup(path: Path) -> Path | None:
     while True:
         backup = _random_name(path.parent)
         try:
-            os.link(path, backup, follow_symlinks=False)
+            os.link(path, backup, **_KEEP_LINKS)
             return backup
         except FileExistsError:
             continue

@@ -92,7 +92,7 @@ def document(data: Mapping[str, Any], *, comments: Sequence[str] = ()) -> str:
     """A YAML document: the comment lines, then `data` as a block mapping. Mappings are written as blocks and
     lists of scalars on one line, unless wrapped in Flow (one line, whatever they hold)."""
     lines = [comment(text) for text in comments]
-    lines += _block(data, 0)
+    lines += _block(data, 0) if data else ["{}"]
     return "\n".join(lines) + "\n"
 
 
