@@ -145,7 +145,8 @@ CODES: Final[dict[str, str]] = {
     OVERRIDE_MATCHES_NOTHING: "override pattern matches no op",
     OVERRIDE_MALFORMED: "override text malformed",
     REGISTRY_SPEC_INCOMPLETE: "registry spec lacks op, backend or target, or has them of the wrong type",
-    REGISTRY_NAME_UNSUPPORTED: "registry op id or backend name the catalog format cannot express",
+    REGISTRY_NAME_UNSUPPORTED: "registry op id or backend name the catalog format cannot express, or a group no "
+    "manifest can be named after (the settings file's name, too long a file name)",
     REGISTRY_TARGET_MALFORMED: "registry target is not 'package.module:attr'",
     REGISTRY_DUPLICATE_SPEC: "registry holds two specs for one op and backend",
     REGISTRY_CAPABILITY_UNMAPPED: "registry capability with a field or value the catalog cannot express",

@@ -99,13 +99,13 @@ class _RegistryConverter:
                 f"{label}: op id {op_id!r} is not '<group>.<name>' in lower_snake_case; left out",
             )
             return
-        group = op_id.partition(".")[0]
-        if group + _SUFFIX == SETTINGS_FILE or len((group + _SUFFIX).encode()) > MAX_FILE_NAME_BYTES:
+        file_name = op_id.partition(".")[0] + _SUFFIX
+        if file_name == SETTINGS_FILE or len(file_name.encode()) > MAX_FILE_NAME_BYTES:
             why = (
                 f"would be written to {SETTINGS_FILE}, the settings file"
-                if group + _SUFFIX == SETTINGS_FILE
-                else f"makes a file name of {len(group) + len(_SUFFIX)} characters, over the "
-                f"{MAX_FILE_NAME_BYTES} that file systems allow"
+                if file_name == SETTINGS_FILE
+                else f"makes a file name of {len(file_name)} characters, over the {MAX_FILE_NAME_BYTES} that file "
+                "systems allow"
             )
             self.report(codes.REGISTRY_NAME_UNSUPPORTED, f"{label}: its group {why}; left out")
             return
