@@ -62,6 +62,7 @@ TARGET_SYNTAX_ERROR: Final = "KC306"
 TARGET_IMPORT_FAILED: Final = "KC307"
 TARGET_NOT_CALLABLE: Final = "KC308"
 TARGET_SIGNATURE_MISMATCH: Final = "KC309"
+LAYER_CLASS_NOT_A_CLASS: Final = "KC310"
 # KC4xx link: the layers' policies (link/policy.py says which ops each governs).
 POLICY_BACKEND_MISSING: Final = "KC401"
 POLICY_PLATFORM_UNSERVED: Final = "KC402"
@@ -139,6 +140,7 @@ CODES: Final[dict[str, str]] = {
     TARGET_IMPORT_FAILED: "target failed to import (validate --import)",
     TARGET_NOT_CALLABLE: "target is not callable (validate --import)",
     TARGET_SIGNATURE_MISMATCH: "target's parameters differ from the op's signature (validate --import)",
+    LAYER_CLASS_NOT_A_CLASS: "a layer mapping names a function or module where a class is expected",
     POLICY_BACKEND_MISSING: "op lacks a backend that a layer's policy or require_of_all requires of it",
     POLICY_PLATFORM_UNSERVED: "op has no eligible backend on a platform a layer's policy or require_of_all requires",
     POLICY_REFERENCE_MISSING: "op names no reference backend, which a layer's policy or require_of_all requires",
@@ -148,7 +150,8 @@ CODES: Final[dict[str, str]] = {
     OVERRIDE_MATCHES_NOTHING: "override pattern matches no op",
     OVERRIDE_MALFORMED: "override text malformed",
     REGISTRY_SPEC_INCOMPLETE: "registry spec lacks op, backend or target, or has them of the wrong type",
-    REGISTRY_NAME_UNSUPPORTED: "registry op id or backend name the catalog format cannot express",
+    REGISTRY_NAME_UNSUPPORTED: "registry op id or backend name the catalog format cannot express, or a group no "
+    "manifest can be named after (the settings file's name, too long a file name)",
     REGISTRY_TARGET_MALFORMED: "registry target is not 'package.module:attr'",
     REGISTRY_DUPLICATE_SPEC: "registry holds two specs for one op and backend",
     REGISTRY_CAPABILITY_UNMAPPED: "registry capability with a field or value the catalog cannot express",

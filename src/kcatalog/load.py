@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
@@ -15,9 +15,9 @@ from .check.load_checks import Require, check_linked
 from .diagnostics import Diagnostics
 from .errors import CatalogError, Diagnostic
 from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
-from .platform import is_installed
+from .platform import is_installed, known_devices
 from .read.digest import content_digest
-from .read.files import CatalogFile, PathLike, SourceFile, read_sources
+from .read.files import SETTINGS_FILE, CatalogFile, PathLike, SourceFile, display_path, read_sources
 from .read.layer_sources import broken_plugins, layer_files, resolve_layers
 from .registry.catalog import Catalog
 from .select.buckets import Tuning
@@ -134,6 +134,27 @@ def load_catalog(
     return result.catalog
 
 
+def check_texts(
+    directory: PathLike,
+    texts: Mapping[str, str],
+    options: LoadOptions | None = None,
+    **keywords: Unpack[LoadKeywords],
+) -> CheckResult:
+    """What `check_catalog(directory)` would find were `texts` (file name -> text) the directory's catalog files,
+    nothing read from or written to it: how a command checks the catalog it is about to write before writing any
+    of it (`kcatalog import-registry`). Options as for check_catalog; the cache is off."""
+    options = dataclasses.replace(dataclasses.replace(options or LoadOptions(), **keywords), cache=False)
+    given = Path(directory)
+    root = given.resolve()
+    layer = CatalogLayer(str(given), "a path given", (str(given),))
+    files = [CatalogFile(root / name, name == SETTINGS_FILE) for name in texts]
+    sources = [
+        SourceFile(file.path, display_path(file.path), texts[file.path.name], file.is_settings) for file in files
+    ]
+    is_installed.cache_clear()
+    return _check_sources([layer], files, sources, Diagnostics(), options)
+
+
 def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) -> CheckResult:
     is_installed.cache_clear()  # distributions come and go between loads; within one they are looked up once
     if isinstance(paths, (str, os.PathLike)):  # one path, not the characters of one
@@ -142,6 +163,18 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
     layers = resolve_layers(paths, diagnostics)
     found = layer_files(layers, diagnostics)
     sources = read_sources(found, diagnostics)
+    return _check_sources(layers, found, sources, diagnostics, options)
+
+
+def _check_sources(
+    layers: list[CatalogLayer],
+    found: list[CatalogFile],
+    sources: list[SourceFile],
+    diagnostics: Diagnostics,
+    options: LoadOptions,
+) -> CheckResult:
+    """Every stage after reading: `sources` are the texts of the files `found` in `layers` (what could not be read
+    is in `diagnostics` already)."""
     store = _open_cache(sources, layers, diagnostics, options.cache)
     read = None if isinstance(store, CacheStatus) else store.read()
     if read is not None and read.entry is not None:
@@ -173,7 +206,10 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
     if options.plan is not None and not diagnostics.has_errors:
         from .link.locked_plan import read_plan
 
-        plan = read_plan(options.plan, linked.ops, digest, strict=options.strict, diagnostics=diagnostics)
+        devices = known_devices(linked.settings.devices if linked.settings is not None else ())
+        plan = read_plan(
+            options.plan, linked.ops, digest, strict=options.strict, diagnostics=diagnostics, devices=devices
+        )
     ordered = diagnostics.sorted()
     settings = linked.settings
     if settings is None or diagnostics.has_errors:

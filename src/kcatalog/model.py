@@ -538,6 +538,8 @@ class TargetChecks:
     # For a target not verifiable statically (a warning), the modules it was followed into before the sources
     # stopped showing more (pyresolve's Resolution.imported_from): the allow-lists apply to them too.
     imported_from: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The layer classes that name no class: what they name instead ('a function', 'a module').
+    non_classes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,18 @@ from .model import Capability
 
 # The built-in device kinds; a catalog's settings may declare more (`devices:`).
 DEVICES = ("cuda", "hip", "cpu", "npu", "xpu", "mps", "musa")
+
+
+def known_devices(declared: Collection[str] = ()) -> tuple[str, ...]:
+    """The device kinds a catalog knows: the built-in ones, then those its settings declare."""
+    return (*DEVICES, *(device for device in declared if device not in DEVICES))
+
+
 # The rule for a platform whose architecture is unknown (e.g. `--platform cuda`): it satisfies a capability that
 # names no architecture, and no capability that does (an arch window or a list of archs). SGLang's registry
 # treats an unknown arch as inside every window; kcatalog refuses to guess, and `explain` says the rule applied.
 UNKNOWN_ARCH_RULE = "an unknown arch satisfies no arch window or arch list"
-_CUDA_ARCH = re.compile(r"[0-9]+\.[0-9]+")
+_CUDA_ARCH = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})")
 
 
 def _arch_tuple(arch: str) -> tuple[int, ...]:
@@ -36,7 +43,10 @@ class Platform:
 
     @classmethod
     def parse(cls, text: str, devices: Collection[str] = DEVICES) -> Platform:
-        """Read 'cuda:9.0', 'hip:gfx942', 'cpu'; ValueError naming the valid devices (`devices`) otherwise."""
+        """Read 'cuda:9.0', 'hip:gfx942', 'cpu'; ValueError naming the valid devices (`devices`) otherwise.
+
+        A CUDA arch is two numbers, written as torch reports them: 'cuda:9.00' is cuda:9.0, so that a plan or a
+        table made for it applies where the machine says 9.0."""
         device, _, arch = text.strip().partition(":")
         if device not in devices:
             found = nearest(device, devices)
@@ -44,8 +54,11 @@ class Platform:
             raise ValueError(
                 f"unknown device '{device}' in platform '{text}'{hint}; expected one of {', '.join(devices)}"
             )
-        if device == "cuda" and arch and not _CUDA_ARCH.fullmatch(arch):  # ASCII digits: int() takes any
-            raise ValueError(f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0")
+        if device == "cuda" and arch:
+            numbers = _CUDA_ARCH.fullmatch(arch)  # ASCII digits: int() takes any
+            if numbers is None:
+                raise ValueError(f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0")
+            arch = f"{int(numbers[1])}.{int(numbers[2])}"
         return cls(device, arch or None)
 
     @classmethod

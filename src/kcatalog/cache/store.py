@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import marshal
 import os
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from ..model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, Targ
 from ..pyresolve import digest, find_spec
 from ..read.files import SourceFile
 from ..read.permissions import exposure
+from ..write.atomic import TEMPORARY, write_file
 from .codec import Codec
 
 ENTRY_FORMAT = 3
@@ -35,7 +35,6 @@ MAGIC = b"kcatalog cache entry\n"  # what every entry starts with: `clear` remov
 _CHECKSUM_BYTES = len(digest(b""))  # the hex blake2b of the rest of the entry: a flipped byte is a miss
 MAX_ENTRIES = 64  # entries beyond this, oldest first, are removed when one is written
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-_TEMPORARY = re.compile(r"\.[0-9a-f]{32}\.[0-9]+\.[0-9a-f]{8}\.tmp")  # what Cache.write names its files
 _DEPENDENCIES = ("yaml", "pydantic", "pydantic_core")  # what parsing and validation results depend on
 
 
@@ -144,21 +143,14 @@ class Cache:
             data = MAGIC + digest(body).encode() + body
         except (ValueError, TypeError) as exc:  # a value marshal cannot write; none is expected from validated data
             return CacheStatus(CacheOutcome.NOT_WRITTEN, reason, None, str(exc))
-        temporary = self.directory / f".{self.path.stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             problem = _unsafe(self.directory)
             if problem:
                 return CacheStatus(CacheOutcome.NOT_WRITTEN, reason, None, problem)
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with open(descriptor, "wb") as handle:
-                handle.write(data)
-            os.replace(temporary, self.path)  # readers see the old entry or the new one, never half of one
+            # Readers see the old entry or the new one, never half of one; not synced: an entry lost is a miss.
+            write_file(self.path, data, mode=0o600, sync=False)
         except OSError as exc:
-            try:
-                temporary.unlink(missing_ok=True)
-            except OSError:
-                pass  # there is no directory to leave it in
             return CacheStatus(CacheOutcome.NOT_WRITTEN, reason, None, f"{type(exc).__name__}: {exc}")
         _prune(self.directory)
         return CacheStatus(outcome, reason, self.path)
@@ -194,7 +186,7 @@ def clear(directory: Path) -> Cleared:
         path.unlink(missing_ok=True)
         removed += 1
     for leftover in directory.glob(".*.tmp"):
-        if _TEMPORARY.fullmatch(leftover.name):
+        if TEMPORARY.fullmatch(leftover.name):
             leftover.unlink(missing_ok=True)
     return Cleared(removed)
 

@@ -126,7 +126,12 @@ def _check_targets(
             for target, problem in problems.items()
             if problem is not None and not problem.is_error and checker.resolve(target).imported_from
         }
-        checks = TargetChecks(problems, checker.fingerprints(), defined_in, imported_from)
+        non_classes = {}
+        for layer_class in classes:
+            what = checker.resolve(str(layer_class.target)).non_class
+            if what is not None:
+                non_classes[str(layer_class.target)] = what
+        checks = TargetChecks(problems, checker.fingerprints(), defined_in, imported_from, non_classes)
         if not any(problem is not None and problem.is_error for problem in problems.values()):
             fresh = checks
     for spec in wanted:
@@ -145,9 +150,15 @@ def _check_targets(
             out.append(dataclasses.replace(problem, location=spec.target_location))
     absent: dict[str, bool] = {}  # top-level package -> not installed here
     for layer_class in classes:  # checked statically only: kcatalog never imports a layer class
-        problem = checks.problems[str(layer_class.target)]
-        if problem is not None and not unavailable_class(str(layer_class.target), problem, absent):
+        target = str(layer_class.target)
+        problem = checks.problems[target]
+        if problem is not None and not unavailable_class(target, problem, absent):
             out.append(dataclasses.replace(problem, location=layer_class.location))
+        elif problem is None and target in checks.non_classes:  # no model holds one: it would never apply
+            message = (
+                f"layer class '{target}' names {checks.non_classes[target]}, not a class; the mapping never applies"
+            )
+            out.append(Diagnostic(codes.LAYER_CLASS_NOT_A_CLASS, message, layer_class.location))
     return fresh
 
 

@@ -10,21 +10,26 @@ from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Location, did_you_mean, listing
 from ..model import BrokenOps, OpInfo, TunedBucket, TunedOp
-from ..platform import Platform
+from ..platform import DEVICES, Platform
 from ..validate.tables import BucketDecl, TunedTable
 from ..validate.validator import ValidatedFile
 
 
 def link_tuned(
-    files: Sequence[ValidatedFile], ops: Mapping[str, OpInfo], broken: BrokenOps, diagnostics: Diagnostics
+    files: Sequence[ValidatedFile],
+    ops: Mapping[str, OpInfo],
+    broken: BrokenOps,
+    diagnostics: Diagnostics,
+    devices: Sequence[str] = DEVICES,
 ) -> tuple[TunedOp, ...]:
     """Every table's choices, in file order; what is wrong is added to `diagnostics` and left out, and so are the
-    choices for `broken` ops, whose own errors are reported where they are declared."""
+    choices for `broken` ops, whose own errors are reported where they are declared. `devices`: the device kinds
+    the catalog knows (the built-in ones and those its settings declare)."""
     linked: list[TunedOp] = []
     seen: dict[tuple[str, str, str], Location] = {}
     for file in files:
         if isinstance(file.model, TunedTable):
-            linked += _link_table(file, file.model, ops, broken, seen, diagnostics)
+            linked += _link_table(file, file.model, ops, broken, seen, diagnostics, devices)
     return tuple(linked)
 
 
@@ -35,6 +40,7 @@ def _link_table(
     broken: BrokenOps,
     seen: dict[tuple[str, str, str], Location],
     diagnostics: Diagnostics,
+    devices: Sequence[str],
 ) -> list[TunedOp]:
     body = table.tuned
 
@@ -42,11 +48,10 @@ def _link_table(
         path = ("tuned", *loc)
         return file.locations.key(path) if key else file.locations.value(path)
 
-    platform = Platform.parse(body.platform) if _parses(body.platform) else None
-    if platform is None:
-        diagnostics.error(
-            codes.TUNED_PLATFORM_MISMATCH, f"platform '{body.platform}' is not a platform", at("platform")
-        )
+    try:
+        platform = Platform.parse(body.platform, devices)
+    except ValueError as exc:
+        diagnostics.error(codes.INVALID_VALUE, str(exc), at("platform"))
         return []
     measured = body.provenance.capability
     if measured is not None and measured != platform.arch:  # 'cuda' alone would match no machine's lookup
@@ -101,14 +106,6 @@ def _link_table(
             if len(diagnostics) == problems:
                 linked.append(TunedOp(op_id, str(platform), dtype, tuple(kept)))
     return linked
-
-
-def _parses(text: str) -> bool:
-    try:
-        Platform.parse(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _bucket(bucket: BucketDecl, where: Location) -> TunedBucket:

@@ -239,36 +239,41 @@ def _driver() -> str | None:
 def table_text(platform: str, prov: Provenance, measured: Sequence[Measured], *, written_to: Path | None = None) -> str:
     """The tuned table as YAML (a catalog file: tuned/*.yaml), one flow mapping per bucket, naming its schema as
     seen from `written_to`; `measured` must hold a bucket where some backend ran (a table lists at least one op)."""
-    import json
+    from ..write.yaml_text import Flow, document
+    from .schema_refs import schema_comment
 
-    from .schema_refs import modeline
-
-    lines = [
-        modeline("tuned.v1.json", written_to),
-        "# Written by `kcatalog tune`: the fastest backend per token-count bucket, with every candidate's median.",
-        "kcatalog: 1",
-        "tuned:",
-        f"  platform: {json.dumps(platform)}",
-        "  provenance:",
-        *(f"    {key}: {json.dumps(value)}" for key, value in dataclasses.asdict(prov).items() if value is not None),
-        "  ops:",
-    ]
     by_op: dict[str, dict[str, list[Measured]]] = {}
     for m in measured:
         if m.best is not None:
             by_op.setdefault(m.op, {}).setdefault(m.dtype, []).append(m)
+    ops: dict[str, dict[str, list[Flow]]] = {}
     for op, by_dtype in by_op.items():
-        lines.append(f"    {op}:")
         for dtype, rows in by_dtype.items():
-            lines.append(f"      {dtype}:")
-            for (low, high), m in zip(bucket_edges([r.tokens for r in rows]), sorted(rows, key=lambda r: r.tokens)):
-                medians = ", ".join(f"{b}: {t:.2f}" for b, t in sorted(m.medians_us.items(), key=lambda kv: kv[1]))
-                shapes = ", ".join(json.dumps(s) for s in m.shapes)
-                lines.append(
-                    f"        - {{tokens: [{low}, {'null' if high is None else high}], backend: {m.best}, "
-                    f"at: {m.tokens}, medians_us: {{{medians}}}, shapes: [{shapes}]}}"
+            ordered = sorted(rows, key=lambda r: r.tokens)
+            ops.setdefault(op, {})[dtype] = [
+                Flow(
+                    {
+                        "tokens": [low, high],
+                        "backend": m.best,
+                        "at": m.tokens,
+                        # Two decimals, as timings are read; a median below 0.005 us kept whole (a table's are > 0).
+                        "medians_us": {b: float(f"{t:.2f}") or t for b, t in sorted(m.medians_us.items(), key=_time)},
+                        "shapes": list(m.shapes),
+                    }
                 )
-    return "\n".join(lines) + "\n"
+                for (low, high), m in zip(bucket_edges([r.tokens for r in ordered]), ordered)
+            ]
+    provenance = {key: value for key, value in dataclasses.asdict(prov).items() if value is not None}
+    comments = [
+        schema_comment("tuned.v1.json", written_to),
+        "Written by `kcatalog tune`: the fastest backend per token-count bucket, with every candidate's median.",
+    ]
+    body = {"platform": platform, "provenance": provenance, "ops": ops}
+    return document({"kcatalog": 1, "tuned": body}, comments=comments)
+
+
+def _time(item: tuple[str, float]) -> float:
+    return item[1]
 
 
 @dataclass(frozen=True)
