@@ -33,5 +33,5 @@ def link_catalog(
     texts = {source.shown: source.text for source in sources}
     # The catalog's content digest leaves the tables out: a plan holds their choices (LinkedCatalog.tuned_texts).
     tuned_texts = tuple(text_digest(texts[file.path]) for file in tables)
-    tuned = link_tuned(files, linked.ops, linked.broken, diagnostics)  # also the ops linking left out
+    tuned = link_tuned(files, linked.ops, linked.broken, diagnostics, layers)  # also the ops linking left out
     return dataclasses.replace(linked, tuned=tuned, tuned_texts=tuned_texts)
