@@ -47,6 +47,7 @@ TUNED_UNKNOWN_BACKEND: Final = "KC231"
 TUNED_NOT_ELIGIBLE: Final = "KC232"
 TUNED_BUCKETS: Final = "KC233"
 TUNED_PLATFORM_MISMATCH: Final = "KC234"
+TUNED_STALE: Final = "KC235"
 # KC24x check: a plan given to load_catalog(plan=...).
 PLAN_UNKNOWN_OP: Final = "KC240"
 PLAN_UNKNOWN_BACKEND: Final = "KC241"
@@ -127,6 +128,8 @@ CODES: Final[dict[str, str]] = {
     TUNED_NOT_ELIGIBLE: "tuned table chooses a backend that cannot run on the table's platform or dtype",
     TUNED_BUCKETS: "tuned table buckets unsorted, overlapping, empty, or tuned twice",
     TUNED_PLATFORM_MISMATCH: "tuned table measured on another platform than the one it claims",
+    TUNED_STALE: "tuned entry stale: a timed backend's kernel source changed since it was measured (an error with "
+    "tuned: {stale: error})",
     PLAN_UNKNOWN_OP: "plan pins an op the catalog does not declare",
     PLAN_UNKNOWN_BACKEND: "plan pins a backend the op does not have",
     PLAN_DIGEST_DIFFERS: "plan was made from a catalog with other contents (a warning; an error with strict)",

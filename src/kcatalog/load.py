@@ -6,15 +6,16 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from .check.load_checks import Require, check_linked
+from .check.tuned_sources import check_tuned_sources
 from .diagnostics import Diagnostics
 from .errors import CatalogError, Diagnostic
-from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
+from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, SourceDigests, TargetChecks
 from .platform import is_installed, known_devices
 from .read.digest import content_digest
 from .read.files import SETTINGS_FILE, CatalogFile, PathLike, SourceFile, display_path, read_sources
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from .cache.store import Cache, CacheRead
+    from .pyresolve import Fingerprint
 
 
 @dataclass(frozen=True)
@@ -177,14 +179,16 @@ def _check_sources(
     is in `diagnostics` already)."""
     store = _open_cache(sources, layers, diagnostics, options.cache)
     read = None if isinstance(store, CacheStatus) else store.read()
+    known_sources = None
     if read is not None and read.entry is not None:
-        linked, known_targets = read.entry.linked, read.entry.targets
+        linked, known_targets, known_sources = read.entry.linked, read.entry.targets, read.entry.sources
         diagnostics.extend(linked.warnings)  # what linking warned about, as a cold load would report it
     else:
         read_paths = {source.path for source in sources}
         unread = [file for file in found if file.path not in read_paths]
         linked, known_targets = _link(sources, unread, layers, diagnostics), None
     linked_clean = not diagnostics.has_errors
+    current = _fingerprints()
     checks = check_linked(
         linked,
         require=options.require,
@@ -193,13 +197,18 @@ def _check_sources(
         allowed_modules=options.allowed_modules,
         import_targets=options.import_targets,
         known_targets=known_targets,
+        current=current,
     )
+    # Tuned entries whose kernels changed since they were measured (KC235): every load, as target checks are.
+    sources_checked = check_tuned_sources(linked, known_sources, current)
     if isinstance(store, CacheStatus):
         status = store
     else:
         assert read is not None  # read whenever the cache is on
-        status = _cache_outcome(store, read, linked, linked_clean, checks.fresh_targets or known_targets)
+        targets = checks.fresh_targets or known_targets
+        status = _cache_outcome(store, read, linked, linked_clean, targets, sources_checked.digests)
     diagnostics.extend(checks.diagnostics)
+    diagnostics.extend(sources_checked.diagnostics)
     diagnostics.extend(broken_plugins(layers, found, diagnostics))  # which distribution to fix or uninstall
     digest = content_digest(sources, leave_out=frozenset(linked.tuned_texts))
     plan = None
@@ -226,23 +235,45 @@ def _check_sources(
         cache_status=status,
         layers=tuple(layers),
         layer_mappings=linked.layer_mappings,
-        tuning=Tuning.of(linked.tuned, plan),
+        tuning=Tuning.of(linked.tuned, plan, sources_checked.stale, settings.stale),
         digest=digest,
     )
     return CheckResult(catalog, ordered)
 
 
 def _cache_outcome(
-    store: Cache, read: CacheRead, linked: LinkedCatalog, clean: bool, targets: TargetChecks | None
+    store: Cache,
+    read: CacheRead,
+    linked: LinkedCatalog,
+    clean: bool,
+    targets: TargetChecks | None,
+    sources: SourceDigests | None,
 ) -> CacheStatus:
     """What the cache does after a load: keep a hit as it is, or store what was linked and checked afresh."""
     if not clean:
         return CacheStatus(CacheOutcome.NOT_WRITTEN, read.reason, None, "the catalog has errors")
-    if read.entry is not None and targets is read.entry.targets:  # a hit whose target checks still held
+    entry = read.entry
+    if entry is not None and targets is entry.targets and sources is entry.sources:  # its checks still held
         return CacheStatus(CacheOutcome.HIT, "", read.path)
     from .cache.store import CacheEntry
 
-    return store.write(CacheEntry(linked, targets), read)
+    return store.write(CacheEntry(linked, targets, sources), read)
+
+
+def _fingerprints() -> Callable[[str], Fingerprint]:
+    """A module's fingerprint now, each module's computed once a load: the target checks and the tuned tables'
+    kernel sources read many of the same modules."""
+    seen: dict[str, Fingerprint] = {}
+
+    def current(module: str) -> Fingerprint:
+        found = seen.get(module)
+        if found is None:
+            from .pyresolve import current_fingerprint
+
+            found = seen[module] = current_fingerprint(module)
+        return found
+
+    return current
 
 
 def _open_cache(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from types import MappingProxyType
 
-from .distributions import installed
+from .distributions import installed, version
 from .errors import nearest
-from .model import Capability
+from .model import Capability, Environment
 
 # The built-in device kinds; a catalog's settings may declare more (`devices:`).
 DEVICES = ("cuda", "hip", "cpu", "npu", "xpu", "mps", "musa")
@@ -79,6 +80,20 @@ class Platform:
             if backend is not None and getattr(backend, "is_available", lambda: False)():
                 return cls(device)
         return cls("cpu")
+
+    def environment(self, distributions: Iterable[str] = ()) -> Environment:
+        """What timings on this platform depend on here besides the kernels' source: the device's name and
+        multiprocessors, and the versions of `distributions` installed (and torch's); imports torch."""
+        names = ["torch", *(d for d in distributions if d != "torch")]
+        device, sms = self.device, None
+        try:
+            import torch
+        except ImportError:
+            return Environment(device, None, MappingProxyType({name: version(name) for name in names}))
+        if self.device in ("cuda", "hip") and torch.cuda.is_available():
+            properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+            device, sms = properties.name, properties.multi_processor_count
+        return Environment(device, sms, MappingProxyType({name: version(name) for name in names}))
 
     def mismatch(self, capabilities: tuple[Capability, ...]) -> str | None:
         """Why no capability covers this platform, or None when one does (empty means anywhere)."""

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
+from ..model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, SourceDigests, TargetChecks
 from ..pyresolve import digest, find_spec
 from ..read.files import SourceFile
 from ..read.permissions import exposure
 from ..write.atomic import TEMPORARY, write_file
 from .codec import Codec
 
-ENTRY_FORMAT = 3
+ENTRY_FORMAT = 4
 SUFFIX = ".kcache"
 MAGIC = b"kcatalog cache entry\n"  # what every entry starts with: `clear` removes nothing else
 _CHECKSUM_BYTES = len(digest(b""))  # the hex blake2b of the rest of the entry: a flipped byte is a miss
@@ -48,10 +48,12 @@ class CacheDir:
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """What an entry holds: the linked catalog and, when they found no error, its static target checks."""
+    """What an entry holds: the linked catalog and, when they found no error, its static target checks; and the
+    kernel source digests its tuned entries were compared with (None: no entry records any)."""
 
     linked: LinkedCatalog
     targets: TargetChecks | None
+    sources: SourceDigests | None = None
 
 
 @dataclass(frozen=True)
@@ -128,8 +130,8 @@ class Cache:
         if not (isinstance(entry, tuple) and len(entry) == 3 and entry[0] == self.key):
             return CacheRead(None, "files or versions changed")
         try:
-            linked, targets = Codec(self.shown).decode(entry[2])
-            return CacheRead(CacheEntry(linked, targets), "", self.path)
+            linked, targets, sources = Codec(self.shown).decode(entry[2])
+            return CacheRead(CacheEntry(linked, targets, sources), "", self.path)
         except Exception as exc:  # damaged in a way marshal cannot see: whatever it is, load from the files
             return CacheRead(None, f"entry malformed ({type(exc).__name__}: {exc})")
 
@@ -139,7 +141,9 @@ class Cache:
         outcome = CacheOutcome.REFRESHED if refreshed else CacheOutcome.WRITTEN
         reason = "target modules changed" if refreshed else read.reason
         try:
-            body = marshal.dumps((self.key, tuple(self.files), Codec(self.shown).encode((entry.linked, entry.targets))))
+            body = marshal.dumps(
+                (self.key, tuple(self.files), Codec(self.shown).encode((entry.linked, entry.targets, entry.sources)))
+            )
             data = MAGIC + digest(body).encode() + body
         except (ValueError, TypeError) as exc:  # a value marshal cannot write; none is expected from validated data
             return CacheStatus(CacheOutcome.NOT_WRITTEN, reason, None, str(exc))

@@ -4,8 +4,9 @@ the allow-list, targets (statically, or imported with `import_targets`), `requir
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing, nearest
@@ -13,6 +14,9 @@ from ..model import Declared, LinkedCatalog, OverrideSet, TargetChecks, TargetRo
 from ..read.files import SETTINGS_FILE
 from ..select.overrides import OverridesArg, check_overrides, process_overrides
 from .layer_classes import unavailable_class
+
+if TYPE_CHECKING:
+    from ..pyresolve import Fingerprint
 
 Require = Iterable[str] | Mapping[str, Sequence[str]]
 _MAPPING_ROLES = frozenset({TargetRole.FORWARD, TargetRole.PREPARE})  # their owner is a layer mapping, not an op
@@ -38,15 +42,17 @@ def check_linked(
     allowed_modules: Sequence[str] | None = None,
     import_targets: bool = False,
     known_targets: TargetChecks | None = None,
+    current: Callable[[str], Fingerprint] | None = None,
 ) -> LoadChecks:
-    """Run every per-load check on a linked catalog."""
+    """Run every per-load check on a linked catalog; `current(module)` gives a module's fingerprint now (default:
+    pyresolve's current_fingerprint), to tell whether the known target checks still hold."""
     diagnostics: list[Diagnostic] = []
     lists = _AllowLists(linked, allowed_modules)
     refused = _check_allowed(linked, lists, diagnostics)
     fresh = None
     if check_targets or import_targets:
         wanted = [spec for spec in linked.declared if spec not in refused] if refused else list(linked.declared)
-        fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics)
+        fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics, current)
     if require is not None:
         _check_require(linked, require, diagnostics)
     return LoadChecks(diagnostics, _check_overrides(linked, overrides, diagnostics), fresh)
@@ -105,10 +111,11 @@ def _check_targets(
     known: TargetChecks | None,
     allow_lists: _AllowLists,
     out: list[Diagnostic],
+    current: Callable[[str], Fingerprint] | None,
 ) -> TargetChecks | None:
     classes = [layer_class for mapping in linked.layer_mappings for layer_class in mapping.classes]
     targets = [*(str(spec.target) for spec in wanted), *(str(layer_class.target) for layer_class in classes)]
-    checks = _still_valid(known, targets) if not import_targets else None
+    checks = _still_valid(known, targets, current) if not import_targets else None
     fresh = None
     if checks is None:
         from ..pyresolve import TargetChecker  # reads module sources with ast: only fresh checks need it
@@ -182,13 +189,17 @@ def _defined_outside(spec: Declared, checks: TargetChecks, allow_lists: _AllowLi
     return None
 
 
-def _still_valid(known: TargetChecks | None, targets: list[str]) -> TargetChecks | None:
+def _still_valid(
+    known: TargetChecks | None, targets: list[str], current: Callable[[str], Fingerprint] | None
+) -> TargetChecks | None:
     """The known checks, if they cover every wanted target and no module they read has changed."""
     if known is None or any(target not in known.problems for target in targets):
         return None
-    from ..pyresolve import current_fingerprint
+    if current is None:
+        from ..pyresolve import current_fingerprint
 
-    if any(current_fingerprint(module.module) != module.found for module in known.modules):
+        current = current_fingerprint
+    if any(current(module.module) != module.found for module in known.modules):
         return None
     return known
 

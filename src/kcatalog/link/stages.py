@@ -35,5 +35,5 @@ def link_catalog(
     # The catalog's content digest leaves the tables out: a plan holds their choices (LinkedCatalog.tuned_texts).
     tuned_texts = tuple(text_digest(texts[file.path]) for file in tables)
     devices = known_devices(linked.settings.devices if linked.settings is not None else ())
-    tuned = link_tuned(files, linked.ops, linked.broken, diagnostics, devices)  # also the ops linking left out
+    tuned = link_tuned(files, linked.ops, linked.broken, diagnostics, devices, layers)  # also the ops linking left out
     return dataclasses.replace(linked, tuned=tuned, tuned_texts=tuned_texts)

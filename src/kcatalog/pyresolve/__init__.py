@@ -7,6 +7,8 @@ This is its front; the stages use nothing else of it:
 - check targets with a `TargetChecker` (`check`, or `resolve` for a Resolution);
 - `current_fingerprint` of a module: equal to the Fingerprint a check recorded while what it read is unchanged;
 - `find_spec` (a ModuleSpec without a loader) and `digest` (the hex blake2b that fingerprints use);
+- `kernel_source` of a target (`kernel_sources` of several): the digest of its module and of the modules of its
+  package it imports, for tuned tables (a KernelSource, with the fingerprints of what it read);
 - `parse` and `parse_expression`: ast.parse behind the one lock every parse in kcatalog shares.
 
 It imports none of kcatalog's stages (only codes, errors and model). TargetChecker and Resolution load with
@@ -21,6 +23,7 @@ from .finder import current_fingerprint, find_spec, locate
 from .fingerprints import Fingerprint, digest
 from .locations import Located, ModuleLocation
 from .parsing import parse, parse_expression
+from .sources import KernelSource, kernel_source, kernel_sources
 
 if TYPE_CHECKING:
     from .targets import Resolution, TargetChecker
@@ -38,6 +41,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "Fingerprint",
+    "KernelSource",
     "Located",
     "ModuleLocation",
     "Resolution",
@@ -45,6 +49,8 @@ __all__ = [
     "current_fingerprint",
     "digest",
     "find_spec",
+    "kernel_source",
+    "kernel_sources",
     "locate",
     "parse",
     "parse_expression",

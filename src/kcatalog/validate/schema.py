@@ -310,6 +310,17 @@ class KnownBackendDecl(_Strict):
     )
 
 
+class TunedSettingsDecl(_Strict):
+    """How the catalog treats its tuned tables."""
+
+    stale: Literal["use", "ignore", "error"] = Field(
+        "ignore",
+        description="an entry measured on other kernel source, another GPU or other torch, triton or backend package "
+        "versions than those here: 'use' it all the same (a warning says so), 'ignore' it (priority decides; the "
+        "default) or fail with an 'error'; the last layer that says decides for the catalog",
+    )
+
+
 class Settings(_Strict):
     """A layer's settings file, kcatalog.yaml: known backends, default priority, policies, and the modules the
     targets of that layer's files may name."""
@@ -343,6 +354,9 @@ class Settings(_Strict):
         default_factory=PolicyDecl,
         description="rules for every op the catalog loads, whichever layer declares it: what an application "
         "requires of all it runs (e.g. required_platforms: ['cuda:9.0'])",
+    )
+    tuned: TunedSettingsDecl = Field(
+        default_factory=TunedSettingsDecl, description="how stale tuned entries are treated ({stale: ignore})"
     )
     allowed_modules: tuple[Annotated[str, Field(pattern=rf"^{_IDENT}(\.{_IDENT})*$")], ...] | None = Field(
         None,

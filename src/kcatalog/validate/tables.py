@@ -12,6 +12,8 @@ from .schema import PLATFORM_PATTERN, BackendName, DType, OpId, _Strict
 # A device kind known to the catalog, checked when linking (it may declare more kinds than the built-in ones).
 Platform = Annotated[str, Field(pattern=PLATFORM_PATTERN, description="'cuda:9.0', 'hip:gfx942', 'cpu'")]
 Tokens = Annotated[int, Field(ge=1, strict=True)]  # strict: neither `true` nor "8" is a token count
+Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{16,64}$")]
+Distribution = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 
 
 class BucketDecl(_Strict):
@@ -38,11 +40,15 @@ class BucketDecl(_Strict):
 class ProvenanceDecl(_Strict):
     """Where and how a table was measured."""
 
-    device: str = Field(description="the GPU's name, e.g. 'NVIDIA H200'")
+    device: str = Field(description="the GPU's name, e.g. 'NVIDIA H200' ('cpu' on the CPU)")
     capability: str | None = Field(None, description="the device's architecture as measured, e.g. '9.0'")
+    sms: StrictInt | None = Field(None, ge=1, description="the GPU's streaming multiprocessors (compute units on ROCm)")
     driver: str | None = None
     torch: str | None = None
     triton: str | None = None
+    packages: dict[Distribution, str] = Field(
+        default_factory=dict, description="the versions of the other distributions the timed backends require"
+    )
     kcatalog: str | None = None
     date: str | None = None
     command: str | None = None
@@ -53,6 +59,12 @@ class TunedTableBodyDecl(_Strict):
 
     platform: Platform
     provenance: ProvenanceDecl
+    kernels: dict[OpId, dict[BackendName, Digest]] = Field(
+        default_factory=dict,
+        description="each timed backend's kernel source digest as measured (its target's module and the modules of "
+        "its package that it imports): an entry whose digest differs here is stale; a table without any is not "
+        "compared",
+    )
     ops: dict[OpId, dict[DType, tuple[BucketDecl, ...]]] = Field(min_length=1)
 
 

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...platform import Platform
-from ...read.layer_sources import PLUGINS, SHIPPED
+from ...read.layer_sources import PLUGINS, SHIPPED, default_sources
 
 if TYPE_CHECKING:
     from ...registry.catalog import Catalog
@@ -80,6 +80,14 @@ def add_catalog_arguments(parser: argparse.ArgumentParser, *, positional: str | 
     parser.add_argument(
         "--catalog", action="append", default=[], metavar="PATH", help="a catalog layer (repeatable); as PATH"
     )
+    parser.add_argument(
+        "--tuned",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="tuned tables on top of the layers (default: the default ones), a layer each: their entries replace "
+        "those of earlier layers' tables (repeatable)",
+    )
 
 
 def is_catalog_path(item: str) -> bool:
@@ -103,8 +111,12 @@ def split_ops(items: Sequence[str]) -> OpsAndPaths:
 
 def catalog_paths(options: argparse.Namespace, positional: Sequence[str] = ()) -> list[str] | None:
     """The layers to load: positional paths (`positional`, or the `paths` argument) then --catalog ones, in the
-    order given; None when none is given (the default layers)."""
+    order given, then the --tuned ones (on top of the default layers where no other is given); None when none is
+    given (the default layers)."""
     given = [*(positional or getattr(options, "paths", None) or ()), *options.catalog]
+    tuned = getattr(options, "tuned", [])
+    if tuned:  # a directory of tables is a layer like any other, on top of what was asked
+        return [*(given or map(str, default_sources())), *tuned]
     return given or None
 
 

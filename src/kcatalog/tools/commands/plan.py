@@ -35,7 +35,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         default=[],
         help="only this dtype (repeatable); with --check: compare these (default: the dtypes the plan covers)",
     )
-    parser.add_argument("--tuned", action="append", default=[], metavar="DIR", help="tuned tables to add (repeatable)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write the plan here (default: print it)")
     parser.add_argument(
         "--check",
@@ -48,14 +47,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(options: argparse.Namespace) -> int:
     """Write the plan, or compare one with this machine (exit 1 listing the ops that differ)."""
-    from ...read.layer_sources import default_sources
     from ...runtime.planning import plan_text, resolve_plan
     from ..schema_refs import schema_comment
 
-    paths = catalog_paths(options)
-    if options.tuned:  # tuned tables on top of the given layers (default: the default ones)
-        paths = [*(paths or default_sources()), *options.tuned]
-    catalog = load_or_report(paths)
+    catalog = load_or_report(catalog_paths(options))
     if catalog is None:
         return 1
     platform = platform_of_catalog(catalog, options.platform) if options.platform else catalog.platform()
