@@ -268,12 +268,13 @@ NAMES = [name for name in HOSTILE if re.fullmatch(BACKEND_PATTERN, name) and len
 @pytest.mark.parametrize("hostile", HOSTILE)
 def test_a_tuned_table_holds_hostile_text(hostile: str) -> None:
     backend = NAMES[HOSTILE.index(hostile) % len(NAMES)]
-    provenance = Provenance(hostile, "9.0", hostile, hostile, None, hostile, hostile, hostile)
+    provenance = Provenance(hostile, "9.0", 132, hostile, hostile, None, {"mylib": hostile}, hostile, hostile, hostile)
     measured = [Measured("norm.rms_norm", "float32", 8, (hostile, "T=8"), {backend: 2.5, "torch": 3.0}, {})]
     table = validated("tuned.yaml", table_text("cuda:9.0", provenance, measured))
     assert isinstance(table, TunedTable)
     kept = table.tuned.provenance
     assert (kept.device, kept.driver, kept.torch, kept.kcatalog, kept.date, kept.command) == (hostile,) * 6
+    assert (kept.sms, dict(kept.packages)) == (132, {"mylib": hostile})
     (bucket,) = table.tuned.ops["norm.rms_norm"]["float32"]
     assert (bucket.backend, dict(bucket.medians_us), bucket.shapes) == (
         backend,

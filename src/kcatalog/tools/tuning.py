@@ -267,7 +267,7 @@ def table_text(
     """The tuned table as YAML (a catalog file: tuned/*.yaml), one flow mapping per bucket, naming its schema as
     seen from `written_to`; `measured` must hold a bucket where some backend ran (a table lists at least one op).
     `kernels` (by op and backend) are the source digests recorded for each op's timed backends."""
-    from ..write.yaml_text import Flow, document
+    from ..write.yaml_text import Flow, Rows, document
     from .schema_refs import schema_comment
 
     by_op: dict[str, dict[str, list[Measured]]] = {}
@@ -278,23 +278,27 @@ def table_text(
         op: Flow({b: kernels[(op, b)] for b in sorted(_timed(by_dtype.values())) if (op, b) in kernels})
         for op, by_dtype in by_op.items()
     } if kernels else {}  # fmt: skip
-    ops: dict[str, dict[str, list[Flow]]] = {}
+    ops: dict[str, dict[str, Rows]] = {}
     for op, by_dtype in by_op.items():
         for dtype, rows in by_dtype.items():
             ordered = sorted(rows, key=lambda r: r.tokens)
-            ops.setdefault(op, {})[dtype] = [
-                Flow(
-                    {
-                        "tokens": [low, high],
-                        "backend": m.choice,
-                        "at": m.tokens,
-                        # Two decimals, as timings are read; a median below 0.005 us kept whole (a table's are > 0).
-                        "medians_us": {b: float(f"{t:.2f}") or t for b, t in sorted(m.medians_us.items(), key=_time)},
-                        "shapes": list(m.shapes),
-                    }
-                )
-                for (low, high), m in zip(bucket_edges([r.tokens for r in ordered]), ordered)
-            ]
+            ops.setdefault(op, {})[dtype] = Rows(
+                [
+                    Flow(
+                        {
+                            "tokens": [low, high],
+                            "backend": m.choice,
+                            "at": m.tokens,
+                            # Two decimals, as timings are read; a median below 0.005 us kept whole (a table's are > 0).
+                            "medians_us": {
+                                b: float(f"{t:.2f}") or t for b, t in sorted(m.medians_us.items(), key=_time)
+                            },
+                            "shapes": list(m.shapes),
+                        }
+                    )
+                    for (low, high), m in zip(bucket_edges([r.tokens for r in ordered]), ordered)
+                ]
+            )
     provenance = {key: value for key, value in dataclasses.asdict(prov).items() if value not in (None, {})}
     comments = [
         schema_comment("tuned.v1.json", written_to),

@@ -25,6 +25,14 @@ class Flow:
     value: Union[Mapping[Any, Any], Sequence[Any]]
 
 
+@dataclass(frozen=True)
+class Rows:
+    """A list written one item to a line, each item inline where it can be: a tuned table's buckets, so that a
+    reader (and a diff) sees one bucket per line."""
+
+    items: Sequence[Any]
+
+
 class UnwritableValue(ValueError):
     """A value no YAML file can hold: a lone surrogate (YAML readers refuse its escape), a numeral longer than the
     loader reads, or a type that is not plain data."""
@@ -100,6 +108,8 @@ def _inline(value: Any) -> str | None:
     """The value on one line, or None when it is written as a block."""
     if isinstance(value, Flow):
         return _flow(value.value)
+    if isinstance(value, Rows):
+        return "[]" if not value.items else None
     if isinstance(value, Mapping):
         return "{}" if not value else None
     if isinstance(value, (list, tuple)):
@@ -130,6 +140,8 @@ def _flow(value: Any) -> str:
 def _block(value: Any, indent: int) -> list[str]:
     pad = " " * indent
     lines: list[str] = []
+    if isinstance(value, Rows):
+        value = list(value.items)
     if isinstance(value, Mapping):
         for key, item in value.items():
             text = scalar(key)
