@@ -5,14 +5,13 @@ syntax whole again (pyresolve/index_record.py says what a key stands for: conten
 One file per index, named by its key. Trusted and written as the load cache's entries are (store.py): only in a
 directory private to this user (read/permissions.py), each file starting with a header and a checksum of the rest
 (a file that does not match is a miss), `marshal` data (reading it runs no code), written to a temporary file and
-renamed into place; `kcatalog cache --clear` removes them with the entries. (Not through store.py, whose import
-a validate would otherwise pay for.)
+renamed into place (write/atomic.py); `kcatalog cache --clear` removes them with the entries. (Not through store.py,
+whose import a validate would otherwise pay for.)
 """
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from ..pyresolve import digest
@@ -23,7 +22,6 @@ SUFFIX = ".kidx"
 MAGIC = b"kcatalog module index\n"  # what every index file starts with: `clear` removes nothing else
 MAX_INDEXES = 16384  # beyond this, the oldest are removed after a run that wrote some (about 1 KiB each)
 _CHECKSUM_BYTES = len(digest(b""))
-_TEMPORARY = re.compile(r"\.[0-9a-f]{32}\.[0-9]+\.[0-9a-f]{8}\.tmp")  # what `put` names its files
 
 
 class ModuleIndexes:
@@ -63,17 +61,11 @@ class ModuleIndexes:
             self._writable = self._trusted()
         if not self._writable:
             return
-        temporary = self.directory / f".{key}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-        try:
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with open(descriptor, "wb") as handle:
-                handle.write(MAGIC + digest(data).encode() + data)
-            os.replace(temporary, self.directory / f"{key}{SUFFIX}")  # never half a record
+        from ..write.atomic import write_file  # only a run that indexes afresh writes
+
+        try:  # never half an index; not synced: one lost is a miss
+            write_file(self.directory / f"{key}{SUFFIX}", MAGIC + digest(data).encode() + data, mode=0o600, sync=False)
         except OSError:
-            try:
-                temporary.unlink(missing_ok=True)
-            except OSError:
-                pass
             return
         self.written += 1
 
@@ -102,6 +94,8 @@ class ModuleIndexes:
 def clear(cache_dir: Path) -> int:
     """Remove the indexes kcatalog wrote (and its temporary files) from a cache directory it trusts: how many.
     Files of other names or contents are left alone."""
+    from ..write.atomic import TEMPORARY
+
     indexes = ModuleIndexes(cache_dir)
     if not indexes._trusted():
         return 0
@@ -110,7 +104,7 @@ def clear(cache_dir: Path) -> int:
         if entry.name.endswith(SUFFIX) and _starts_with_magic(entry.path):
             os.unlink(entry.path)
             removed += 1
-        elif _TEMPORARY.fullmatch(entry.name):
+        elif TEMPORARY.fullmatch(entry.name):
             os.unlink(entry.path)
     return removed
 
