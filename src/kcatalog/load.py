@@ -27,6 +27,7 @@ from .select.overrides import OverridesArg
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from .cache.module_indexes import ModuleIndexes
     from .cache.store import Cache, CacheRead
     from .pyresolve import Fingerprint
 
@@ -44,9 +45,11 @@ class LoadOptions:
     kernel that fails to import raises instead of falling back. `allowed_modules` lists module prefixes
     targets may name (on top of the settings file's own list). `cache` keeps what parsing and validating
     the files yields, keyed by their exact contents: True uses KCATALOG_CACHE_DIR or ~/.cache/kcatalog
-    (unless KCATALOG_NO_CACHE is set), a path uses that directory, False turns it off. `plan` (a file written by
-    `kcatalog plan`) pins the selection it records, above tuned tables and priority, below overrides; an entry
-    this machine cannot honour warns once naming the op (raises with `strict`).
+    (unless KCATALOG_NO_CACHE is set), a path uses that directory, False turns it off; whatever it says, fresh
+    target checks keep the index of each module source they read in that directory (the default one for
+    True and False), keyed by the source's exact bytes: an unchanged module is not parsed again. `plan` (a
+    file written by `kcatalog plan`) pins the selection it records, above tuned tables and priority, below
+    overrides; an entry this machine cannot honour warns once naming the op (raises with `strict`).
     """
 
     require: Require | None = None
@@ -189,6 +192,7 @@ def _check_sources(
         linked, known_targets = _link(sources, unread, layers, diagnostics), None
     linked_clean = not diagnostics.has_errors
     current = _fingerprints()
+    indexes = _module_indexes(options.cache) if options.check_targets or options.import_targets else None
     checks = check_linked(
         linked,
         require=options.require,
@@ -198,7 +202,10 @@ def _check_sources(
         import_targets=options.import_targets,
         known_targets=known_targets,
         current=current,
+        indexes=indexes,
     )
+    if indexes is not None:
+        indexes.close()
     # Tuned entries whose kernels changed since they were measured (KC235): every load, as target checks are.
     sources_checked = check_tuned_sources(linked, known_sources, current)
     if isinstance(store, CacheStatus):
@@ -293,6 +300,17 @@ def _open_cache(
         return Cache(directory.path, sources, layers)
     except OSError as exc:  # kcatalog's own files cannot be listed (e.g. imported from a zip): no key
         return CacheStatus(CacheOutcome.OFF, f"cannot fingerprint kcatalog's code ({exc})")
+
+
+def _module_indexes(cache: bool | PathLike) -> ModuleIndexes | None:
+    """Where target checks keep module indexes between runs: the cache directory (`cache` where it is one, else
+    the default one, also for `cache=False`: an index is content-addressed, so it never changes what a check
+    finds, only how fast); None with KCATALOG_NO_CACHE."""
+    from .cache.directory import default_dir
+    from .cache.module_indexes import ModuleIndexes
+
+    directory = default_dir().path if isinstance(cache, bool) else Path(cache)
+    return ModuleIndexes(directory) if directory is not None else None
 
 
 def _link(

@@ -28,6 +28,9 @@ from ..read.files import SourceFile
 from ..read.permissions import exposure
 from ..write.atomic import TEMPORARY, write_file
 from .codec import Codec
+from .directory import CacheDir, default_dir
+
+__all__ = ["Cache", "CacheDir", "CacheEntry", "CacheRead", "Cleared", "clear", "default_dir", "entries"]
 
 ENTRY_FORMAT = 4
 SUFFIX = ".kcache"
@@ -36,14 +39,6 @@ _CHECKSUM_BYTES = len(digest(b""))  # the hex blake2b of the rest of the entry: 
 MAX_ENTRIES = 64  # entries beyond this, oldest first, are removed when one is written
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 _DEPENDENCIES = ("yaml", "pydantic", "pydantic_core")  # what parsing and validation results depend on
-
-
-@dataclass(frozen=True)
-class CacheDir:
-    """The cache directory, or None and why there is none."""
-
-    path: Path | None
-    why_off: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,19 +58,6 @@ class CacheRead:
     entry: CacheEntry | None
     reason: str = ""
     path: Path | None = None  # the entry's file, when one was used
-
-
-def default_dir() -> CacheDir:
-    """The cache directory: none with KCATALOG_NO_CACHE, else KCATALOG_CACHE_DIR, else the XDG one."""
-    if os.environ.get("KCATALOG_NO_CACHE", "") not in ("", "0"):
-        return CacheDir(None, "KCATALOG_NO_CACHE is set")
-    chosen = os.environ.get("KCATALOG_CACHE_DIR")
-    if chosen:
-        return CacheDir(Path(chosen))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if not os.path.isabs(base):  # no home directory: a relative path would scatter caches over working dirs
-        return CacheDir(None, "no home directory (set KCATALOG_CACHE_DIR)")
-    return CacheDir(Path(base) / "kcatalog")
 
 
 class Cache:

@@ -16,7 +16,7 @@ from ..select.overrides import OverridesArg, check_overrides, process_overrides
 from .layer_classes import unavailable_class
 
 if TYPE_CHECKING:
-    from ..pyresolve import Fingerprint
+    from ..pyresolve import Fingerprint, IndexStore
 
 Require = Iterable[str] | Mapping[str, Sequence[str]]
 _MAPPING_ROLES = frozenset({TargetRole.FORWARD, TargetRole.PREPARE})  # their owner is a layer mapping, not an op
@@ -43,16 +43,18 @@ def check_linked(
     import_targets: bool = False,
     known_targets: TargetChecks | None = None,
     current: Callable[[str], Fingerprint] | None = None,
+    indexes: IndexStore | None = None,
 ) -> LoadChecks:
     """Run every per-load check on a linked catalog; `current(module)` gives a module's fingerprint now (default:
-    pyresolve's current_fingerprint), to tell whether the known target checks still hold."""
+    pyresolve's current_fingerprint), to tell whether the known target checks still hold; `indexes`: where fresh
+    target checks find the module indexes kept from earlier runs, and keep theirs (pyresolve's IndexStore)."""
     diagnostics: list[Diagnostic] = []
     lists = _AllowLists(linked, allowed_modules)
     refused = _check_allowed(linked, lists, diagnostics)
     fresh = None
     if check_targets or import_targets:
         wanted = [spec for spec in linked.declared if spec not in refused] if refused else list(linked.declared)
-        fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics, current)
+        fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics, current, indexes)
     if require is not None:
         _check_require(linked, require, diagnostics)
     return LoadChecks(diagnostics, _check_overrides(linked, overrides, diagnostics), fresh)
@@ -112,6 +114,7 @@ def _check_targets(
     allow_lists: _AllowLists,
     out: list[Diagnostic],
     current: Callable[[str], Fingerprint] | None,
+    indexes: IndexStore | None,
 ) -> TargetChecks | None:
     classes = [layer_class for mapping in linked.layer_mappings for layer_class in mapping.classes]
     targets = [*(str(spec.target) for spec in wanted), *(str(layer_class.target) for layer_class in classes)]
@@ -120,7 +123,7 @@ def _check_targets(
     if checks is None:
         from ..pyresolve import TargetChecker  # reads module sources with ast: only fresh checks need it
 
-        checker = TargetChecker()
+        checker = TargetChecker(indexes)
         problems: dict[str, Diagnostic | None] = {}
         for target in targets:
             if target not in problems:

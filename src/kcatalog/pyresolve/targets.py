@@ -25,6 +25,7 @@ from ..errors import Diagnostic
 from ..model import ModuleFingerprint
 from .bindings import DEF
 from .finder import memo
+from .index_record import IndexStore
 from .target_bindings import ModuleNames, Obj, unique
 from .target_classes import Members
 from .target_modules import ModuleReader
@@ -52,10 +53,13 @@ class Resolution:
 
 
 class TargetChecker:
-    """Checks targets against module sources; each module is located and indexed once."""
+    """Checks targets against module sources; each module is located and indexed once.
 
-    def __init__(self) -> None:
-        self._reader = ModuleReader()
+    `indexes`: where the caller keeps module indexes between checks (index_record.py, content-addressed): a
+    source indexed before is neither parsed nor syntax-checked again."""
+
+    def __init__(self, indexes: IndexStore | None = None) -> None:
+        self._reader = ModuleReader(indexes)
         self._members = Members(ModuleNames(self._reader))
         self._resolved: dict[str, Resolution] = {}
 
