@@ -137,13 +137,8 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         *checks.breakdown_table(m),
         "",
-        "## Targets",
-        "",
-        "| target | met |",
-        "|---|---|",
+        *checks.targets_table(results),
     ]
-    lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in results["verdicts"].items()]
-    lines.append(f"\nWhole run: {results['elapsed_s']:.0f} s.")
     return "\n".join(lines) + "\n"
 
 

@@ -502,14 +502,15 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         *breakdown_table(m),
         "",
-        "## Targets",
-        "",
-        "| target | met |",
-        "|---|---|",
+        *targets_table(results),
     ]
-    lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in results["verdicts"].items()]
-    lines.append(f"\nWhole run: {results['elapsed_s']:.0f} s.")
     return "\n".join(lines) + "\n"
+
+
+def targets_table(results: dict[str, Any]) -> list[str]:
+    """The report's closing lines: each target and whether it was met, then the whole run's time."""
+    rows = [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in results["verdicts"].items()]
+    return ["## Targets", "", "| target | met |", "|---|---|", *rows, f"\nWhole run: {results['elapsed_s']:.0f} s."]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
