@@ -23,6 +23,7 @@ from ..model import (
     Capability,
     CatalogSettings,
     Dispatch,
+    Environment,
     Importable,
     KernelSpec,
     LayerClass,
@@ -34,6 +35,8 @@ from ..model import (
     OpInfo,
     Parameters,
     Policy,
+    SourceDigests,
+    StalePolicy,
     Target,
     TargetChecks,
     TargetRole,
@@ -65,8 +68,10 @@ MODEL_TYPES: tuple[type, ...] = (
     Parameters,
     Dispatch,
     BrokenOps,
+    Environment,
+    SourceDigests,
 )
-ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole)
+ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, StalePolicy)
 _LOCATION = -1
 _ENUM = -2
 _PLAIN = (str, int, float, bool, type(None))

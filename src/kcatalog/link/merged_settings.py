@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 from .. import codes
 from ..diagnostics import Diagnostics
-from ..model import BackendInfo, CatalogLayer, CatalogSettings, LayerPolicy, Policy
+from ..model import BackendInfo, CatalogLayer, CatalogSettings, LayerPolicy, Policy, StalePolicy
 from ..validate.schema import PolicyDecl, Settings
 from ..validate.validator import ValidatedFile
 
@@ -66,6 +66,7 @@ def merge_settings(
     devices: list[str] = []
     allow_lists: dict[int, tuple[str, ...] | None] = {}
     policies: dict[int, LayerPolicy] = {}
+    stale = StalePolicy.IGNORE
     for file in files:
         settings = file.model
         assert isinstance(settings, Settings)
@@ -95,6 +96,8 @@ def merge_settings(
             layer_name(layers, file.layer), _policy(settings.policy), _policy(settings.require_of_all)
         )
         allow_lists[file.layer] = settings.allowed_modules
+        if "stale" in settings.tuned.model_fields_set:  # a later layer's word replaces an earlier one's
+            stale = StalePolicy(settings.tuned.stale)
     # One layer's list is the catalog's; with several, each spec carries its own layer's, and the catalog has none.
     only = files[0].model if len(files) == 1 and len(layers) <= 1 else None
     merged = CatalogSettings(
@@ -107,6 +110,7 @@ def merge_settings(
         priorities=MappingProxyType({name: tuple(order) for name, order in priorities.items()}),
         devices=tuple(devices),
         policies=tuple(policies.values()),
+        stale=stale,
     )
     return MergedSettings(merged, MappingProxyType(allow_lists), MappingProxyType(policies))
 

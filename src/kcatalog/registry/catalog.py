@@ -137,7 +137,7 @@ class Catalog:
         from ..select.selection import select
 
         info = self.info(request.op)
-        picks = self.tuning.picks(request.op, request.platform, request.dtype, request.tokens)
+        picks = self.tuning.picks(request.op, request.platform, request.dtype, request.tokens, request.environment)
         return select(self.settings, info, request, overrides=self.overrides, strict=self.strict, picks=picks)
 
     # -- the runtime: imports, caches, handles ---------------------------------------------------------------
