@@ -105,6 +105,38 @@ def test_a_handle_made_while_a_trace_is_open_records(workspace: Workspace) -> No
     assert handle(torch.ones(2)).tolist() == [2.0, 2.0]
 
 
+# Leading dimensions a site's list of counts does not hold from the start: 0 (an empty batch, apart from a
+# 0-dimensional tensor), past the list as it starts (1024), up to and past the longest it grows to (1 << 15).
+SIZES = (0, 0, 3, 1025, 1025, 1 << 15, (1 << 15) + 1, 70_000)
+
+
+def test_every_leading_dimension_is_counted_apart(workspace: Workspace) -> None:
+    workspace.module("trace_dims", "def double(x):\n    return x * 2\n")
+    workspace.write({"op": workspace.op({"t": "trace_dims:double"})}, backends=["t"])
+    catalog = workspace.load(cache=False)
+    handle = catalog.op("g.op")
+    with catalog.trace() as trace:
+        handle(torch.ones(()))
+        for tokens in SIZES:
+            handle(torch.ones(tokens))
+    (entry,) = trace.record.entries
+    assert {s.tokens: s.calls for s in entry.shapes} == {
+        None: 1, 0: 2, 3: 1, 1025: 2, 1 << 15: 1, (1 << 15) + 1: 1, 70_000: 1
+    }  # fmt: skip
+
+
+def test_every_leading_dimension_of_a_tuned_op_is_counted_apart(tagged: kcatalog.Catalog) -> None:
+    handle = tagged.op("g.tag")
+    with tagged.trace() as trace:
+        for tokens in SIZES:
+            handle(torch.zeros(tokens, 2))
+    counted = {**shapes(trace.record, "small"), **shapes(trace.record, "ref")}
+    big = (33, None)
+    assert counted == {
+        0: (2, None), 3: (1, (1, 4)), 1025: (2, big), 1 << 15: (1, big), (1 << 15) + 1: (1, big), 70_000: (1, big)
+    }  # fmt: skip
+
+
 def test_nested_traces_each_count_their_own_block(tagged: kcatalog.Catalog) -> None:
     handle = tagged.op("g.tag")
     with tagged.trace() as outer:
@@ -254,6 +286,40 @@ def test_processes_tracing_into_one_file_add_up(tagged: kcatalog.Catalog, worksp
     record = TraceRecord.from_dict(json.loads(path.read_text()))
     assert shapes(record, "big") == {5: (60, (5, 16))}
     assert sorted(p.rank for p in record.processes) == [0, 1, 2]
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from kcatalog.runtime.trace_file import TraceEntry, TraceProcess, TraceRecord, TraceShape, Via, write_trace
+path, start, rank = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+shape = TraceShape(7, 1, None)
+while not start.exists():
+    time.sleep(0.001)
+for i in range(25):
+    entry = TraceEntry("g.op", "cpu", "float32", "t", Via.HANDLE, "priority", (), (shape,))
+    write_trace(path, TraceRecord((entry,), (TraceProcess(rank, rank, "a", "b"),)))
+"""
+
+
+def test_processes_writing_one_file_at_once_lose_no_write(workspace: Workspace, tmp_path: Path) -> None:
+    """Four processes each merging 25 traces into one file as fast as they can: every call is there (the lock
+    beside the file orders the read-merge-replace of each write; the file is replaced whole, write/atomic.py)."""
+    path, start = tmp_path / "traces" / "shared.json", tmp_path / "start"
+    env = workspace.child_env()
+    children = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(start), str(rank)], env=env,
+                         stderr=subprocess.PIPE, text=True)
+        for rank in range(4)
+    ]  # fmt: skip
+    start.touch()
+    for child in children:
+        _, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err
+    record = TraceRecord.from_dict(json.loads(path.read_text()))
+    assert [(s.tokens, s.calls) for e in record.entries for s in e.shapes] == [(7, 100)]
+    assert sorted(p.rank for p in record.processes) == [0, 1, 2, 3]
+    assert sorted(p.name for p in path.parent.iterdir()) == [".shared.json.lock", "shared.json"]  # no temporary
 
 
 def test_a_process_that_ran_nothing_writes_nothing(workspace: Workspace, tmp_path: Path) -> None:

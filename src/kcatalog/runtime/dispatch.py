@@ -92,7 +92,7 @@ def site_for(dispatcher: Dispatcher, device: str, dtype: Any, via: Via) -> Site:
     def choose(tokens: int | None, backend: str) -> Chosen:
         return choice(dispatcher, device, name, tokens, None, backend)
 
-    return Site(dispatcher.op, name, via, specs, edges, choose)
+    return Site(dispatcher.op, name, via, specs, edges, choose, dispatcher.bucketed)
 
 
 def choice(

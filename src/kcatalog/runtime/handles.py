@@ -15,7 +15,16 @@ from ..model import OpInfo, Parameters
 from ..select.buckets import BucketDispatch, dispatch_for, segments
 from .dispatch import Dispatcher, dtype_name, resolve_once, scoped_call, site_for
 from .gates import is_gated, make_gated
-from .trace import Recording, Site, Swap, is_capturing, is_compiling, is_dynamo, torch_check, twin_code
+from .trace import (
+    Recording,
+    Swap,
+    is_capturing,
+    is_compiling,
+    is_dynamo,
+    tensor_length,
+    torch_check,
+    twin_code,
+)
 from .trace_file import Via
 
 # The handle is generated with the op's own parameter list, because forwarding through
@@ -68,34 +77,35 @@ def handle({params}):
 RECORDING_BODY = """\
     if _kc_scopes.active:
         return _kc_scoped({tensor})({call})
-    if {tensor}.is_cuda:
-        _kc_s = (_kc_captured if _kc_capturing() else _kc_sites_cuda).get({tensor}.dtype)
-    elif {tensor}.is_cpu:
-        _kc_s = _kc_sites_cpu.get({tensor}.dtype)
-    else:
-        _kc_s = _kc_sites_device.get(({tensor}.device.type, {tensor}.dtype))
-    if _kc_s is None:
-        _kc_s = _kc_first_site({tensor})
-    try:
-        _kc_s.counts[{tensor}.shape[0]] += 1
-    except (KeyError, IndexError, TypeError):  # a new shape, a 0-dimensional tensor, a symbolic size
-        _kc_s.first_seen({tensor})
-    return _kc_s.fn({call})
+    try:  # a site's row: its counts, what it calls, the Site (runtime/trace.py)
+        if {tensor}.is_cuda:
+            _kc_c, _kc_f, _kc_s = (_kc_captured if _kc_capturing() else _kc_sites_cuda)[{tensor}.dtype]
+        elif {tensor}.is_cpu:
+            _kc_c, _kc_f, _kc_s = _kc_sites_cpu[{tensor}.dtype]
+        else:
+            _kc_c, _kc_f, _kc_s = _kc_sites_device[({tensor}.device.type, {tensor}.dtype)]
+    except KeyError:
+        _kc_c, _kc_f, _kc_s = _kc_first_site({tensor})
+    try:  # counts: a list indexed by the leading dimension, C len() of the tensor
+        _kc_c[_kc_len({tensor})] += 1
+    except (IndexError, TypeError):  # 0, past the list, 0-dimensional
+        _kc_s.count_slow({tensor})
+    return _kc_f({call})
 """
-# Chosen by token count: the leading dimension picks the bucket segment, as in _BUCKETED.
-RECORDING_BUCKETED_BODY = RECORDING_BODY.replace(
-    """    try:
-        _kc_s.counts[{tensor}.shape[0]] += 1
-    except (KeyError, IndexError, TypeError):  # a new shape, a 0-dimensional tensor, a symbolic size
-        _kc_s.first_seen({tensor})
-    return _kc_s.fn({call})
+# Chosen by token count: the leading dimension picks the bucket segment, as in _BUCKETED (read as it reads it).
+RECORDING_BUCKETED_BODY = RECORDING_BODY.replace("_kc_c, _kc_f, _kc_s =", "_kc_c, _kc_f, _kc_e, _kc_s =").replace(
+    """    try:  # counts: a list indexed by the leading dimension, C len() of the tensor
+        _kc_c[_kc_len({tensor})] += 1
+    except (IndexError, TypeError):  # 0, past the list, 0-dimensional
+        _kc_s.count_slow({tensor})
+    return _kc_f({call})
 """,
     """    _kc_n = {tensor}.shape[0]
     try:
-        _kc_s.counts[_kc_n] += 1
-    except (KeyError, TypeError):
-        _kc_s.first_seen({tensor})
-    return _kc_s.fns[_kc_bisect(_kc_s.edges, _kc_n)]({call})
+        _kc_c[_kc_n] += 1
+    except (IndexError, TypeError):
+        _kc_s.count_slow({tensor})
+    return _kc_f[_kc_bisect(_kc_e, _kc_n)]({call})
 """,
 )
 _RECORDING_HEAD = """\
@@ -273,7 +283,7 @@ def recording_names(
 ) -> dict[str, Any]:
     """What a recording twin calls besides its sites: the first call at a site, and a call inside `use()`."""
 
-    def first_site(tensor: Any) -> Site:
+    def first_site(tensor: Any) -> tuple[Any, ...]:
         recording: Recording = namespace["_kc_recording"]
         device, key = tensor.device.type, tensor.dtype
         if tensor.is_cuda and namespace["_kc_capturing"]():
@@ -284,7 +294,11 @@ def recording_names(
             table, kind = namespace["_kc_sites_cpu"], via
         else:
             table, kind, key = namespace["_kc_sites_device"], via, (device, key)
-        return resolve_once(lock, table, key, lambda: recording.add(site_for(dispatcher, device, tensor.dtype, kind)))
+
+        def made() -> tuple[Any, ...]:
+            return recording.add(site_for(dispatcher, device, tensor.dtype, kind)).row
+
+        return resolve_once(lock, table, key, made)
 
     def scoped(tensor: Any) -> Callable[..., Any]:
         with lock:
@@ -301,6 +315,7 @@ def begin(namespace: dict[str, Any], recording: Recording) -> None:
     # whose check costs half as much per call.
     torch_check(namespace, "_kc_compiling_now", is_compiling if namespace.get("_kc_torch_op") else is_dynamo)
     torch_check(namespace, "_kc_capturing", is_capturing)
+    tensor_length(namespace, "_kc_len")
 
 
 def bucket_dispatch(dispatcher: Dispatcher, device: str, tensor: Any) -> BucketDispatch[Callable[..., Any]]:

@@ -1,6 +1,7 @@
 """Recording what ran (`catalog.trace()`, KCATALOG_TRACE): while a trace is open, each op handle and torch op
 implementation counts its calls by site (device, dtype, and whether a CUDA graph is being captured) and by the
-dispatch argument's leading dimension, and asks the runtime once per new shape what it chose there and why.
+dispatch argument's leading dimension; what each shape ran and why is asked of the runtime once, when a snapshot
+first finds it counted.
 
 The untraced code is left exactly as it is: every dispatching function the runtime generates has a recording twin,
 swapped in as its `__code__` when the first trace opens and back when the last one closes. Off, tracing costs a
@@ -59,14 +60,22 @@ def tokens_of(tensor: Any) -> int | None:
     return first if type(first) is int else None
 
 
+# A site counts calls at leading dimensions 1.._LISTED in a list indexed by the dimension (an increment at an index
+# is cheaper than at a dict's key); the list starts this long and grows on demand. Index 0 holds None, so that a
+# leading dimension of 0 (len() of a 0-dimensional tensor is 0 too) fails the increment and is counted the slow way.
+_FIRST_LISTED = 1024
+_LISTED = 1 << 15
+
+
 class Site:
     """One place a dispatching function sends calls (an op on a device type and dtype, one way of recording):
     what it calls (`fn`, or per bucket segment `fns` cut at `edges`), and the calls counted per leading dimension.
 
-    `counts[tokens] += 1` is the per-call count: an increment of an int at a key that exists, which the GIL makes
-    atomic; a new key takes `first_seen`, which asks the runtime once what the shape runs and why."""
+    `counts[tokens] += 1` is the per-call count, at an index that exists (the GIL makes it atomic); what it cannot
+    count (a leading dimension of 0 or past the list, a 0-dimensional tensor) goes to `count_slow`. What each shape
+    ran and why is asked of the runtime when a snapshot first finds the shape counted, not on the call."""
 
-    __slots__ = ("op", "dtype", "via", "fn", "fns", "edges", "specs", "counts", "seen", "_choose")
+    __slots__ = ("op", "dtype", "via", "fn", "fns", "edges", "specs", "counts", "others", "seen", "row", "_choose")
 
     def __init__(
         self,
@@ -76,24 +85,66 @@ class Site:
         specs: Sequence[KernelSpec],
         edges: tuple[int, ...],
         choose: Callable[[int | None, str], Chosen],
+        bucketed: bool = False,
     ) -> None:
         self.op, self.dtype, self.via = op, dtype, via
         self.specs = tuple(specs)
         self.fns = tuple(spec.load() for spec in self.specs)
         self.fn = self.fns[0]
         self.edges = edges
-        self.counts: dict[int | None, int] = {}
+        self.counts: list[int | None] = [None] + [0] * _FIRST_LISTED
+        self.others: dict[int | None, int] = {}  # what the list does not count, by leading dimension
         self.seen: dict[int | None, Chosen] = {}
         self._choose = choose
+        # What the twin's site tables hold, unpacked in one step (cheaper than reading three attributes).
+        self.row: tuple[Any, ...] = (self.counts, self.fns, edges, self) if bucketed else (self.counts, self.fn, self)
 
-    def first_seen(self, tensor: Any) -> None:
-        """Count a call at a leading dimension not seen before (or of a 0-dimensional tensor)."""
+    def count_slow(self, tensor: Any) -> None:
+        """Count a call the list could not: the list grown to its leading dimension, or counted in `others`."""
         tokens = tokens_of(tensor)
-        if tokens not in self.seen:  # set before the count exists: a snapshot finds every counted shape's choice
+        counts = self.counts
+        if tokens is not None and 0 < tokens <= _LISTED:
+            if tokens >= len(counts):  # grown in place: the twin may hold the list
+                counts.extend([0] * (min(max(tokens + 1, 2 * len(counts)), _LISTED + 1) - len(counts)))
+            counts[tokens] += 1  # type: ignore[operator]
+        else:
+            self.others[tokens] = self.others.get(tokens, 0) + 1
+
+    def calls(self) -> dict[int | None, int]:
+        """The calls counted so far, by leading dimension."""
+        found: dict[int | None, int] = {tokens: calls for tokens, calls in enumerate(list(self.counts)) if calls}
+        for tokens, calls in dict(self.others).items():  # one C-level copy: consistent however many threads count
+            found[tokens] = found.get(tokens, 0) + calls
+        return found
+
+    def choice(self, tokens: int | None) -> Chosen:
+        """What calls at this leading dimension ran and why (asked of the runtime once per shape)."""
+        found = self.seen.get(tokens)
+        if found is None:
             spec = self.specs[bisect.bisect_left(self.edges, tokens)] if tokens is not None else self.specs[0]
-            self.seen[tokens] = self._choose(tokens, spec.backend)
-        self.counts.setdefault(tokens, 0)
-        self.counts[tokens] += 1
+            found = self.seen[tokens] = self._choose(tokens, spec.backend)
+        return found
+
+
+def tensor_length(namespace: dict[str, Any], name: str) -> None:
+    """Bind `namespace[name]` to the C `len()` of a tensor (torch.Tensor's own `__len__` is Python, and refuses a
+    0-dimensional tensor): the leading dimension at half the cost of `tensor.shape[0]`, 0 for a 0-dimensional one.
+    Where torch is not imported yet, bound on the first call (a tensor means torch is there then)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        namespace[name] = _c_len(torch)
+        return
+
+    def until_torch(tensor: Any) -> int:
+        namespace[name] = bound = _c_len(sys.modules["torch"])
+        return bound(tensor)
+
+    namespace[name] = until_torch
+
+
+def _c_len(torch: Any) -> Callable[[Any], int]:
+    base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase  # renamed in torch 2.2
+    return base.__len__  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -141,9 +192,8 @@ class Recording:
         with self._lock:
             sites, found = list(self.sites), dict(self.slow)
         for site in sites:
-            counts = dict(site.counts)  # one C-level copy: consistent however many threads count
-            for tokens, calls in counts.items():
-                key = Counted(site.op, site.dtype, site.via, site.seen[tokens], tokens)
+            for tokens, calls in site.calls().items():
+                key = Counted(site.op, site.dtype, site.via, site.choice(tokens), tokens)
                 found[key] = found.get(key, 0) + calls
         return found
 

@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import secrets
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CatalogError
+from ..write.atomic import write_file
 
 VERSION = 1
 
@@ -268,7 +268,7 @@ def write_trace(path: Path, record: TraceRecord) -> TraceRecord:
                     merged = merge([TraceRecord.from_dict(json.loads(path.read_text(encoding="utf-8"))), record])
                 except (ValueError, UnicodeDecodeError) as exc:  # json's errors are ValueErrors too
                     raise CatalogError(f"{path} holds no kcatalog trace ({exc}); not overwritten") from None
-            _replace(path, merged.to_json())
+            write_file(path, merged.to_json())  # whole or not at all: a reader never sees half a trace
     except OSError as exc:
         raise CatalogError(f"cannot write the trace {path}: {exc.strerror or exc}") from None
     return merged
@@ -289,16 +289,3 @@ def _locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(descriptor)  # releases the lock
-
-
-def _replace(path: Path, text: str) -> None:
-    """Write `text` to a new temporary beside `path` (O_EXCL, a random name), then rename it over `path`."""
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
