@@ -199,3 +199,23 @@ def test_tune_from_trace_leaves_other_platforms_out(
         "note: the trace's calls on cuda:9.0 are not timed here (cpu)",
         "the trace ran no shape untuned on cpu that can be timed: nothing to tune",
     ]
+
+
+def test_tune_from_trace_resumes_and_refuses_check(
+    run: Callable[..., Result], tagged: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--from-trace writes a table as tune does: one there needs --resume (which times only what it lacks) or
+    --force; --check and --update time a table's own buckets, so they take no trace."""
+    monkeypatch.chdir(tmp_path)
+    traced(tagged, tmp_path / "t.json", 9)
+    tune = ("tune", "g.tag", str(tagged), "--from-trace", "t.json", "--device", "cpu", "--out", "tuned")
+    assert run(*tune)[0] == 0
+    code, _, err = run(*tune)
+    assert code == 2 and "tuned/cpu.yaml exists: --resume times only the buckets it lacks" in err
+    code, out, err = run(*tune, "--resume")
+    assert code == 0, err
+    assert "resuming from tuned/cpu.yaml: 1 bucket kept, 0 of 3 jobs to time" in out
+    assert out.splitlines()[-1] == "tuned/cpu.yaml already holds every bucket; nothing timed"
+    code, _, err = run("tune", str(tagged), "--from-trace", "t.json", "--device", "cpu", "--check", "tuned/cpu.yaml")
+    assert code == 2
+    assert err.splitlines()[-1] == "error: --check and --update time the TABLE's own buckets: no --from-trace or --buckets"

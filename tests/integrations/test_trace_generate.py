@@ -1,6 +1,7 @@
 """A trace of a kernelized tiny Llama's `generate` on the CPU lists every op that ran, with its backend and its calls
 at each leading dimension (counted independently, by hooks on the replaced modules), and `kcatalog tune
---from-trace` on it times exactly the shapes that ran untuned."""
+--from-trace` on it times exactly the shapes that ran untuned (a layer's CPU table tunes the rotary op's decode
+rows, so the trace holds shapes that ran tuned too)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,16 @@ from kcatalog.tools.timing import BenchResult, Job
 from kcatalog.tools.traces import untuned_shapes
 
 ROTARY, NORM, MLP = "attention.rotary_embedding", "layernorm.rms_norm", "activation.silu_and_mul"
+TABLE = """\
+kcatalog: 1
+tuned:
+  platform: cpu
+  provenance: {{device: cpu}}
+  ops:
+    {op}:
+      float32:
+        - {{tokens: [1, 4], backend: {backend}}}
+"""
 
 
 def count_calls(model: Any) -> Counter[tuple[str, int]]:
@@ -56,10 +67,17 @@ def test_a_trace_of_generate_lists_every_op_and_tune_times_its_untuned_shapes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     model = build("llama")
-    catalog = kcatalog.load_catalog()  # this test's own: nothing else runs its handles
-    report = kcatalog.kernelize(model, catalog)
+    report = kcatalog.kernelize(model, kcatalog.load_catalog())
     chosen = {choice.op: choice.backend for item in report.replaced for choice in item.ops}
     assert set(chosen) == {ROTARY, NORM, MLP}
+    # A layer on top of the shipped catalog tunes the rotary op at 1-4 rows on the CPU, for the backend it runs.
+    layer = tmp_path / "layer"
+    (layer / "tuned").mkdir(parents=True)
+    (layer / "tuned" / "cpu.yaml").write_text(TABLE.format(op=ROTARY, backend=chosen[ROTARY]))
+    model = build("llama")
+    catalog = kcatalog.load_catalog(["shipped", layer])  # this test's own: nothing else runs its handles
+    report = kcatalog.kernelize(model, catalog)
+    assert {choice.op: choice.backend for item in report.replaced for choice in item.ops} == chosen
     expected = count_calls(model)
     path = tmp_path / "generate.json"
     with catalog.trace(path) as trace:
@@ -72,16 +90,18 @@ def test_a_trace_of_generate_lists_every_op_and_tune_times_its_untuned_shapes(
     assert {e.op: e.backend for e in record.entries} == chosen  # one backend per op, as kernelize reported
     assert {(e.platform, e.dtype, e.via) for e in record.entries} == {("cpu", "float32", Via.HANDLE)}
     prefill, decode = 2 * 11, 2  # the rotary op's rows: batch x sequence, then batch x one token
-    assert {s.tokens for e in record.entry(ROTARY) for s in e.shapes} == {prefill, decode}
+    assert {s.tokens: s.bucket for e in record.entry(ROTARY) for s in e.shapes} == {prefill: None, decode: (1, 4)}
+    (tuned,) = [e for e in record.entry(ROTARY) if e.shapes[0].tokens == decode]
+    assert tuned.decided_by.startswith("tuned table for cpu float32 T∈[1, 4]")
 
     assert main(["trace", "show", str(path)]) == 0
     rows = [line.split()[:6] for line in capsys.readouterr().out.splitlines()]
     for entry in record.entries:
         assert [entry.op, "cpu", "float32", entry.backend, "handle", f"{entry.calls:,}"] in rows
 
-    # No table tunes the CPU: every shape ran untuned, and tune times exactly those (op, dtype, token count).
+    # Every shape but the rotary op's decode rows ran untuned, and tune times exactly those (op, dtype, tokens).
     untuned = {(op, dtype, t) for (op, _, dtype), counts in untuned_shapes(record, "cpu").items() for t in counts}
-    assert untuned == {(op, "float32", t) for op, t in expected}
+    assert untuned == {(op, "float32", t) for op, t in expected if (op, t) != (ROTARY, decode)}
     timed: list[tuple[str, str, int]] = []
 
     def timer(job: Job, device: str, copy_gbps: float, seed: int) -> BenchResult:
@@ -93,7 +113,7 @@ def test_a_trace_of_generate_lists_every_op_and_tune_times_its_untuned_shapes(
 
     monkeypatch.setattr(tuning, "time_job", timer)
     out = tmp_path / "tuned"
-    assert main(["tune", "--from-trace", str(path), "--device", "cpu", "--out", str(out)]) == 0
+    assert main(["tune", "--from-trace", str(path), "--device", "cpu", "--tuned", str(layer), "--out", str(out)]) == 0
     assert set(timed) == untuned
     table = (out / "cpu.yaml").read_text()
     assert all(f"at: {t}," in table for _, _, t in untuned)
