@@ -1,9 +1,9 @@
 """Per-call overhead of a kcatalog op handle against calling the kernel directly, and against peers.
 
 All calls run the same trivial CPU "kernel" (it returns a preallocated tensor, so the kernel's own time
-does not drown the overhead in noise); each figure is the median of 101 interleaved repeats of 20,000 calls
-(2M calls a row; short repeats, so that a busy spell of a shared machine spoils few), minus the direct call's
-median. kcatalog's three ways: a handle the caller keeps, `catalog.op(id)(x)` looked up on every call (the same
+does not drown the overhead in noise); each figure is the median of 1,001 interleaved repeats of 2,000 calls
+(2M calls a row; repeats of well under a millisecond, so that most run between two of a shared machine's context
+switches and a busy spell spoils few), minus the direct call's median. kcatalog's three ways: a handle the caller keeps, `catalog.op(id)(x)` looked up on every call (the same
 cached handle each time), and `catalog.kernel(id)(x)`. Targets: the first two <= 500 ns over the direct call, the
 third <= 1 us. Peers, measured in the same run:
   - torch.library.custom_op wrapping the same function (what vLLM/SGLang register for torch.compile);
@@ -185,8 +185,8 @@ def measure(callables: dict[str, object], calls: int, repeats: int) -> dict[str,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=20_000)
-    parser.add_argument("--repeats", type=int, default=101)
+    parser.add_argument("--calls", type=int, default=2_000)
+    parser.add_argument("--repeats", type=int, default=1_001)
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--before", default=BEFORE, help="git revision of the handle before tracing")
     args = parser.parse_args()
