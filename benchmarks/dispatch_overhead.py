@@ -3,9 +3,9 @@
 All calls run the same trivial CPU "kernel" (it returns a preallocated tensor, so the kernel's own time
 does not drown the overhead in noise); each figure is the median of 1,001 interleaved repeats of 2,000 calls
 (2M calls a row; repeats of well under a millisecond, so that most run between two of a shared machine's context
-switches and a busy spell spoils few), minus the direct call's median. kcatalog's three ways: a handle the caller keeps, `catalog.op(id)(x)` looked up on every call (the same
-cached handle each time), and `catalog.kernel(id)(x)`. Targets: the first two <= 500 ns over the direct call, the
-third <= 1 us. Peers, measured in the same run:
+switches and a busy spell spoils few), minus the direct call's median. kcatalog's three ways: a handle the caller
+keeps, `catalog.op(id)(x)` looked up on every call (the same cached handle each time), and `catalog.kernel(id)(x)`.
+Targets: the first two <= 500 ns over the direct call, the third <= 1 us. Peers, measured in the same run:
   - torch.library.custom_op wrapping the same function (what vLLM/SGLang register for torch.compile);
   - an SGLang-style cached lookup, `get_kernel(op, backend)(x)` over a dict registry.
 The same handle for an op a tuned table chooses by token count (five buckets, as the shipped H200 table has):
