@@ -44,7 +44,9 @@ class LoadOptions:
     the files yields, keyed by their exact contents: True uses KCATALOG_CACHE_DIR or ~/.cache/kcatalog
     (unless KCATALOG_NO_CACHE is set), a path uses that directory, False turns it off. `plan` (a file written by
     `kcatalog plan`) pins the selection it records, above tuned tables and priority, below overrides; an entry
-    this machine cannot honour warns once naming the op (raises with `strict`).
+    this machine cannot honour warns once naming the op (raises with `strict`). `deterministic` selects only
+    backends that promise deterministic outputs, `batch_invariant` only those that promise batch-invariant ones,
+    for the whole process (as KCATALOG_DETERMINISTIC=1 or =batch_invariant does; either source adds, neither lifts).
     """
 
     require: Require | None = None
@@ -55,6 +57,8 @@ class LoadOptions:
     import_targets: bool = False
     cache: bool | PathLike = True
     plan: PathLike | None = None
+    deterministic: bool = False
+    batch_invariant: bool = False
 
     def __post_init__(self) -> None:
         # A lone string is one item, not a sequence of one-character names.
@@ -75,6 +79,8 @@ class LoadKeywords(TypedDict, total=False):
     import_targets: bool
     cache: bool | PathLike
     plan: PathLike | None
+    deterministic: bool
+    batch_invariant: bool
 
 
 class CheckResult(NamedTuple):
@@ -160,6 +166,8 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         allowed_modules=options.allowed_modules,
         import_targets=options.import_targets,
         known_targets=known_targets,
+        deterministic=options.deterministic,
+        batch_invariant=options.batch_invariant,
     )
     if isinstance(store, CacheStatus):
         status = store
@@ -187,6 +195,7 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         warnings,
         overrides=tuple(checks.overrides),
         strict=options.strict,
+        required=checks.required,
         cache_status=status,
         layers=tuple(layers),
         layer_mappings=linked.layer_mappings,

@@ -34,7 +34,7 @@ def _catalog(workspace: Workspace) -> Path:
         "needs": {"target": "kinds_ok:tag", "requires": [MISSING]},
         "narrow": {"target": "kinds_ok:tag", "dtypes": ["float16"]},
         "manual": {"target": "kinds_ok:tag", "auto": False},
-        "ref": "kinds_ok:tag",
+        "ref": {"target": "kinds_ok:tag", "deterministic": True},
         "gated": {"target": "kinds_ok:tag", "eligible": "kinds_gate:wide_only"},
         "alt": "kinds_ok:tag",
     }
@@ -81,12 +81,22 @@ def test_a_gate_refusing_the_call_is_a_gate_rejection(workspace: Workspace) -> N
     assert accepted.backend == "gated"
 
 
+def test_a_backend_that_does_not_promise_what_is_asked_is_not_promised(
+    workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kinds = _explain(capsys, _catalog(workspace), "--deterministic")
+    assert "ref" not in kinds  # the one that promises it is chosen
+    assert {kinds[name] for name in ("broken", "manual", "gated", "alt")} == {"not promised"}
+    assert kinds["cu"] == "capability"  # what cannot run here at all says so first
+
+
 def test_every_kind_has_a_case_here(workspace: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
     """The cases above between them produce every RejectKind: a new kind needs a case."""
     torch = pytest.importorskip("torch")
     directory = _catalog(workspace)
     seen = set(_explain(capsys, directory, "--import").values())
     seen |= set(_explain(capsys, directory, "--backend", "ref").values())
+    seen |= set(_explain(capsys, directory, "--deterministic").values())
     catalog = kcatalog.load_catalog(directory, cache=False)
     with catalog.use({"g.tag": "gated"}):
         seen |= {

@@ -34,6 +34,9 @@ from ..model import (
     OpInfo,
     Parameters,
     Policy,
+    Promise,
+    Promised,
+    Required,
     Target,
     TargetChecks,
     TargetRole,
@@ -65,8 +68,10 @@ MODEL_TYPES: tuple[type, ...] = (
     Parameters,
     Dispatch,
     BrokenOps,
+    Promised,
+    Required,
 )
-ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole)
+ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, Promise)
 _LOCATION = -1
 _ENUM = -2
 _PLAIN = (str, int, float, bool, type(None))

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing, nearest
-from ..model import Declared, LinkedCatalog, OverrideSet, TargetChecks, TargetRole, is_under
+from ..model import Declared, LinkedCatalog, OverrideSet, Required, TargetChecks, TargetRole, is_under
 from ..read.files import SETTINGS_FILE
 from ..select.overrides import OverridesArg, check_overrides, process_overrides
+from ..select.promises import process_required
 from .layer_classes import unavailable_class
 
 Require = Iterable[str] | Mapping[str, Sequence[str]]
@@ -27,6 +28,8 @@ class LoadChecks:
     # The static target checks when they were done afresh and found no error, for the cache to keep;
     # None when the known ones still held, or when they found errors (those are never kept).
     fresh_targets: TargetChecks | None
+    # The promises every selection requires (KCATALOG_DETERMINISTIC, then load_catalog's), strongest source first.
+    required: tuple[Required, ...] = ()
 
 
 def check_linked(
@@ -38,6 +41,8 @@ def check_linked(
     allowed_modules: Sequence[str] | None = None,
     import_targets: bool = False,
     known_targets: TargetChecks | None = None,
+    deterministic: bool = False,
+    batch_invariant: bool = False,
 ) -> LoadChecks:
     """Run every per-load check on a linked catalog."""
     diagnostics: list[Diagnostic] = []
@@ -49,7 +54,13 @@ def check_linked(
         fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics)
     if require is not None:
         _check_require(linked, require, diagnostics)
-    return LoadChecks(diagnostics, _check_overrides(linked, overrides, diagnostics), fresh)
+    sets = _check_overrides(linked, overrides, diagnostics)
+    try:
+        required = process_required(deterministic, batch_invariant)
+    except ValueError as exc:
+        diagnostics.append(Diagnostic(codes.DETERMINISTIC_MALFORMED, str(exc)))
+        required = ()
+    return LoadChecks(diagnostics, sets, fresh, required)
 
 
 class _AllowLists:

@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 from .. import codes
 from ..diagnostics import Diagnostics
-from ..model import BackendInfo, CatalogLayer, CatalogSettings, LayerPolicy, Policy
+from ..model import BackendInfo, CatalogLayer, CatalogSettings, LayerPolicy, Policy, Promise, Required
 from ..validate.schema import PolicyDecl, Settings
 from ..validate.validator import ValidatedFile
 
@@ -66,6 +66,7 @@ def merge_settings(
     devices: list[str] = []
     allow_lists: dict[int, tuple[str, ...] | None] = {}
     policies: dict[int, LayerPolicy] = {}
+    required: list[Required] = []
     for file in files:
         settings = file.model
         assert isinstance(settings, Settings)
@@ -95,6 +96,7 @@ def merge_settings(
             layer_name(layers, file.layer), _policy(settings.policy), _policy(settings.require_of_all)
         )
         allow_lists[file.layer] = settings.allowed_modules
+        required += _required(settings, layer_name(layers, file.layer))
     # One layer's list is the catalog's; with several, each spec carries its own layer's, and the catalog has none.
     only = files[0].model if len(files) == 1 and len(layers) <= 1 else None
     merged = CatalogSettings(
@@ -107,8 +109,16 @@ def merge_settings(
         priorities=MappingProxyType({name: tuple(order) for name, order in priorities.items()}),
         devices=tuple(devices),
         policies=tuple(policies.values()),
+        required=tuple(required),
     )
     return MergedSettings(merged, MappingProxyType(allow_lists), MappingProxyType(policies))
+
+
+def _required(settings: Settings, layer: str) -> list[Required]:
+    """The promises one layer's settings require of every backend selected; a later layer cannot lift them."""
+    source = f"the settings of layer '{layer}'" if layer else "the catalog settings"
+    asked = ((Promise.BATCH_INVARIANT, settings.batch_invariant), (Promise.DETERMINISTIC, settings.deterministic))
+    return [Required(promise, source) for promise, on in asked if on]
 
 
 def _policy(decl: PolicyDecl) -> Policy:
