@@ -14,16 +14,20 @@ with a catalog of 250 ops x 3 backends (as benchmarks/synthetic_catalog.py write
 into the package (functions, inherited methods, names re-exported through a package's star imports and
 through chains of modules) and 250 into a package that is not installed (KC303 warnings in both runs).
 
-Each figure is a fresh process, `kcatalog validate DIR` (cold: validate never uses the load cache), the runs
-alternated round by round (A A' B A A' B ...), after one uncounted warm-up of each:
+Each figure is a fresh process, `kcatalog validate DIR` of this tree's kcatalog (src/ first on PYTHONPATH), the
+runs alternated round by round (A B C D A B C D ...), after one uncounted warm-up of each. Target checks keep
+each module's index in the cache directory (cache/module_indexes.py), so each run is given one: "cold", a new
+empty one for every run (the first validate of a tree), or "warm", one the warm-up filled (every later one):
 
-(A)  the package on PYTHONPATH, byte-compiled as pip installs it (`compileall`): the bytecode vouches that
-     every module compiles, so modules are parsed without their function bodies (pyresolve/skeleton.py);
-(A') the same package with no bytecode (a tree never imported): each module's syntax is also checked whole;
-(B)  the package absent: every target into it is a KC303 warning (looked for, not found), nothing is read.
+(A)  the package on PYTHONPATH, byte-compiled as pip installs it (`compileall`), indexes cold: the bytecode
+     vouches that every module compiles, so modules are parsed without their function bodies (skeleton.py);
+(B)  the same package with no bytecode (a tree never imported), indexes cold: each module's syntax is also
+     checked whole (its symbol table built);
+(C)  the same, indexes warm: every module's index is read from the cache directory, nothing is parsed;
+(D)  the package absent: every target into it is a KC303 warning (looked for, not found), nothing is read.
 
 Reported: medians of wall time, CPU time and peak RSS (GNU time's %M: see load_time.run_process), and the
-medians of the per-round ratios A/B and A'/B. Targets: <= 1.5 in wall time, peak RSS <= 60 MB.
+medians of the per-round ratios to (D). Targets: <= 1.5 in wall time, peak RSS <= 60 MB.
 Results: benchmarks/results/target_checks.json and benchmarks/results/target_checks.md.
 """
 
@@ -39,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -251,12 +256,23 @@ def write_catalog(directory: Path, targets: Sequence[str]) -> Path:
 
 # -- measuring ----------------------------------------------------------------------------------------------
 
+COLD, WARM = "cold", "warm"
 
-def env_with(path: Path | None) -> dict[str, str]:
-    """The measured processes' environment (load_time.ENV: bytecode cached), the package's site on PYTHONPATH."""
-    env = {k: v for k, v in ENV.items() if k != "PYTHONPATH"}
-    if path is not None:
-        env["PYTHONPATH"] = str(path)
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of running `kcatalog validate`: the tree it checks against, and the cache of module indexes."""
+
+    site: Path | None  # on PYTHONPATH after this tree's src/ (None: the package absent)
+    indexes: str = COLD  # COLD: a new empty cache directory for every run; WARM: one the warm-up filled
+
+
+def env_with(path: Path | None, cache: Path) -> dict[str, str]:
+    """The measured processes' environment (load_time.ENV: bytecode cached): this tree's kcatalog first on
+    PYTHONPATH, then the package's site; `cache` as the cache directory (the user's is never touched)."""
+    env = {k: v for k, v in ENV.items() if k not in ("PYTHONPATH", "KCATALOG_NO_CACHE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *([str(path)] if path is not None else [])])
+    env["KCATALOG_CACHE_DIR"] = str(cache)
     return env
 
 
@@ -278,17 +294,56 @@ def output_of(cmd: Sequence[str], env: dict[str, str]) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env).stdout
 
 
-INSTALLED, SOURCE_ONLY, ABSENT = "installed (byte-compiled)", "installed, no bytecode", "package absent"
+def alternate(command: Sequence[str], variants: dict[str, Variant], rounds: int, scratch: Path) -> dict[str, Any]:
+    """Each variant run `rounds` times, taking turns, after one warm-up each (kcatalog's own bytecode, and the warm
+    variants' indexes); their medians, and the medians of the per-round ratios to the last variant (the peer)."""
+    runs = iter(range(1 << 30))
+
+    def env(name: str, variant: Variant) -> dict[str, str]:
+        cache = scratch / (f"warm-{name}" if variant.indexes == WARM else f"cold-{next(runs)}")
+        return env_with(variant.site, cache)
+
+    summaries = {name: output_of(command, env(name, variant)).splitlines()[-1] for name, variant in variants.items()}
+    for name, variant in variants.items():
+        run_process(command, env(name, variant))
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in variants}
+    for _ in range(rounds):
+        for name, variant in variants.items():
+            for metric, value in run_process(command, env(name, variant)).items():
+                samples[name].setdefault(metric, []).append(value)
+    peer = samples[list(variants)[-1]]
+    return {
+        "validate_summary_line": summaries,
+        "wall_s": {name: summary(m["wall"]) for name, m in samples.items()},
+        "cpu_s": {name: summary(m["cpu"]) for name, m in samples.items()},
+        "peak_rss_mib": {name: summary(m["rss_mib"]) for name, m in samples.items()},
+        "ratio_to_absent": {
+            name: {
+                metric: statistics.median(a / b for a, b in zip(samples[name][metric], peer[metric]))
+                for metric in ("wall", "cpu", "rss_mib")
+            }
+            for name in list(variants)[:-1]
+        },
+        "samples": samples,
+    }
 
 
-# Where the checks' time goes: one TargetChecker over the catalog's targets in a fresh process, under cProfile,
-# by the functions that do each part (cumulative time, profiler overhead included: shares, not absolutes).
+INSTALLED = "installed (byte-compiled), indexes cold"
+SOURCE_COLD = "installed, no bytecode, indexes cold"
+SOURCE_WARM = "installed, no bytecode, indexes warm"
+ABSENT = "package absent"
+
+
+# Where a fresh check's time goes (no module indexes kept): one TargetChecker over the catalog's targets in a
+# fresh process, under cProfile, by the functions that do each part (cumulative time, profiler overhead included:
+# shares, not absolutes).
 BREAKDOWN = r"""
 import cProfile, json, pstats, sys, time
 from pathlib import Path
 from kcatalog.pyresolve import TargetChecker
-targets = [t for path in sorted(Path(sys.argv[1]).glob("group*.yaml")) for t in
-           (line.split("target: ", 1)[1].strip() for line in path.read_text().splitlines() if "target: " in line)]
+targets = [t for path in sorted(Path(sys.argv[1]).glob("*.yaml")) for t in
+           (line.split("target: ", 1)[1].strip().strip('"') for line in path.read_text().splitlines()
+            if "target: " in line)]
 checker = TargetChecker()
 start = time.process_time()
 profile = cProfile.Profile()
@@ -302,7 +357,7 @@ parts = {
     "read sources and bytecode headers": [("finder.py", "read_source"), ("skeleton.py", "_compiles")],
     "syntax check without bytecode (symbol table)": ("symtable.py", "symtable"),
     "leave function bodies out (scan)": ("skeleton.py", "_hollow"),
-    "parse what is left (ast)": ("python.py", "parse"),
+    "parse what is left (ast)": ("parsing.py", "parse"),
     "index": ("index.py", "index_module"),
 }
 stats = pstats.Stats(profile).stats
@@ -314,10 +369,11 @@ print(json.dumps({"profiled_s": total, "targets": len(targets), "parts_s": parts
 """
 
 
-def breakdown(catalog: Path, site: Path) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-c", BREAKDOWN, str(catalog)], capture_output=True, text=True, check=True, env=env_with(site)
-    )
+def breakdown(catalog: Path, site: Path, scratch: Path) -> dict[str, Any]:
+    env = env_with(site, scratch / "breakdown")
+    out = subprocess.run([sys.executable, "-c", BREAKDOWN, str(catalog)], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr)
     return dict(json.loads(out.stdout))
 
 
@@ -330,32 +386,20 @@ def measure(root: Path, rounds: int) -> dict[str, Any]:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(compiled)], check=True, stdout=subprocess.DEVNULL)
     catalog = write_catalog(root / "catalog", targets)
     validate = [*cli_command(), "validate", str(catalog)]
-    peers = {INSTALLED: env_with(compiled), SOURCE_ONLY: env_with(source_only), ABSENT: env_with(None)}
-    summaries = {name: output_of(validate, env).splitlines()[-1] for name, env in peers.items()}
-    samples: dict[str, dict[str, list[float]]] = {name: {} for name in peers}
-    for env in peers.values():  # warm-up: bytecode of kcatalog and its dependencies (never of the package)
-        run_process(validate, env)
-    for _ in range(rounds):
-        for name, env in peers.items():
-            for metric, value in run_process(validate, env).items():
-                samples[name].setdefault(metric, []).append(value)
-    absent = samples[ABSENT]
+    variants = {
+        INSTALLED: Variant(compiled),
+        SOURCE_COLD: Variant(source_only),
+        SOURCE_WARM: Variant(source_only, WARM),
+        ABSENT: Variant(None),
+    }
+    measured = alternate(validate, variants, rounds, root / "caches")
+    assert not list(source_only.rglob("__pycache__")), "the tree without bytecode got some"
     return {
         "package": {"modules": modules, "source_bytes": size, "targets_into_it": 2 * OPS, "ops": OPS},
-        "validate_summary_line": summaries,
-        "wall_s": {name: summary(m["wall"]) for name, m in samples.items()},
-        "cpu_s": {name: summary(m["cpu"]) for name, m in samples.items()},
-        "peak_rss_mib": {name: summary(m["rss_mib"]) for name, m in samples.items()},
-        "ratio_to_absent": {
-            name: {
-                metric: statistics.median(a / b for a, b in zip(samples[name][metric], absent[metric]))
-                for metric in ("wall", "cpu", "rss_mib")
-            }
-            for name in (INSTALLED, SOURCE_ONLY)
-        },
-        "samples": samples,
+        **measured,
         "breakdown": {
-            name: breakdown(catalog, site) for name, site in ((INSTALLED, compiled), (SOURCE_ONLY, source_only))
+            name: breakdown(catalog, site, root / "caches")
+            for name, site in ((INSTALLED, compiled), (SOURCE_COLD, source_only))
         },
     }
 
@@ -363,39 +407,24 @@ def measure(root: Path, rounds: int) -> dict[str, Any]:
 def verdicts(measured: dict[str, Any]) -> dict[str, bool]:
     ratio, rss = measured["ratio_to_absent"], measured["peak_rss_mib"]
     out = {}
-    for name in (INSTALLED, SOURCE_ONLY):
+    for name in ratio:
         out[f"{name} / absent <= {TARGETS['ratio']} (wall)"] = ratio[name]["wall"] <= TARGETS["ratio"]
         out[f"{name}: peak RSS <= {TARGETS['rss_mb']} MB"] = rss[name]["median"] * 1.048576 <= TARGETS["rss_mb"]
     return out
 
 
-def markdown(results: dict[str, Any]) -> str:
-    ctx, m = results["context"], results["measured"]
+def context_line(ctx: dict[str, Any]) -> str:
     dirty = f" (dirty tree; src/kcatalog sha256 {ctx['src_sha256']})" if ctx["dirty"] else ""
-    pkg = m["package"]
-    lines = [
-        "# Static target checks on a real-sized tree",
-        "",
+    return (
         f"{ctx['date']} · `{ctx['machine']}` · nproc {ctx['nproc']} · Python {ctx['python']} · "
         f"commit `{ctx['commit'][:12]}`{dirty} · load average at start "
-        f"{', '.join(f'{x:.1f}' for x in ctx['loadavg_start'])}",
-        "",
-        f"`kcatalog validate DIR` in fresh processes, medians of {results['rounds']} rounds, the runs alternated; "
-        "ratios are medians of per-round ratios. Reproduce: `python benchmarks/target_checks.py`.",
-        "",
-        f"The package: {pkg['modules']} modules, {pkg['source_bytes'] / 1e6:.2f} MB of source; the catalog: "
-        f"{pkg['ops']} ops x 3 backends, {pkg['targets_into_it']} distinct targets into the package "
-        "(functions, methods inherited from bases in other modules, names re-exported through star imports "
-        f"and chains of modules) and {pkg['ops']} into a package not installed (KC303 in every run).",
-        "",
-        f"- **{INSTALLED}**: as pip installs it, with its bytecode compiled; the bytecode shows every module "
-        "compiles, so function bodies are left out of parsing (pyresolve/skeleton.py).",
-        f"- **{SOURCE_ONLY}**: the same tree with no bytecode (never imported): every module is parsed whole, "
-        "so that a syntax error anywhere in it is found (KC306).",
-        f"- **{ABSENT}**: the catalog's targets into it are KC303 warnings; nothing is read.",
-        "",
-        f"Peak RSS from {ctx['peak_rss_source']}; wall time includes spawning the process.",
-        "",
+        f"{', '.join(f'{x:.1f}' for x in ctx['loadavg_start'])}"
+    )
+
+
+def runs_table(m: dict[str, Any]) -> list[str]:
+    """The runs' medians and their ratios to the peer, one row each."""
+    lines = [
         "| run | wall s (median) | min–max s | CPU s | peak RSS MiB | / absent, wall | / absent, CPU | validate says |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -408,12 +437,16 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {m['peak_rss_mib'][name]['median']:.1f} | {wall_ratio} | {cpu_ratio} "
             f"| {m['validate_summary_line'][name]} |"
         )
-    lines += [
+    return lines
+
+
+def breakdown_table(m: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Where a fresh check's time goes",
         "",
-        "## Where the checks' time goes",
-        "",
-        "One TargetChecker over the catalog's targets in a fresh process, under cProfile (cumulative time of "
-        "the functions doing each part; the profiler's overhead inflates every figure, so read them as shares):",
+        "One TargetChecker over the catalog's targets in a fresh process, keeping no module indexes, under cProfile "
+        "(cumulative time of the functions doing each part; the profiler's overhead inflates every figure, so read "
+        "them as shares):",
         "",
         "| part | " + " | ".join(m["breakdown"]) + " |",
         "|---|" + "---:|" * len(m["breakdown"]),
@@ -426,10 +459,58 @@ def markdown(results: dict[str, Any]) -> str:
     lines.append(
         "| all target checks | " + " | ".join(f"{b['profiled_s'] * 1e3:.0f} ms" for b in m["breakdown"].values()) + " |"
     )
-    lines += ["", "## Targets", "", "| target | met |", "|---|---|"]
-    lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in results["verdicts"].items()]
-    lines.append(f"\nWhole run: {results['elapsed_s']:.0f} s.")
+    return lines
+
+
+def variants_list() -> list[str]:
+    return [
+        f"- **{INSTALLED}**: as pip installs it, with its bytecode compiled; the bytecode shows every module "
+        "compiles, so function bodies are left out of parsing (pyresolve/skeleton.py); a new cache directory for "
+        "every run, so no module index is kept from an earlier one.",
+        f"- **{SOURCE_COLD}**: the same tree with no bytecode (never imported), validated for the first time: "
+        "every module's syntax is checked whole (its symbol table built), so that a syntax error anywhere in it is "
+        "found (KC306).",
+        f"- **{SOURCE_WARM}**: the same, validated again: every module's index, kept in the cache directory by the "
+        "earlier run and keyed by the source's exact bytes (cache/module_indexes.py), is read instead; nothing is "
+        "parsed.",
+        f"- **{ABSENT}**: the catalog's targets into it are KC303 warnings; nothing is read.",
+    ]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    ctx, m = results["context"], results["measured"]
+    pkg = m["package"]
+    lines = [
+        "# Static target checks on a real-sized tree",
+        "",
+        context_line(ctx),
+        "",
+        f"`kcatalog validate DIR` in fresh processes, medians of {results['rounds']} rounds, the runs alternated; "
+        "ratios are medians of per-round ratios. Reproduce: `python benchmarks/target_checks.py`. The same on "
+        "SGLang's own tree: `results/sglang_tree.md`.",
+        "",
+        f"The package: {pkg['modules']} modules, {pkg['source_bytes'] / 1e6:.2f} MB of source; the catalog: "
+        f"{pkg['ops']} ops x 3 backends, {pkg['targets_into_it']} distinct targets into the package "
+        "(functions, methods inherited from bases in other modules, names re-exported through star imports "
+        f"and chains of modules) and {pkg['ops']} into a package not installed (KC303 in every run).",
+        "",
+        *variants_list(),
+        "",
+        f"Peak RSS from {ctx['peak_rss_source']}; wall time includes spawning the process.",
+        "",
+        *runs_table(m),
+        "",
+        *breakdown_table(m),
+        "",
+        *targets_table(results),
+    ]
     return "\n".join(lines) + "\n"
+
+
+def targets_table(results: dict[str, Any]) -> list[str]:
+    """The report's closing lines: each target and whether it was met, then the whole run's time."""
+    rows = [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in results["verdicts"].items()]
+    return ["## Targets", "", "| target | met |", "|---|---|", *rows, f"\nWhole run: {results['elapsed_s']:.0f} s."]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -449,23 +530,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     results["context"]["loadavg_end"] = os.getloadavg()
     results["elapsed_s"] = time.perf_counter() - start
+    results["verdicts"] = verdicts(results["measured"])
+    report(results, "target_checks", markdown)
+    return 0
+
+
+def report(results: dict[str, Any], stem: str, markdown_of: Any) -> None:
+    """Print the runs and the verdicts; write results/<stem>.json and results/<stem>.md."""
     m = results["measured"]
-    results["verdicts"] = verdicts(m)
-    print(f"\n{'run':<28} {'wall s':>8} {'CPU s':>8} {'RSS MiB':>8} {'/absent':>8}")
+    width = max(map(len, m["wall_s"]))
+    print(f"\n{'run':<{width}} {'wall s':>8} {'CPU s':>8} {'RSS MiB':>8} {'/absent':>8}")
     for name, wall in m["wall_s"].items():
         ratio = m["ratio_to_absent"].get(name, {}).get("wall")
         shown = f"{ratio:.2f}" if ratio else ""
         print(
-            f"{name:<28} {wall['median']:>8.3f} {m['cpu_s'][name]['median']:>8.3f} "
+            f"{name:<{width}} {wall['median']:>8.3f} {m['cpu_s'][name]['median']:>8.3f} "
             f"{m['peak_rss_mib'][name]['median']:>8.1f} {shown:>8}"
         )
     for name, ok in results["verdicts"].items():
         print(f"{'met ' if ok else 'MISS'}  {name}")
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "target_checks.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    (RESULTS / "target_checks.md").write_text(markdown(results))
-    print(f"\nwrote {RESULTS / 'target_checks.json'} and {RESULTS / 'target_checks.md'} ({results['elapsed_s']:.0f} s)")
-    return 0
+    (RESULTS / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    (RESULTS / f"{stem}.md").write_text(markdown_of(results))
+    print(f"\nwrote {RESULTS / f'{stem}.json'} and {RESULTS / f'{stem}.md'} ({results['elapsed_s']:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -114,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     log(f"tune: done in {time.perf_counter() - started:.0f} s")
     command = "kcatalog tune --device cuda --dtype bfloat16 --out tuned/ (benchmarks/tune_gpu.py)"
     table_path = options.out / f"{str(platform).replace(':', '_')}.yaml"
-    table = tuning.table_text(str(platform), tuning.provenance(device, command), measured, written_to=table_path)
+    # What the timings depend on, recorded for a load to compare: the GPU, versions, each backend's kernel source.
+    prov = tuning.provenance(device, command, tuning.required(plain, ops))
+    kernels = tuning.kernel_digests(plain, ops)
+    table = tuning.table_text(str(platform), prov, measured, written_to=table_path, kernels=kernels)
     table_path.write_text(table, encoding="utf-8")
     print(tuning.format_table(measured), flush=True)
 

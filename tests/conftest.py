@@ -5,7 +5,9 @@ session, that the user's own load cache was left alone."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,6 +68,29 @@ def user_cache_state(directory: Path) -> UserCacheState:
 
 _USER_CACHE = pytest.StashKey[tuple[Path, UserCacheState]]()
 _USER_CACHE_CHANGED = pytest.StashKey[str]()
+
+
+_COLLECTION_CACHE = pytest.StashKey[tuple[str, str | None]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Collection runs before any fixture, and may load catalogs (parameters read from the shipped one; target
+    checks keep module indexes in the cache directory): a private cache from the start, not only from the session
+    fixture on."""
+    directory = tempfile.mkdtemp(prefix="kcatalog-collection-cache-")
+    config.stash[_COLLECTION_CACHE] = directory, os.environ.get(CACHE_VARIABLE)
+    os.environ[CACHE_VARIABLE] = directory
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    directory, before = config.stash.get(_COLLECTION_CACHE, ("", None))
+    if not directory:
+        return
+    if before is None:
+        os.environ.pop(CACHE_VARIABLE, None)
+    else:
+        os.environ[CACHE_VARIABLE] = before
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -28,6 +28,7 @@ class Backend(enum.Enum):
     KDA = "KDA"
     AITER = "aiter"
     TORCH_COMPILE = "torch_compile"
+    PLUGIN = "plugin"  # declared, and no spec uses it yet (as SGLang's plugin and torch_npu)
 
 
 class Device(enum.Enum):

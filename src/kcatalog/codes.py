@@ -36,6 +36,7 @@ UNKNOWN_DEVICE: Final = "KC215"
 UNKNOWN_PRIORITY_LIST: Final = "KC216"
 DUPLICATE_LAYER_MAPPING: Final = "KC217"
 LAYER_OP_UNKNOWN: Final = "KC218"
+UNORDERED_BACKENDS: Final = "KC219"
 # KC22x link: layers together (read/layer_sources.py, link/merged_settings.py, link/extensions.py).
 BACKEND_REDECLARED: Final = "KC220"
 LAYER_PRIORITY_CONFLICT: Final = "KC221"
@@ -46,6 +47,7 @@ TUNED_UNKNOWN_BACKEND: Final = "KC231"
 TUNED_NOT_ELIGIBLE: Final = "KC232"
 TUNED_BUCKETS: Final = "KC233"
 TUNED_PLATFORM_MISMATCH: Final = "KC234"
+TUNED_STALE: Final = "KC235"
 # KC24x check: a plan given to load_catalog(plan=...).
 PLAN_UNKNOWN_OP: Final = "KC240"
 PLAN_UNKNOWN_BACKEND: Final = "KC241"
@@ -61,6 +63,7 @@ TARGET_SYNTAX_ERROR: Final = "KC306"
 TARGET_IMPORT_FAILED: Final = "KC307"
 TARGET_NOT_CALLABLE: Final = "KC308"
 TARGET_SIGNATURE_MISMATCH: Final = "KC309"
+LAYER_CLASS_NOT_A_CLASS: Final = "KC310"
 # KC4xx link: the layers' policies (link/policy.py says which ops each governs).
 POLICY_BACKEND_MISSING: Final = "KC401"
 POLICY_PLATFORM_UNSERVED: Final = "KC402"
@@ -83,6 +86,7 @@ REGISTRY_CAPABILITY_UNMAPPED: Final = "KC705"
 REGISTRY_DEVICE_DECLARED: Final = "KC706"
 REGISTRY_ATTRIBUTE_NOT_IMPORTED: Final = "KC707"
 REGISTRY_PRIORITY_UNMAPPED: Final = "KC708"
+REGISTRY_ORDER_MISSING: Final = "KC709"
 
 # Target problems that are warnings: the target may well work where its package is installed.
 TARGET_WARNINGS: Final = frozenset({TARGET_UNAVAILABLE, TARGET_UNVERIFIABLE})
@@ -117,6 +121,7 @@ CODES: Final[dict[str, str]] = {
     UNKNOWN_PRIORITY_LIST: "op names a priority list the settings do not declare",
     DUPLICATE_LAYER_MAPPING: "layer mapping declared more than once",
     LAYER_OP_UNKNOWN: "layer mapping names an op the catalog does not declare",
+    UNORDERED_BACKENDS: "op of several backends that no priority ranks: declaration order decides (a warning)",
     BACKEND_REDECLARED: "backend declared by the settings of two layers",
     LAYER_PRIORITY_CONFLICT: "a layer's priority list reorders backends an earlier layer ranked",
     REPLACES_UNKNOWN_BACKEND: "an extension replaces a backend the op does not have",
@@ -125,6 +130,8 @@ CODES: Final[dict[str, str]] = {
     TUNED_NOT_ELIGIBLE: "tuned table chooses a backend that cannot run on the table's platform or dtype",
     TUNED_BUCKETS: "tuned table buckets unsorted, overlapping, empty, or tuned twice",
     TUNED_PLATFORM_MISMATCH: "tuned table measured on another platform than the one it claims",
+    TUNED_STALE: "tuned entry stale: a timed backend's kernel source changed since it was measured (an error with "
+    "tuned: {stale: error})",
     PLAN_UNKNOWN_OP: "plan pins an op the catalog does not declare",
     PLAN_UNKNOWN_BACKEND: "plan pins a backend the op does not have",
     PLAN_DIGEST_DIFFERS: "plan was made from a catalog with other contents (a warning; an error with strict)",
@@ -138,6 +145,7 @@ CODES: Final[dict[str, str]] = {
     TARGET_IMPORT_FAILED: "target failed to import (validate --import)",
     TARGET_NOT_CALLABLE: "target is not callable (validate --import)",
     TARGET_SIGNATURE_MISMATCH: "target's parameters differ from the op's signature (validate --import)",
+    LAYER_CLASS_NOT_A_CLASS: "a layer mapping names a function or module where a class is expected",
     POLICY_BACKEND_MISSING: "op lacks a backend that a layer's policy or require_of_all requires of it",
     POLICY_PLATFORM_UNSERVED: "op has no eligible backend on a platform a layer's policy or require_of_all requires",
     POLICY_REFERENCE_MISSING: "op names no reference backend, which a layer's policy or require_of_all requires",
@@ -148,11 +156,13 @@ CODES: Final[dict[str, str]] = {
     OVERRIDE_MALFORMED: "override text malformed",
     DETERMINISTIC_MALFORMED: "KCATALOG_DETERMINISTIC names no promise",
     REGISTRY_SPEC_INCOMPLETE: "registry spec lacks op, backend or target, or has them of the wrong type",
-    REGISTRY_NAME_UNSUPPORTED: "registry op id or backend name the catalog format cannot express",
+    REGISTRY_NAME_UNSUPPORTED: "registry op id or backend name the catalog format cannot express, or a group no "
+    "manifest can be named after (the settings file's name, too long a file name)",
     REGISTRY_TARGET_MALFORMED: "registry target is not 'package.module:attr'",
     REGISTRY_DUPLICATE_SPEC: "registry holds two specs for one op and backend",
     REGISTRY_CAPABILITY_UNMAPPED: "registry capability with a field or value the catalog cannot express",
     REGISTRY_DEVICE_DECLARED: "registry device kind not built in: declared in the imported settings",
     REGISTRY_ATTRIBUTE_NOT_IMPORTED: "registry spec attribute the importer does not read",
     REGISTRY_PRIORITY_UNMAPPED: "registry priority malformed, conflicting, or naming an unusable backend",
+    REGISTRY_ORDER_MISSING: "registry gives no order for an op of several backends: declaration order decides",
 }

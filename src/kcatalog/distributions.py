@@ -43,6 +43,12 @@ def installed(distribution: str) -> bool:
     return next(iter(_search(distribution)), None) is not None
 
 
+def version(distribution: str) -> str | None:
+    """The installed version of a distribution (the first of that name on sys.path), or None where none is."""
+    found = next(iter(_search(distribution)), None)
+    return (found.version or None) if found is not None else None
+
+
 def entry_points(group: str) -> list[EntryPoint]:
     """Every entry point of the group, of the first distribution of each name on sys.path (as importlib.metadata
     takes them), in path order."""

@@ -77,9 +77,12 @@ class RejectKind(str, Enum):
     AUTO_OFF = "auto off"  # `auto: false`: only a name (backend=, an override, a plan, a table) chooses it
     RANKED_BELOW = "ranked below"  # it could run, but the deciding order puts another first
     NOT_REQUESTED = "not requested"  # the call named another backend
+    STALE_TABLE = "stale table"  # a stale tuned entry chose it, and is ignored: priority puts another first
 
 
-_ELIGIBLE_KINDS = frozenset({RejectKind.AUTO_OFF, RejectKind.RANKED_BELOW, RejectKind.NOT_REQUESTED})
+_ELIGIBLE_KINDS = frozenset(
+    {RejectKind.AUTO_OFF, RejectKind.RANKED_BELOW, RejectKind.NOT_REQUESTED, RejectKind.STALE_TABLE}
+)
 
 
 @dataclass(frozen=True)

@@ -6,18 +6,19 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from .check.load_checks import Require, check_linked
+from .check.tuned_sources import check_tuned_sources
 from .diagnostics import Diagnostics
 from .errors import CatalogError, Diagnostic
-from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
-from .platform import is_installed
+from .model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, SourceDigests, TargetChecks
+from .platform import is_installed, known_devices
 from .read.digest import content_digest
-from .read.files import CatalogFile, PathLike, SourceFile, read_sources
+from .read.files import SETTINGS_FILE, CatalogFile, PathLike, SourceFile, display_path, read_sources
 from .read.layer_sources import broken_plugins, layer_files, resolve_layers
 from .registry.catalog import Catalog
 from .select.buckets import Tuning
@@ -26,7 +27,9 @@ from .select.overrides import OverridesArg
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from .cache.module_indexes import ModuleIndexes
     from .cache.store import Cache, CacheRead
+    from .pyresolve import Fingerprint
 
 
 @dataclass(frozen=True)
@@ -42,11 +45,14 @@ class LoadOptions:
     kernel that fails to import raises instead of falling back. `allowed_modules` lists module prefixes
     targets may name (on top of the settings file's own list). `cache` keeps what parsing and validating
     the files yields, keyed by their exact contents: True uses KCATALOG_CACHE_DIR or ~/.cache/kcatalog
-    (unless KCATALOG_NO_CACHE is set), a path uses that directory, False turns it off. `plan` (a file written by
-    `kcatalog plan`) pins the selection it records, above tuned tables and priority, below overrides; an entry
-    this machine cannot honour warns once naming the op (raises with `strict`). `deterministic` selects only
-    backends that promise deterministic outputs, `batch_invariant` only those that promise batch-invariant ones,
-    for the whole process (as KCATALOG_DETERMINISTIC=1 or =batch_invariant does; either source adds, neither lifts).
+    (unless KCATALOG_NO_CACHE is set), a path uses that directory, False turns it off; whatever it says, fresh
+    target checks keep the index of each module source they read in that directory (the default one for
+    True and False), keyed by the source's exact bytes: an unchanged module is not parsed again. `plan` (a
+    file written by `kcatalog plan`) pins the selection it records, above tuned tables and priority, below
+    overrides; an entry this machine cannot honour warns once naming the op (raises with `strict`).
+    `deterministic` selects only backends that promise deterministic outputs, `batch_invariant` only those that
+    promise batch-invariant ones, for the whole process (as KCATALOG_DETERMINISTIC=1 or =batch_invariant does;
+    either source adds, neither lifts).
     """
 
     require: Require | None = None
@@ -140,6 +146,27 @@ def load_catalog(
     return result.catalog
 
 
+def check_texts(
+    directory: PathLike,
+    texts: Mapping[str, str],
+    options: LoadOptions | None = None,
+    **keywords: Unpack[LoadKeywords],
+) -> CheckResult:
+    """What `check_catalog(directory)` would find were `texts` (file name -> text) the directory's catalog files,
+    nothing read from or written to it: how a command checks the catalog it is about to write before writing any
+    of it (`kcatalog import-registry`). Options as for check_catalog; the cache is off."""
+    options = dataclasses.replace(dataclasses.replace(options or LoadOptions(), **keywords), cache=False)
+    given = Path(directory)
+    root = given.resolve()
+    layer = CatalogLayer(str(given), "a path given", (str(given),))
+    files = [CatalogFile(root / name, name == SETTINGS_FILE) for name in texts]
+    sources = [
+        SourceFile(file.path, display_path(file.path), texts[file.path.name], file.is_settings) for file in files
+    ]
+    is_installed.cache_clear()
+    return _check_sources([layer], files, sources, Diagnostics(), options)
+
+
 def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) -> CheckResult:
     is_installed.cache_clear()  # distributions come and go between loads; within one they are looked up once
     if isinstance(paths, (str, os.PathLike)):  # one path, not the characters of one
@@ -148,16 +175,31 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
     layers = resolve_layers(paths, diagnostics)
     found = layer_files(layers, diagnostics)
     sources = read_sources(found, diagnostics)
+    return _check_sources(layers, found, sources, diagnostics, options)
+
+
+def _check_sources(
+    layers: list[CatalogLayer],
+    found: list[CatalogFile],
+    sources: list[SourceFile],
+    diagnostics: Diagnostics,
+    options: LoadOptions,
+) -> CheckResult:
+    """Every stage after reading: `sources` are the texts of the files `found` in `layers` (what could not be read
+    is in `diagnostics` already)."""
     store = _open_cache(sources, layers, diagnostics, options.cache)
     read = None if isinstance(store, CacheStatus) else store.read()
+    known_sources = None
     if read is not None and read.entry is not None:
-        linked, known_targets = read.entry.linked, read.entry.targets
+        linked, known_targets, known_sources = read.entry.linked, read.entry.targets, read.entry.sources
         diagnostics.extend(linked.warnings)  # what linking warned about, as a cold load would report it
     else:
         read_paths = {source.path for source in sources}
         unread = [file for file in found if file.path not in read_paths]
         linked, known_targets = _link(sources, unread, layers, diagnostics), None
     linked_clean = not diagnostics.has_errors
+    current = _fingerprints()
+    indexes = _module_indexes(options.cache) if options.check_targets or options.import_targets else None
     checks = check_linked(
         linked,
         require=options.require,
@@ -166,22 +208,33 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         allowed_modules=options.allowed_modules,
         import_targets=options.import_targets,
         known_targets=known_targets,
+        current=current,
+        indexes=indexes,
         deterministic=options.deterministic,
         batch_invariant=options.batch_invariant,
     )
+    if indexes is not None:
+        indexes.close()
+    # Tuned entries whose kernels changed since they were measured (KC235): every load, as target checks are.
+    sources_checked = check_tuned_sources(linked, known_sources, current)
     if isinstance(store, CacheStatus):
         status = store
     else:
         assert read is not None  # read whenever the cache is on
-        status = _cache_outcome(store, read, linked, linked_clean, checks.fresh_targets or known_targets)
+        targets = checks.fresh_targets or known_targets
+        status = _cache_outcome(store, read, linked, linked_clean, targets, sources_checked.digests)
     diagnostics.extend(checks.diagnostics)
+    diagnostics.extend(sources_checked.diagnostics)
     diagnostics.extend(broken_plugins(layers, found, diagnostics))  # which distribution to fix or uninstall
     digest = content_digest(sources, leave_out=frozenset(linked.tuned_texts))
     plan = None
     if options.plan is not None and not diagnostics.has_errors:
         from .link.locked_plan import read_plan
 
-        plan = read_plan(options.plan, linked.ops, digest, strict=options.strict, diagnostics=diagnostics)
+        devices = known_devices(linked.settings.devices if linked.settings is not None else ())
+        plan = read_plan(
+            options.plan, linked.ops, digest, strict=options.strict, diagnostics=diagnostics, devices=devices
+        )
     ordered = diagnostics.sorted()
     settings = linked.settings
     if settings is None or diagnostics.has_errors:
@@ -199,23 +252,45 @@ def _check(paths: Iterable[PathLike] | PathLike | None, options: LoadOptions) ->
         cache_status=status,
         layers=tuple(layers),
         layer_mappings=linked.layer_mappings,
-        tuning=Tuning.of(linked.tuned, plan),
+        tuning=Tuning.of(linked.tuned, plan, sources_checked.stale, settings.stale),
         digest=digest,
     )
     return CheckResult(catalog, ordered)
 
 
 def _cache_outcome(
-    store: Cache, read: CacheRead, linked: LinkedCatalog, clean: bool, targets: TargetChecks | None
+    store: Cache,
+    read: CacheRead,
+    linked: LinkedCatalog,
+    clean: bool,
+    targets: TargetChecks | None,
+    sources: SourceDigests | None,
 ) -> CacheStatus:
     """What the cache does after a load: keep a hit as it is, or store what was linked and checked afresh."""
     if not clean:
         return CacheStatus(CacheOutcome.NOT_WRITTEN, read.reason, None, "the catalog has errors")
-    if read.entry is not None and targets is read.entry.targets:  # a hit whose target checks still held
+    entry = read.entry
+    if entry is not None and targets is entry.targets and sources is entry.sources:  # its checks still held
         return CacheStatus(CacheOutcome.HIT, "", read.path)
     from .cache.store import CacheEntry
 
-    return store.write(CacheEntry(linked, targets), read)
+    return store.write(CacheEntry(linked, targets, sources), read)
+
+
+def _fingerprints() -> Callable[[str], Fingerprint]:
+    """A module's fingerprint now, each module's computed once a load: the target checks and the tuned tables'
+    kernel sources read many of the same modules."""
+    seen: dict[str, Fingerprint] = {}
+
+    def current(module: str) -> Fingerprint:
+        found = seen.get(module)
+        if found is None:
+            from .pyresolve import current_fingerprint
+
+            found = seen[module] = current_fingerprint(module)
+        return found
+
+    return current
 
 
 def _open_cache(
@@ -235,6 +310,17 @@ def _open_cache(
         return Cache(directory.path, sources, layers)
     except OSError as exc:  # kcatalog's own files cannot be listed (e.g. imported from a zip): no key
         return CacheStatus(CacheOutcome.OFF, f"cannot fingerprint kcatalog's code ({exc})")
+
+
+def _module_indexes(cache: bool | PathLike) -> ModuleIndexes | None:
+    """Where target checks keep module indexes between runs: the cache directory (`cache` where it is one, else
+    the default one, also for `cache=False`: an index is content-addressed, so it never changes what a check
+    finds, only how fast); None with KCATALOG_NO_CACHE."""
+    from .cache.directory import default_dir
+    from .cache.module_indexes import ModuleIndexes
+
+    directory = default_dir().path if isinstance(cache, bool) else Path(cache)
+    return ModuleIndexes(directory) if directory is not None else None
 
 
 def _link(

@@ -346,6 +346,15 @@ class LayerPolicy:
     require_of_all: Policy = Policy()
 
 
+class StalePolicy(str, Enum):
+    """What a catalog does with a stale tuned entry (settings `tuned: {stale: ...}`): one measured on other kernel
+    source, another GPU or other versions than those here."""
+
+    USE = "use"  # choose by it all the same, saying so
+    IGNORE = "ignore"  # leave it out: priority decides, and explain says why
+    ERROR = "error"  # fail the load (the kernels' source), or the first selection on this machine (the environment)
+
+
 @dataclass(frozen=True)
 class CatalogSettings:
     """The catalog settings file: known backends, backend orders (best first), each layer's policy, allow-list."""
@@ -357,6 +366,7 @@ class CatalogSettings:
     priorities: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # named orders ops refer to
     devices: tuple[str, ...] = ()  # device kinds declared beyond the built-in ones
     policies: tuple[LayerPolicy, ...] = ()  # one per layer with a settings file, in layer order
+    stale: StalePolicy = StalePolicy.IGNORE  # `tuned: {stale: ...}` of the last layer that says
     # The promises the settings files require of every backend selected (`deterministic: true`), in layer order.
     required: tuple[Required, ...] = ()
 
@@ -451,14 +461,38 @@ class TunedBucket:
 
 
 @dataclass(frozen=True)
+class Environment:
+    """What timings depend on besides the kernels' source: the device's name ('NVIDIA H200', 'cpu'), its streaming
+    multiprocessors (compute units on ROCm; None: unknown), and the versions of the distributions the backends use
+    (torch, triton, what they require; None: not installed)."""
+
+    device: str
+    sms: int | None = None
+    versions: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TunedOp:
     """A tuned table's choices for one op on one platform ('cuda:9.0') and dtype: its buckets, sorted and
-    disjoint, each naming the backend measured fastest for its token counts."""
+    disjoint, each naming the backend measured fastest for its token counts; with what the timings depend on."""
 
     op: str
     platform: str
     dtype: str
     buckets: tuple[TunedBucket, ...]
+    location: Location | None = None  # the op's dtype entry in its table
+    layer: str = ""  # the name of the layer whose table it is
+    replaced: str | None = None  # the earlier layer whose table for this op x platform x dtype it replaces
+    measured_on: Environment | None = None  # the table's provenance: device, SMs, versions as measured
+    # Each timed backend's kernel source digest as measured (pyresolve/sources.py); None: the table records
+    # none (written by hand, or before tables recorded them): its kernels are not compared.
+    kernels: Mapping[str, str] | None = None
+    packages: tuple[str, ...] = ()  # the distributions its timings depend on: torch, and what its backends require
+
+    @property
+    def timed(self) -> tuple[str, ...]:
+        """Every backend the entry's choices rest on: those chosen and those timed against them, sorted."""
+        return tuple(sorted({name for b in self.buckets for name in (b.backend, *b.medians_us)}))
 
 
 @dataclass(frozen=True)
@@ -571,6 +605,15 @@ class ModuleFingerprint:
 
 
 @dataclass(frozen=True)
+class SourceDigests:
+    """The kernel source digests of one load (pyresolve/sources.py) by target text (None: no source to read here),
+    and the modules read for them: reused by a later load only while every one is unchanged."""
+
+    digests: Mapping[str, str | None]
+    modules: tuple[ModuleFingerprint, ...]
+
+
+@dataclass(frozen=True)
 class TargetChecks:
     """The static target checks of one load: each target's problem (None: it resolves), and the modules read."""
 
@@ -581,6 +624,8 @@ class TargetChecks:
     # For a target not verifiable statically (a warning), the modules it was followed into before the sources
     # stopped showing more (pyresolve's Resolution.imported_from): the allow-lists apply to them too.
     imported_from: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The layer classes that name no class: what they name instead ('a function', 'a module').
+    non_classes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

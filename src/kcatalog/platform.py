@@ -4,20 +4,28 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from types import MappingProxyType
 
-from .distributions import installed
+from .distributions import installed, version
 from .errors import nearest
-from .model import Capability
+from .model import Capability, Environment
 
 # The built-in device kinds; a catalog's settings may declare more (`devices:`).
 DEVICES = ("cuda", "hip", "cpu", "npu", "xpu", "mps", "musa")
+
+
+def known_devices(declared: Collection[str] = ()) -> tuple[str, ...]:
+    """The device kinds a catalog knows: the built-in ones, then those its settings declare."""
+    return (*DEVICES, *(device for device in declared if device not in DEVICES))
+
+
 # The rule for a platform whose architecture is unknown (e.g. `--platform cuda`): it satisfies a capability that
 # names no architecture, and no capability that does (an arch window or a list of archs). SGLang's registry
 # treats an unknown arch as inside every window; kcatalog refuses to guess, and `explain` says the rule applied.
 UNKNOWN_ARCH_RULE = "an unknown arch satisfies no arch window or arch list"
-_CUDA_ARCH = re.compile(r"[0-9]+\.[0-9]+")
+_CUDA_ARCH = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})")
 
 
 def _arch_tuple(arch: str) -> tuple[int, ...]:
@@ -36,7 +44,10 @@ class Platform:
 
     @classmethod
     def parse(cls, text: str, devices: Collection[str] = DEVICES) -> Platform:
-        """Read 'cuda:9.0', 'hip:gfx942', 'cpu'; ValueError naming the valid devices (`devices`) otherwise."""
+        """Read 'cuda:9.0', 'hip:gfx942', 'cpu'; ValueError naming the valid devices (`devices`) otherwise.
+
+        A CUDA arch is two numbers, written as torch reports them: 'cuda:9.00' is cuda:9.0, so that a plan or a
+        table made for it applies where the machine says 9.0."""
         device, _, arch = text.strip().partition(":")
         if device not in devices:
             found = nearest(device, devices)
@@ -44,8 +55,11 @@ class Platform:
             raise ValueError(
                 f"unknown device '{device}' in platform '{text}'{hint}; expected one of {', '.join(devices)}"
             )
-        if device == "cuda" and arch and not _CUDA_ARCH.fullmatch(arch):  # ASCII digits: int() takes any
-            raise ValueError(f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0")
+        if device == "cuda" and arch:
+            numbers = _CUDA_ARCH.fullmatch(arch)  # ASCII digits: int() takes any
+            if numbers is None:
+                raise ValueError(f"cuda arch '{arch}' in platform '{text}' is not 'major.minor', e.g. cuda:9.0")
+            arch = f"{int(numbers[1])}.{int(numbers[2])}"
         return cls(device, arch or None)
 
     @classmethod
@@ -66,6 +80,20 @@ class Platform:
             if backend is not None and getattr(backend, "is_available", lambda: False)():
                 return cls(device)
         return cls("cpu")
+
+    def environment(self, distributions: Iterable[str] = ()) -> Environment:
+        """What timings on this platform depend on here besides the kernels' source: the device's name and
+        multiprocessors, and the versions of `distributions` installed (and torch's); imports torch."""
+        names = ["torch", *(d for d in distributions if d != "torch")]
+        device, sms = self.device, None
+        try:
+            import torch
+        except ImportError:
+            return Environment(device, None, MappingProxyType({name: version(name) for name in names}))
+        if self.device in ("cuda", "hip") and torch.cuda.is_available():
+            properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+            device, sms = properties.name, properties.multi_processor_count
+        return Environment(device, sms, MappingProxyType({name: version(name) for name in names}))
 
     def mismatch(self, capabilities: tuple[Capability, ...]) -> str | None:
         """Why no capability covers this platform, or None when one does (empty means anywhere)."""
@@ -103,6 +131,42 @@ def _capability_mismatch(platform: Platform, cap: Capability) -> str | None:
     if cap.max_arch is not None and arch > _arch_tuple(cap.max_arch):
         return f"needs {_describe(cap)}; this is {platform}"
     return None
+
+
+def contending(capabilities: dict[str, tuple[Capability, ...]]) -> list[str]:
+    """The backends (name -> capabilities) that share some platform with another one: where an order among them
+    decides which runs. An empty capability set runs anywhere."""
+    names = list(capabilities)
+    return [
+        name
+        for name in names
+        if any(other != name and _share(capabilities[name], capabilities[other]) for other in names)
+    ]
+
+
+def _share(first: tuple[Capability, ...], second: tuple[Capability, ...]) -> bool:
+    return not first or not second or any(_overlap(a, b) for a in first for b in second)
+
+
+def _overlap(a: Capability, b: Capability) -> bool:
+    """Whether some platform satisfies both capabilities: one device, and arches both admit."""
+    if a.device != b.device:
+        return False
+    low = max((_arch_tuple(c.min_arch) for c in (a, b) if c.min_arch), default=None)
+    high = min((_arch_tuple(c.max_arch) for c in (a, b) if c.max_arch), default=None)
+    lists = [set(c.archs) for c in (a, b) if c.archs is not None]
+    if not lists:
+        return low is None or high is None or low <= high
+    return any(_within(arch, low, high) for arch in set.intersection(*lists))
+
+
+def _within(arch: str, low: tuple[int, ...] | None, high: tuple[int, ...] | None) -> bool:
+    if low is None and high is None:
+        return True
+    if not _CUDA_ARCH.fullmatch(arch):  # arch windows are CUDA's
+        return False
+    value = _arch_tuple(arch)
+    return (low is None or value >= low) and (high is None or value <= high)
 
 
 def _describe(cap: Capability) -> str:

@@ -328,10 +328,10 @@ def _other_key(entry: bytes) -> bytes:
 
 
 def _right_key_wrong_data(entry: bytes) -> bytes:  # what a kcatalog with another layout would write
-    key, files, (linked, targets) = marshal.loads(_body(entry))
+    key, files, (linked, *checks) = marshal.loads(_body(entry))  # checks: the target checks, the kernel digests
     number, settings, ops, *rest = linked  # the rest: the fields after ops, however many the model has
     wrong = [number, settings, {op_id: op[:5] for op_id, op in ops.items()}, *rest]
-    return _sealed(marshal.dumps((key, files, (wrong, targets))))
+    return _sealed(marshal.dumps((key, files, (wrong, *checks))))
 
 
 @pytest.mark.parametrize(

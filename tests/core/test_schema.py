@@ -43,6 +43,7 @@ MINIMAL: dict[str, dict[str, object]] = {
     "Settings": {"kcatalog": 1, "backends": {"torch": {"description": "d"}}, "priority": ["torch"]},
     "SamplesDecl": {"args": {"x": {"shape": ["T"]}}},
     "TensorArgDecl": {"shape": [4]},
+    "TunedSettingsDecl": {},
 }
 
 

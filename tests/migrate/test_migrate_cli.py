@@ -60,6 +60,44 @@ def test_without_priority_each_op_keeps_its_declaration_order(
     assert catalog.select("norm.op_5", "cpu").decided_by == "declaration order"
 
 
+def test_priority_may_name_every_backend_the_registry_declares(
+    reference: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 'plugin' is a member of the registry's backend enum that no spec uses: SGLang's own default order names two.
+    dump = tmp_path / "registry.json"
+    assert run(capsys, "dump-registry", reference, "--out", str(dump))[0] == 0
+    assert "plugin" in json.loads(dump.read_text(encoding="utf-8"))["backends"]
+    for source in ([reference], ["--from-json", str(dump)]):
+        out = tmp_path / f"out{len(source)}"
+        code, printed, _ = run(
+            capsys, "import-registry", *source, "--out", str(out), "--priority", "plugin,triton,torch"
+        )
+        assert code == 0, printed
+        assert kcatalog.load_catalog(out, cache=False).settings.priority == ("plugin", "triton", "torch")
+
+
+def test_an_op_left_to_declaration_order_is_a_warning_that_fails_validate_strict(
+    reference: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code, printed, _ = run(capsys, "import-registry", reference, "--out", str(out))
+    assert code == 0
+    warned = [line for line in printed.splitlines() if line.startswith("KC709 ")]
+    assert warned == [
+        f"KC709 warning: op '{group}.op_5' has backends torch, triton that can run on one platform and the registry "
+        "gives no order for them: the first declared that can run is chosen; give --priority A,B,... for a default "
+        "order"
+        for group in ("norm", "act", "attn", "moe", "quant")
+    ]
+    code, printed, _ = run(capsys, "validate", str(out))
+    assert code == 0 and printed.count(" KC219 warning: op ") == 5
+    code, printed, _ = run(capsys, "validate", str(out), "--strict")
+    assert code == 1 and printed.count(" KC219 ") == 5 and printed.endswith("Found 5 errors in 5 files.\n")
+    code, printed, _ = run(capsys, "import-registry", reference, "--out", str(out), "--force", "--priority", "triton")
+    assert code == 0 and "KC709" not in printed
+    assert run(capsys, "validate", str(out), "--strict")[:2] == (0, "All checks passed!\n")
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

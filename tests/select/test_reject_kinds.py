@@ -81,6 +81,24 @@ def test_a_gate_refusing_the_call_is_a_gate_rejection(workspace: Workspace) -> N
     assert accepted.backend == "gated"
 
 
+def _stale_table(directory: Path) -> None:
+    """A tuned table choosing 'alt' whose recorded kernel digest is not the source's: stale, so ignored."""
+    (directory / "tuned").mkdir()
+    (directory / "tuned" / "cpu.yaml").write_text(
+        "kcatalog: 1\ntuned:\n  platform: cpu\n  provenance: {device: cpu}\n"
+        "  kernels:\n    g.tag: {alt: '0000000000000000'}\n  ops:\n    g.tag:\n      float32:\n"
+        "        - {tokens: [1, 16], backend: alt, medians_us: {alt: 1.0}}\n"
+    )
+
+
+def test_a_stale_tables_pick_is_a_stale_table_rejection(
+    workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = _catalog(workspace)
+    _stale_table(directory)
+    assert _explain(capsys, directory, "--tokens", "4")["alt"] == "stale table"
+
+
 def test_a_backend_that_does_not_promise_what_is_asked_is_not_promised(
     workspace: Workspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -96,6 +114,8 @@ def test_every_kind_has_a_case_here(workspace: Workspace, capsys: pytest.Capture
     directory = _catalog(workspace)
     seen = set(_explain(capsys, directory, "--import").values())
     seen |= set(_explain(capsys, directory, "--backend", "ref").values())
+    _stale_table(directory)
+    seen |= set(_explain(capsys, directory, "--tokens", "4").values())
     seen |= set(_explain(capsys, directory, "--deterministic").values())
     catalog = kcatalog.load_catalog(directory, cache=False)
     with catalog.use({"g.tag": "gated"}):
@@ -107,4 +127,4 @@ def test_every_kind_has_a_case_here(workspace: Workspace, capsys: pytest.Capture
 
 def test_eligible_means_only_another_choice_keeps_it_out() -> None:
     eligible = {kind for kind in RejectKind if kcatalog.Rejected("b", "why", kind).eligible}
-    assert eligible == {RejectKind.AUTO_OFF, RejectKind.RANKED_BELOW, RejectKind.NOT_REQUESTED}
+    assert eligible == {RejectKind.AUTO_OFF, RejectKind.RANKED_BELOW, RejectKind.NOT_REQUESTED, RejectKind.STALE_TABLE}

@@ -222,6 +222,37 @@ def test_names_a_function_may_bind_make_a_module_dynamic() -> None:
     assert index("def f(): pass\n").dynamic is None
 
 
+def test_globals_only_read_or_rebinding_a_name_it_holds_binds_none() -> None:
+    # sgl_kernel's loop: it can only replace names that exist, so it hides no missing one.
+    loop = """
+    for _name in NAMES:
+        if _name in globals() and DEBUG:
+            globals()[_name] = wrap(globals()[_name], globals().get("x"))
+    """
+    assert index(loop).dynamic is None
+    assert index("if 'x' not in globals():\n    x = 1\n").dynamic is None
+    assert index("for k, v in globals().items():\n    pass\n").dynamic is None
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [
+        ("globals()[_name] = 1\n", 1),  # not tested to be there
+        ("if _name in globals():\n    _name = 'other'\n    globals()[_name] = 1\n", 3),  # the tested name changes
+        ("if _name in globals():\n    pass\nelse:\n    globals()[_name] = 1\n", 4),  # where it is not there
+        ("if other in globals():\n    globals()[_name] = 1\n", 2),
+        ("globals().update(k=1)\n", 1),
+        ("exec('k = 1', globals())\n", 1),
+        ("del globals()['k']\n", 1),
+        ("def f():\n    globals()['k'] = 1\n", 2),  # a def's body: the tree may not hold it (skeleton.py)
+        ("def globals():\n    return {}\nif k in globals():\n    globals()[k] = 1\n", 1),  # not the builtin
+        ("# globals()\n", 1),
+    ],
+)
+def test_globals_that_may_bind_a_new_name_makes_a_module_dynamic(source: str, line: int) -> None:
+    assert index(source).dynamic == f"uses globals() (line {line})"
+
+
 def test_module_getattr() -> None:
     assert index("def __getattr__(name): ...\n").getattr
     assert not index("class C:\n    def __getattr__(self, name): ...\n").getattr

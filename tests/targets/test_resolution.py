@@ -136,6 +136,87 @@ def test_an_unreadable_base_before_the_one_defining_the_method_hides_where_it_is
     assert checker.defining_module("kcr_hidden:K.m") is None  # but the compiled base might define it first
 
 
+def test_methods_of_an_instance_made_at_the_top_of_its_module(write: Write) -> None:
+    write("kcr_inst.base", "class Base:\n    def forward_cuda(self, x): ...\n")
+    write(
+        "kcr_inst.ops",
+        """
+        from kcr_inst.base import Base
+
+        class Op(Base):
+            def forward_native(self, x): ...
+
+        OP = Op()
+        OP.forward_extra = len
+
+        class Holder:
+            inner = Op()
+        """,
+    )
+    checker = TargetChecker()
+    assert checker.check("kcr_inst.ops:OP.forward_native") is None
+    assert checker.defining_module("kcr_inst.ops:OP.forward_native") == "kcr_inst.ops"
+    assert checker.check("kcr_inst.ops:OP.forward_cuda") is None
+    assert checker.defining_module("kcr_inst.ops:OP.forward_cuda") == "kcr_inst.base"  # inherited
+    assert checker.check("kcr_inst.ops:OP.forward_extra") is None  # set on the instance at the top level
+    assert checker.check("kcr_inst.ops:Holder.inner.forward_cuda") is None  # an instance in a class body
+    assert problem("kcr_inst.ops:OP.forward_hip") == (
+        "KC304 target 'kcr_inst.ops:OP.forward_hip': 'OP' is the result of a call to 'Op' (line 7 of "
+        "'kcr_inst.ops'): class 'Op' defines no 'forward_hip', nor do its bases (kcr_inst.base.Base) (did you mean "
+        "'forward_native'?), and an instance may be given attributes when it runs (in __init__, say); not verifiable "
+        "statically"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [
+        ("def make():\n    return 1\nX = make()\n", "'make' is a function, whose result only running it shows"),
+        (
+            "class Op:\n    def __new__(cls):\n        return 1\n    def f(self): ...\nX = Op()\n",
+            "class 'Op' defines __new__, which may return another object",
+        ),
+        (
+            "class Base:\n    def __new__(cls):\n        return 1\nclass Op(Base):\n    def f(self): ...\nX = Op()\n",
+            "class 'Op' defines __new__ (in its base 'Base'), which may return another object",
+        ),
+        (
+            "class Meta(type):\n    def __call__(cls):\n        return 1\nclass Op(metaclass=Meta):\n"
+            "    def f(self): ...\nX = Op()\n",
+            "class 'Op' has the metaclass 'Meta', whose __call__ may return another object",
+        ),
+        (
+            "class Op(make_base()):\n    def f(self): ...\nX = Op()\n",
+            "class 'Op' has a base that cannot be read, which may define __new__ (a base of class 'Op' is a call "
+            "expression)",
+        ),
+    ],
+)
+def test_an_instance_whose_call_decides_at_run_time_is_unverifiable(source: str, why: str, write: Write) -> None:
+    write("kcr_made", source)
+    line = source.count("\n")
+    assert problem("kcr_made:X.f") == (
+        f"KC304 target 'kcr_made:X.f': 'X' is the result of a call to '{source.split('X = ')[1].split('(')[0]}' "
+        f"(line {line} of 'kcr_made'); {why}; 'f' on it is not verifiable statically"
+    )
+
+
+def test_a_globals_loop_rebinding_existing_names_hides_no_missing_one(write: Write) -> None:
+    write(
+        "kcr_glob",
+        """
+        from os import sep, getcwd
+        for _name in ["sep", "getcwd", "missing"]:
+            if _name in globals():
+                globals()[_name] = str(globals()[_name])
+        """,
+    )
+    assert problem("kcr_glob:sep") is None
+    assert problem("kcr_glob:dsv3_fused_a_gemm") == (
+        "KC302 target 'kcr_glob:dsv3_fused_a_gemm': module 'kcr_glob' defines no 'dsv3_fused_a_gemm'"
+    )
+
+
 def test_attributes_set_on_names_after_their_definition(write: Write) -> None:
     write("kcr_set", "class K:\n    pass\nK.forward = len\ndef f(x): ...\nsetattr(f, 'cuda', f)\n")
     assert problem("kcr_set:K.forward") is None

@@ -23,6 +23,7 @@ from ..model import (
     Capability,
     CatalogSettings,
     Dispatch,
+    Environment,
     Importable,
     KernelSpec,
     LayerClass,
@@ -37,6 +38,8 @@ from ..model import (
     Promise,
     Promised,
     Required,
+    SourceDigests,
+    StalePolicy,
     Target,
     TargetChecks,
     TargetRole,
@@ -70,8 +73,10 @@ MODEL_TYPES: tuple[type, ...] = (
     BrokenOps,
     Promised,
     Required,
+    Environment,
+    SourceDigests,
 )
-ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, Promise)
+ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, StalePolicy, Promise)
 _LOCATION = -1
 _ENUM = -2
 _PLAIN = (str, int, float, bool, type(None))

@@ -16,43 +16,39 @@ from __future__ import annotations
 
 import marshal
 import os
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, TargetChecks
+from ..model import CacheOutcome, CacheStatus, CatalogLayer, LinkedCatalog, SourceDigests, TargetChecks
 from ..pyresolve import digest, find_spec
 from ..read.files import SourceFile
 from ..read.permissions import exposure
+from ..write.atomic import TEMPORARY, write_file
 from .codec import Codec
+from .directory import CacheDir, default_dir
 
-ENTRY_FORMAT = 3
+__all__ = ["Cache", "CacheDir", "CacheEntry", "CacheRead", "Cleared", "clear", "default_dir", "entries"]
+
+ENTRY_FORMAT = 4
 SUFFIX = ".kcache"
 MAGIC = b"kcatalog cache entry\n"  # what every entry starts with: `clear` removes nothing else
 _CHECKSUM_BYTES = len(digest(b""))  # the hex blake2b of the rest of the entry: a flipped byte is a miss
 MAX_ENTRIES = 64  # entries beyond this, oldest first, are removed when one is written
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-_TEMPORARY = re.compile(r"\.[0-9a-f]{32}\.[0-9]+\.[0-9a-f]{8}\.tmp")  # what Cache.write names its files
 _DEPENDENCIES = ("yaml", "pydantic", "pydantic_core")  # what parsing and validation results depend on
 
 
 @dataclass(frozen=True)
-class CacheDir:
-    """The cache directory, or None and why there is none."""
-
-    path: Path | None
-    why_off: str = ""
-
-
-@dataclass(frozen=True)
 class CacheEntry:
-    """What an entry holds: the linked catalog and, when they found no error, its static target checks."""
+    """What an entry holds: the linked catalog and, when they found no error, its static target checks; and the
+    kernel source digests its tuned entries were compared with (None: no entry records any)."""
 
     linked: LinkedCatalog
     targets: TargetChecks | None
+    sources: SourceDigests | None = None
 
 
 @dataclass(frozen=True)
@@ -62,19 +58,6 @@ class CacheRead:
     entry: CacheEntry | None
     reason: str = ""
     path: Path | None = None  # the entry's file, when one was used
-
-
-def default_dir() -> CacheDir:
-    """The cache directory: none with KCATALOG_NO_CACHE, else KCATALOG_CACHE_DIR, else the XDG one."""
-    if os.environ.get("KCATALOG_NO_CACHE", "") not in ("", "0"):
-        return CacheDir(None, "KCATALOG_NO_CACHE is set")
-    chosen = os.environ.get("KCATALOG_CACHE_DIR")
-    if chosen:
-        return CacheDir(Path(chosen))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if not os.path.isabs(base):  # no home directory: a relative path would scatter caches over working dirs
-        return CacheDir(None, "no home directory (set KCATALOG_CACHE_DIR)")
-    return CacheDir(Path(base) / "kcatalog")
 
 
 class Cache:
@@ -129,8 +112,8 @@ class Cache:
         if not (isinstance(entry, tuple) and len(entry) == 3 and entry[0] == self.key):
             return CacheRead(None, "files or versions changed")
         try:
-            linked, targets = Codec(self.shown).decode(entry[2])
-            return CacheRead(CacheEntry(linked, targets), "", self.path)
+            linked, targets, sources = Codec(self.shown).decode(entry[2])
+            return CacheRead(CacheEntry(linked, targets, sources), "", self.path)
         except Exception as exc:  # damaged in a way marshal cannot see: whatever it is, load from the files
             return CacheRead(None, f"entry malformed ({type(exc).__name__}: {exc})")
 
@@ -140,25 +123,20 @@ class Cache:
         outcome = CacheOutcome.REFRESHED if refreshed else CacheOutcome.WRITTEN
         reason = "target modules changed" if refreshed else read.reason
         try:
-            body = marshal.dumps((self.key, tuple(self.files), Codec(self.shown).encode((entry.linked, entry.targets))))
+            body = marshal.dumps(
+                (self.key, tuple(self.files), Codec(self.shown).encode((entry.linked, entry.targets, entry.sources)))
+            )
             data = MAGIC + digest(body).encode() + body
         except (ValueError, TypeError) as exc:  # a value marshal cannot write; none is expected from validated data
             return CacheStatus(CacheOutcome.NOT_WRITTEN, reason, None, str(exc))
-        temporary = self.directory / f".{self.path.stem}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             problem = _unsafe(self.directory)
             if problem:
                 return CacheStatus(CacheOutcome.NOT_WRITTEN, reason, None, problem)
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with open(descriptor, "wb") as handle:
-                handle.write(data)
-            os.replace(temporary, self.path)  # readers see the old entry or the new one, never half of one
+            # Readers see the old entry or the new one, never half of one; not synced: an entry lost is a miss.
+            write_file(self.path, data, mode=0o600, sync=False)
         except OSError as exc:
-            try:
-                temporary.unlink(missing_ok=True)
-            except OSError:
-                pass  # there is no directory to leave it in
             return CacheStatus(CacheOutcome.NOT_WRITTEN, reason, None, f"{type(exc).__name__}: {exc}")
         _prune(self.directory)
         return CacheStatus(outcome, reason, self.path)
@@ -194,7 +172,7 @@ def clear(directory: Path) -> Cleared:
         path.unlink(missing_ok=True)
         removed += 1
     for leftover in directory.glob(".*.tmp"):
-        if _TEMPORARY.fullmatch(leftover.name):
+        if TEMPORARY.fullmatch(leftover.name):
             leftover.unlink(missing_ok=True)
     return Cleared(removed)
 

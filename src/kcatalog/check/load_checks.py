@@ -4,8 +4,9 @@ the allow-list, targets (statically, or imported with `import_targets`), `requir
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing, nearest
@@ -14,6 +15,9 @@ from ..read.files import SETTINGS_FILE
 from ..select.overrides import OverridesArg, check_overrides, process_overrides
 from ..select.promises import process_required
 from .layer_classes import unavailable_class
+
+if TYPE_CHECKING:
+    from ..pyresolve import Fingerprint, IndexStore
 
 Require = Iterable[str] | Mapping[str, Sequence[str]]
 _MAPPING_ROLES = frozenset({TargetRole.FORWARD, TargetRole.PREPARE})  # their owner is a layer mapping, not an op
@@ -41,17 +45,21 @@ def check_linked(
     allowed_modules: Sequence[str] | None = None,
     import_targets: bool = False,
     known_targets: TargetChecks | None = None,
+    current: Callable[[str], Fingerprint] | None = None,
+    indexes: IndexStore | None = None,
     deterministic: bool = False,
     batch_invariant: bool = False,
 ) -> LoadChecks:
-    """Run every per-load check on a linked catalog."""
+    """Run every per-load check on a linked catalog; `current(module)` gives a module's fingerprint now (default:
+    pyresolve's current_fingerprint), to tell whether the known target checks still hold; `indexes`: where fresh
+    target checks find the module indexes kept from earlier runs, and keep theirs (pyresolve's IndexStore)."""
     diagnostics: list[Diagnostic] = []
     lists = _AllowLists(linked, allowed_modules)
     refused = _check_allowed(linked, lists, diagnostics)
     fresh = None
     if check_targets or import_targets:
         wanted = [spec for spec in linked.declared if spec not in refused] if refused else list(linked.declared)
-        fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics)
+        fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics, current, indexes)
     if require is not None:
         _check_require(linked, require, diagnostics)
     sets = _check_overrides(linked, overrides, diagnostics)
@@ -116,15 +124,17 @@ def _check_targets(
     known: TargetChecks | None,
     allow_lists: _AllowLists,
     out: list[Diagnostic],
+    current: Callable[[str], Fingerprint] | None,
+    indexes: IndexStore | None,
 ) -> TargetChecks | None:
     classes = [layer_class for mapping in linked.layer_mappings for layer_class in mapping.classes]
     targets = [*(str(spec.target) for spec in wanted), *(str(layer_class.target) for layer_class in classes)]
-    checks = _still_valid(known, targets) if not import_targets else None
+    checks = _still_valid(known, targets, current) if not import_targets else None
     fresh = None
     if checks is None:
         from ..pyresolve import TargetChecker  # reads module sources with ast: only fresh checks need it
 
-        checker = TargetChecker()
+        checker = TargetChecker(indexes)
         problems: dict[str, Diagnostic | None] = {}
         for target in targets:
             if target not in problems:
@@ -137,7 +147,12 @@ def _check_targets(
             for target, problem in problems.items()
             if problem is not None and not problem.is_error and checker.resolve(target).imported_from
         }
-        checks = TargetChecks(problems, checker.fingerprints(), defined_in, imported_from)
+        non_classes = {}
+        for layer_class in classes:
+            what = checker.resolve(str(layer_class.target)).non_class
+            if what is not None:
+                non_classes[str(layer_class.target)] = what
+        checks = TargetChecks(problems, checker.fingerprints(), defined_in, imported_from, non_classes)
         if not any(problem is not None and problem.is_error for problem in problems.values()):
             fresh = checks
     for spec in wanted:
@@ -156,9 +171,15 @@ def _check_targets(
             out.append(dataclasses.replace(problem, location=spec.target_location))
     absent: dict[str, bool] = {}  # top-level package -> not installed here
     for layer_class in classes:  # checked statically only: kcatalog never imports a layer class
-        problem = checks.problems[str(layer_class.target)]
-        if problem is not None and not unavailable_class(str(layer_class.target), problem, absent):
+        target = str(layer_class.target)
+        problem = checks.problems[target]
+        if problem is not None and not unavailable_class(target, problem, absent):
             out.append(dataclasses.replace(problem, location=layer_class.location))
+        elif problem is None and target in checks.non_classes:  # no model holds one: it would never apply
+            message = (
+                f"layer class '{target}' names {checks.non_classes[target]}, not a class; the mapping never applies"
+            )
+            out.append(Diagnostic(codes.LAYER_CLASS_NOT_A_CLASS, message, layer_class.location))
     return fresh
 
 
@@ -182,13 +203,17 @@ def _defined_outside(spec: Declared, checks: TargetChecks, allow_lists: _AllowLi
     return None
 
 
-def _still_valid(known: TargetChecks | None, targets: list[str]) -> TargetChecks | None:
+def _still_valid(
+    known: TargetChecks | None, targets: list[str], current: Callable[[str], Fingerprint] | None
+) -> TargetChecks | None:
     """The known checks, if they cover every wanted target and no module they read has changed."""
     if known is None or any(target not in known.problems for target in targets):
         return None
-    from ..pyresolve import current_fingerprint
+    if current is None:
+        from ..pyresolve import current_fingerprint
 
-    if any(current_fingerprint(module.module) != module.found for module in known.modules):
+        current = current_fingerprint
+    if any(current(module.module) != module.found for module in known.modules):
         return None
     return known
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
@@ -10,15 +10,23 @@ from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Diagnostic, Location, Severity, did_you_mean, listing
 from ..model import LockedPlan, OpInfo, PlanEntry, TunedBucket
+from ..platform import DEVICES, Platform
 from ..read.files import CatalogFile, PathLike, read_sources
 from .tuned import order_problem
 
 
 def read_plan(
-    path: PathLike, ops: Mapping[str, OpInfo], digest: str, *, strict: bool, diagnostics: Diagnostics
+    path: PathLike,
+    ops: Mapping[str, OpInfo],
+    digest: str,
+    *,
+    strict: bool,
+    diagnostics: Diagnostics,
+    devices: Sequence[str] = DEVICES,
 ) -> LockedPlan | None:
     """The plan at `path`, linked to `ops`; None (with diagnostics) when it cannot be read or names what is not
-    there. A plan made from other catalog contents is a warning (an error when `strict`)."""
+    there (an op, a backend, a platform of none of the catalog's `devices`). A plan made from other catalog
+    contents is a warning (an error when `strict`)."""
     from ..read.yaml_nodes import parse_yaml
     from ..validate.tables import Plan
     from ..validate.validator import validate
@@ -49,6 +57,11 @@ def read_plan(
         return validated.locations.key(path) if key else validated.locations.value(path)
 
     start = len(diagnostics)
+    try:
+        platform = Platform.parse(body.platform, devices)  # 'cuda:9.00' as cuda:9.0, what the machine matches
+    except ValueError as exc:
+        diagnostics.error(codes.INVALID_VALUE, str(exc), at("platform"))
+        platform = None
     if body.digest != digest:
         diagnostics.add(
             Diagnostic(
@@ -87,6 +100,6 @@ def read_plan(
             entries[(op_id, dtype)] = PlanEntry(
                 op_id, dtype, chosen if isinstance(chosen, str) else None, linked, at("ops", op_id, dtype)
             )
-    if diagnostics.errors_since(start):
+    if diagnostics.errors_since(start) or platform is None:
         return None
-    return LockedPlan(source.shown, body.platform, body.digest, MappingProxyType(entries))
+    return LockedPlan(source.shown, str(platform), body.digest, MappingProxyType(entries))

@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 from .. import codes
 from ..diagnostics import Diagnostics
-from ..model import BackendInfo, CatalogLayer, CatalogSettings, LayerPolicy, Policy, Promise, Required
+from ..model import BackendInfo, CatalogLayer, CatalogSettings, LayerPolicy, Policy, Promise, Required, StalePolicy
 from ..validate.schema import PolicyDecl, Settings
 from ..validate.validator import ValidatedFile
 
@@ -67,6 +67,7 @@ def merge_settings(
     allow_lists: dict[int, tuple[str, ...] | None] = {}
     policies: dict[int, LayerPolicy] = {}
     required: list[Required] = []
+    stale = StalePolicy.IGNORE
     for file in files:
         settings = file.model
         assert isinstance(settings, Settings)
@@ -97,6 +98,8 @@ def merge_settings(
         )
         allow_lists[file.layer] = settings.allowed_modules
         required += _required(settings, layer_name(layers, file.layer))
+        if "stale" in settings.tuned.model_fields_set:  # a later layer's word replaces an earlier one's
+            stale = StalePolicy(settings.tuned.stale)
     # One layer's list is the catalog's; with several, each spec carries its own layer's, and the catalog has none.
     only = files[0].model if len(files) == 1 and len(layers) <= 1 else None
     merged = CatalogSettings(
@@ -110,6 +113,7 @@ def merge_settings(
         devices=tuple(devices),
         policies=tuple(policies.values()),
         required=tuple(required),
+        stale=stale,
     )
     return MergedSettings(merged, MappingProxyType(allow_lists), MappingProxyType(policies))
 

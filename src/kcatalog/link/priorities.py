@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .. import codes
 from ..errors import did_you_mean
+from ..platform import contending
 from .context import LinkContext
 from .pending import PendingOp
 
@@ -28,6 +29,25 @@ def resolve_priorities(context: LinkContext, pending: PendingOp) -> None:
         )
         if resolved is not None:
             pending.platform_priority[device] = resolved
+    _check_ranked(context, pending)
+
+
+def _check_ranked(context: LinkContext, pending: PendingOp) -> None:
+    """A warning where an op has backends that priority may choose and that can run on one platform, and no order
+    ranks them (its own, or the settings'): declaration order decides, as in a registry migrated without one."""
+    settings = context.settings
+    if settings is None or settings.priority or settings.platform_priority:
+        return
+    if pending.priority or pending.platform_priority:
+        return
+    rivals = contending({name: spec.capabilities for name, spec in pending.specs.items() if spec.auto})
+    if rivals:
+        context.diagnostics.warning(
+            codes.UNORDERED_BACKENDS,
+            f"op '{pending.op_id}' has backends {', '.join(rivals)} that can run on one platform and no priority "
+            "ranks them (neither its own nor the settings'): the first declared that can run is chosen",
+            pending.location,
+        )
 
 
 def _priority_list(

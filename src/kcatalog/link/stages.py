@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from ..diagnostics import Diagnostics
 from ..model import CatalogLayer, LinkedCatalog
+from ..platform import known_devices
 from ..read.digest import text_digest
 from ..read.files import SourceFile
 from ..validate.tables import TunedTable
@@ -33,5 +34,6 @@ def link_catalog(
     texts = {source.shown: source.text for source in sources}
     # The catalog's content digest leaves the tables out: a plan holds their choices (LinkedCatalog.tuned_texts).
     tuned_texts = tuple(text_digest(texts[file.path]) for file in tables)
-    tuned = link_tuned(files, linked.ops, linked.broken, diagnostics)  # also the ops linking left out
+    devices = known_devices(linked.settings.devices if linked.settings is not None else ())
+    tuned = link_tuned(files, linked.ops, linked.broken, diagnostics, devices, layers)  # also the ops linking left out
     return dataclasses.replace(linked, tuned=tuned, tuned_texts=tuned_texts)

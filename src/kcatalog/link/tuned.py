@@ -1,7 +1,9 @@
-"""Tuned tables linked against the ops: each op x platform x dtype's buckets, checked and located (KC230-KC234)."""
+"""Tuned tables linked against the ops: each op x platform x dtype's buckets, checked and located (KC230-KC234),
+with what their timings depend on, layered as every file kind is: a later layer's entry replaces an earlier one's."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -9,23 +11,56 @@ from typing import Any
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Location, did_you_mean, listing
-from ..model import BrokenOps, OpInfo, TunedBucket, TunedOp
-from ..platform import Platform
-from ..validate.tables import BucketDecl, TunedTable
+from ..model import BrokenOps, CatalogLayer, Environment, OpInfo, TunedBucket, TunedOp
+from ..platform import DEVICES, Platform
+from ..validate.tables import BucketDecl, ProvenanceDecl, TunedTable
 from ..validate.validator import ValidatedFile
+from .merged_settings import layer_name
 
 
 def link_tuned(
-    files: Sequence[ValidatedFile], ops: Mapping[str, OpInfo], broken: BrokenOps, diagnostics: Diagnostics
+    files: Sequence[ValidatedFile],
+    ops: Mapping[str, OpInfo],
+    broken: BrokenOps,
+    diagnostics: Diagnostics,
+    devices: Sequence[str] = DEVICES,
+    layers: Sequence[CatalogLayer] = (),
 ) -> tuple[TunedOp, ...]:
     """Every table's choices, in file order; what is wrong is added to `diagnostics` and left out, and so are the
-    choices for `broken` ops, whose own errors are reported where they are declared."""
-    linked: list[TunedOp] = []
-    seen: dict[tuple[str, str, str], Location] = {}
+    choices for `broken` ops, whose own errors are reported where they are declared. A later layer's table for an
+    op x platform x dtype replaces an earlier layer's (the entry names the layer it replaces); two in one layer
+    are an error. `devices`: the device kinds the catalog knows (the built-in ones and those its settings
+    declare)."""
+    linked: dict[Key, TunedOp] = {}
+    seen: dict[Key, tuple[int, Location]] = {}
     for file in files:
         if isinstance(file.model, TunedTable):
-            linked += _link_table(file, file.model, ops, broken, seen, diagnostics)
-    return tuple(linked)
+            _link_table(file, file.model, ops, broken, _Seen(seen, linked, layers), diagnostics, devices)
+    return tuple(linked.values())
+
+
+Key = tuple[str, str, str]  # op, platform, dtype
+
+
+class _Seen:
+    """The entries linked so far, by op x platform x dtype, and where each key was first met in which layer."""
+
+    def __init__(
+        self, first: dict[Key, tuple[int, Location]], linked: dict[Key, TunedOp], layers: Sequence[CatalogLayer]
+    ):
+        self.first = first
+        self.linked = linked
+        self.layers = layers
+
+    def claim(self, key: Key, layer: int, where: Location) -> tuple[bool, str | None]:
+        """Whether `key` may be linked from this table, and the name of the earlier layer whose entry it replaces;
+        a second table for it in the same layer is an error (reported by the caller)."""
+        earlier = self.first.get(key)
+        if earlier is not None and earlier[0] == layer:
+            return False, None
+        self.first[key] = (layer, where)
+        self.linked.pop(key, None)  # an earlier layer's entry, replaced (or not linked for its errors)
+        return True, None if earlier is None else layer_name(self.layers, earlier[0])
 
 
 def _link_table(
@@ -33,21 +68,21 @@ def _link_table(
     table: TunedTable,
     ops: Mapping[str, OpInfo],
     broken: BrokenOps,
-    seen: dict[tuple[str, str, str], Location],
+    seen: _Seen,
     diagnostics: Diagnostics,
-) -> list[TunedOp]:
+    devices: Sequence[str],
+) -> None:
     body = table.tuned
 
     def at(*loc: Any, key: bool = False) -> Location:
         path = ("tuned", *loc)
         return file.locations.key(path) if key else file.locations.value(path)
 
-    platform = Platform.parse(body.platform) if _parses(body.platform) else None
-    if platform is None:
-        diagnostics.error(
-            codes.TUNED_PLATFORM_MISMATCH, f"platform '{body.platform}' is not a platform", at("platform")
-        )
-        return []
+    try:
+        platform = Platform.parse(body.platform, devices)
+    except ValueError as exc:
+        diagnostics.error(codes.INVALID_VALUE, str(exc), at("platform"))
+        return
     measured = body.provenance.capability
     if measured is not None and measured != platform.arch:  # 'cuda' alone would match no machine's lookup
         diagnostics.error(
@@ -56,8 +91,9 @@ def _link_table(
             f"({body.provenance.device}); tune again on {platform} or fix 'platform'",
             at("platform"),
         )
-        return []
-    linked = []
+        return
+    environment = _environment(body.provenance)
+    layer = layer_name(seen.layers, file.layer)
     for op_id, by_dtype in body.ops.items():
         info = ops.get(op_id)
         if info is None:
@@ -68,17 +104,18 @@ def _link_table(
                     at("ops", op_id, key=True),
                 )
             continue
+        kernels = body.kernels.get(op_id)
         for dtype, buckets in by_dtype.items():
             where = at("ops", op_id, dtype, key=True)
             key = (op_id, str(platform), dtype)
-            if key in seen:
+            claimed, replaced = seen.claim(key, file.layer, where)
+            if not claimed:
                 diagnostics.error(
                     codes.TUNED_BUCKETS,
-                    f"op '{op_id}' on {platform} {dtype} is tuned twice (first at {seen[key]})",
+                    f"op '{op_id}' on {platform} {dtype} is tuned twice (first at {seen.first[key][1]})",
                     where,
                 )
                 continue
-            seen[key] = where
             problems = len(diagnostics)
             if info.dtypes is not None and dtype not in info.dtypes:
                 diagnostics.error(
@@ -99,16 +136,25 @@ def _link_table(
             if order is not None:
                 diagnostics.error(codes.TUNED_BUCKETS, order[0], order[1])
             if len(diagnostics) == problems:
-                linked.append(TunedOp(op_id, str(platform), dtype, tuple(kept)))
-    return linked
+                entry = TunedOp(op_id, str(platform), dtype, tuple(kept), where, layer, replaced, environment)
+                timed = entry.timed
+                packages = {"torch"} | {d for name in timed for d in info.backends[name].requires}
+                seen.linked[key] = dataclasses.replace(
+                    entry,
+                    kernels=None
+                    if kernels is None
+                    else MappingProxyType({n: kernels[n] for n in timed if n in kernels}),
+                    packages=tuple(sorted(packages)),
+                )
 
 
-def _parses(text: str) -> bool:
-    try:
-        Platform.parse(text)
-    except ValueError:
-        return False
-    return True
+def _environment(provenance: ProvenanceDecl) -> Environment:
+    """What the table's provenance says its timings depend on besides the kernels' source."""
+    versions: dict[str, str | None] = dict(provenance.packages)
+    for name, version in (("torch", provenance.torch), ("triton", provenance.triton)):
+        if version is not None:
+            versions[name] = version
+    return Environment(provenance.device, provenance.sms, MappingProxyType(versions))
 
 
 def _bucket(bucket: BucketDecl, where: Location) -> TunedBucket:

@@ -7,7 +7,6 @@ spec is left out rather than written with less than it said (a capability droppe
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,12 +14,20 @@ from typing import Any
 
 from .. import codes
 from ..errors import Diagnostic, Severity
-from ..platform import DEVICES
-from ..validate.schema import BACKEND_PATTERN, CUDA_ARCH_RE, NAME_PATTERN, OP_ID_PATTERN, TARGET_RE
+from ..model import Capability
+from ..platform import DEVICES, contending
+from ..read.files import SETTINGS_FILE
+from ..validate.schema import ARCH_PATTERN, BACKEND_PATTERN, CUDA_ARCH_RE, NAME_PATTERN, OP_ID_PATTERN, TARGET_RE
+from ..write.yaml_text import Flow, document
 from .source import RegistryDump
 
 HEADER = "# Imported by `kcatalog import-registry`"
 _NAME = re.compile(NAME_PATTERN)
+_ARCH = re.compile(ARCH_PATTERN)
+# A group is written to <group>.yaml: it must fit in a file name (255 bytes on the common file systems) and not
+# be the settings file's.
+MAX_FILE_NAME_BYTES = 255
+_SUFFIX = ".yaml"
 _BACKEND = re.compile(BACKEND_PATTERN)
 _OP_ID = re.compile(OP_ID_PATTERN)
 # Capability fields the format maps: registries spell the CUDA window either way.
@@ -30,8 +37,6 @@ _ARCH_FIELDS = {
     "max_cuda_arch": "max_arch",
     "max_arch": "max_arch",
 }
-# Plain scalars YAML 1.1 reads as something other than text.
-_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
 
 
 @dataclass
@@ -94,6 +99,16 @@ class _RegistryConverter:
                 codes.REGISTRY_NAME_UNSUPPORTED,
                 f"{label}: op id {op_id!r} is not '<group>.<name>' in lower_snake_case; left out",
             )
+            return
+        file_name = op_id.partition(".")[0] + _SUFFIX
+        if file_name == SETTINGS_FILE or len(file_name.encode()) > MAX_FILE_NAME_BYTES:
+            why = (
+                f"would be written to {SETTINGS_FILE}, the settings file"
+                if file_name == SETTINGS_FILE
+                else f"makes a file name of {len(file_name)} characters, over the {MAX_FILE_NAME_BYTES} that file "
+                "systems allow"
+            )
+            self.report(codes.REGISTRY_NAME_UNSUPPORTED, f"{label}: its group {why}; left out")
             return
         if not _BACKEND.fullmatch(backend):
             self.report(
@@ -166,6 +181,13 @@ class _RegistryConverter:
                     return f"{key} repeats the {_ARCH_FIELDS[key]} already given", {}
                 out[_ARCH_FIELDS[key]] = arch
             elif key == "archs" and isinstance(raw, list) and raw and all(isinstance(a, str) for a in raw):
+                bad = [arch for arch in raw if not _ARCH.fullmatch(arch)]
+                if bad:
+                    return (
+                        f"archs {', '.join(map(repr, bad))}: not architecture names (letters, digits and "
+                        "'_.:+-', as 'gfx942')",
+                        {},
+                    )
                 out["archs"] = raw
             else:
                 return f"field {key!r} ({raw!r}) has no equivalent in the catalog format", {}
@@ -191,14 +213,14 @@ class _RegistryConverter:
         if op is None:
             self.report(
                 codes.REGISTRY_PRIORITY_UNMAPPED,
-                f"{source} gives a priority for op '{op_id}', which has no spec written; not imported",
+                f"{source} gives a priority for op {op_id!r}, which has no spec written; not imported",
                 Severity.WARNING,
             )
             return
         if isinstance(value, Mapping):
             per_device = {}
             for device, order in value.items():
-                names = self.order(order, f"{source} ({device})")
+                names = self.order(order, f"{source} ({device!r})")
                 if names is None:
                     return
                 if not _NAME.fullmatch(device):
@@ -247,32 +269,65 @@ def convert(
 ) -> ConvertedCatalog:
     """The catalog files for a registry dump. `priority` is the default backend order (default: the registry's
     own default order if it has one, else none: each op's backends rank in the order the registry declared
-    them); `manual` names backends kept out of auto-selection (as are backends whose every spec says `auto: false`)."""
+    them, with a warning for each op whose backends can run on one platform and that has no order of its own);
+    `manual` names backends kept out of auto-selection (as are backends whose every spec says `auto: false`)."""
     converter = _RegistryConverter(dump, manual)
     for index, spec in enumerate(dump.specs):
         converter.add_spec(index, spec)
     default = _registry_priority(converter, dump.priority)
+    for op_id, ranked in dump.class_priority.items():  # what the specs' classes rank by (class_priority.py)
+        converter.set_priority(op_id, list(ranked.order), ranked.source)
     for attr, count in converter.not_imported.items():
         converter.report(
             codes.REGISTRY_ATTRIBUTE_NOT_IMPORTED,
-            f"attribute '{attr}' of {count} spec{'s' * (count != 1)} is not read by the importer; not imported",
+            f"attribute {attr!r} of {count} spec{'s' * (count != 1)} is not read by the importer; not imported",
             Severity.WARNING,
         )
     order = tuple(priority) if priority is not None else default or ()
+    if not order:
+        _report_unordered(converter)
     if not any(op.backends for op in converter.ops.values()):  # a catalog needs a backend: write nothing
         return ConvertedCatalog({}, tuple(converter.diagnostics), 0, 0)
     named = _named_orders(converter)
-    files = {"kcatalog.yaml": _settings_text(converter, order, named)}
+    files = {SETTINGS_FILE: _settings_text(converter, order, named)}
     groups: dict[str, list[_Op]] = {}
     for op in converter.ops.values():
         if op.backends:
             groups.setdefault(op.group, []).append(op)
     for group, ops in groups.items():
-        files[f"{group}.yaml"] = _manifest_text(dump.source, group, ops, named, converter.manual_backends())
+        files[group + _SUFFIX] = _manifest_text(dump.source, group, ops, named, converter.manual_backends())
     specs = sum(len(op.backends) for op in converter.ops.values())
     return ConvertedCatalog(
         files, tuple(converter.diagnostics), sum(1 for op in converter.ops.values() if op.backends), specs
     )
+
+
+def _report_unordered(converter: _RegistryConverter) -> None:
+    """A warning for each op whose backends can run on one platform and that no order ranks: declaration order
+    decides, which the registry may not have meant (SGLang's selector refuses to choose among several)."""
+    manual = converter.manual_backends()
+    for op_id, op in converter.ops.items():
+        if op.priority is not None or op.platform_priority:
+            continue
+        automatic = {
+            name: tuple(_capability(cap) for cap in entry["capabilities"])
+            for name, entry in op.backends.items()
+            if entry["auto"] is not False and name not in manual
+        }
+        rivals = contending(automatic)
+        if rivals:
+            converter.report(
+                codes.REGISTRY_ORDER_MISSING,
+                f"op '{op_id}' has backends {', '.join(rivals)} that can run on one platform and the registry gives "
+                "no order for them: the first declared that can run is chosen; give --priority A,B,... for a "
+                "default order",
+                Severity.WARNING,
+            )
+
+
+def _capability(cap: Mapping[str, Any]) -> Capability:
+    archs = cap.get("archs")
+    return Capability(cap["device"], cap.get("min_arch"), cap.get("max_arch"), None if archs is None else tuple(archs))
 
 
 def _registry_priority(converter: _RegistryConverter, value: Any) -> tuple[str, ...] | None:
@@ -305,70 +360,46 @@ def _named_orders(converter: _RegistryConverter) -> dict[tuple[str, ...], str]:
 
 def _settings_text(converter: _RegistryConverter, order: tuple[str, ...], named: dict[tuple[str, ...], str]) -> str:
     backends = dict.fromkeys([*converter.backends, *order, *(n for o in named for n in o), *converter.manual])
-    lines = [
-        f"{HEADER} from {converter.dump.source}.",
-        "kcatalog: 1",
-        "backends:",
-    ]
     manual = converter.manual_backends()
-    for name in backends:
-        lines.append(f"  {_key(name)}: {{auto: false}}" if name in manual else f"  {_key(name)}: {{}}")
-    if not order:
-        lines.append("# No default order: each op's backends rank in the order the registry declared them.")
-    lines.append(f"priority: {_flow(order)}")
+    data: dict[str, Any] = {
+        "kcatalog": 1,
+        "backends": {name: Flow({"auto": False}) if name in manual else {} for name in backends},
+        "priority": list(order),
+    }
     if named:
-        lines.append("priorities:")
-        lines += [f"  {name}: {_flow(names)}" for names, name in named.items()]
+        data["priorities"] = {name: list(names) for names, name in named.items()}
     if converter.devices:
-        lines.append(f"devices: {_flow(tuple(converter.devices))}")
-    return "\n".join(lines) + "\n"
+        data["devices"] = list(converter.devices)
+    comments = [f"{HEADER.removeprefix('# ')} from {converter.dump.source}."]
+    if not order:
+        comments.append("No default order: each op's backends rank in the order the registry declared them.")
+    return document(data, comments=comments)
 
 
 def _manifest_text(source: str, group: str, ops: list[_Op], named: dict[tuple[str, ...], str], manual: set[str]) -> str:
-    lines = [
-        f"{HEADER} from {source}.",
-        "# The registry declares no signature, dtypes, description or reference, so none is written: an op",
-        "# without a signature takes any arguments, and its handle dispatches on the first one.",
-        "kcatalog: 1",
-        f"group: {_key(group)}",
-        "ops:",
-    ]
+    written: dict[str, Any] = {}
     for op in ops:
-        lines.append(f"  {_key(op.name)}:")
+        entry: dict[str, Any] = {}
         if op.priority is not None:
-            lines.append(f"    priority: {named[op.priority]}")
+            entry["priority"] = named[op.priority]
         if op.platform_priority:
-            lines.append("    platform_priority:")
-            lines += [f"      {_key(device)}: {named[order]}" for device, order in op.platform_priority.items()]
-        lines.append("    backends:")
-        for backend, entry in op.backends.items():
-            lines.append(f"      {_key(backend)}:")
-            lines.append(f"        target: {json.dumps(entry['target'])}")
-            if entry["capabilities"]:
-                caps = ", ".join(_capability_text(cap) for cap in entry["capabilities"])
-                lines.append(f"        capabilities: [{caps}]")
-            if entry["auto"] is False and backend not in manual:  # else the settings say it for the backend
-                lines.append("        auto: false")
-    return "\n".join(lines) + "\n"
-
-
-def _capability_text(cap: Mapping[str, Any]) -> str:
-    parts = []
-    for key, value in cap.items():
-        if isinstance(value, list):
-            parts.append(f"{key}: [{', '.join(json.dumps(v) for v in value)}]")
-        else:
-            parts.append(f"{key}: {json.dumps(value) if key != 'device' else _key(value)}")
-    return "{" + ", ".join(parts) + "}"
-
-
-def _key(name: str) -> str:
-    """A name as a YAML scalar: plain unless YAML 1.1 would read it as a boolean or null."""
-    return json.dumps(name) if name.lower() in _YAML_WORDS else name
-
-
-def _flow(names: tuple[str, ...]) -> str:
-    return "[" + ", ".join(_key(name) for name in names) + "]"
+            entry["platform_priority"] = {device: named[order] for device, order in op.platform_priority.items()}
+        backends: dict[str, Any] = {}
+        for backend, spec in op.backends.items():
+            fields: dict[str, Any] = {"target": spec["target"]}
+            if spec["capabilities"]:
+                fields["capabilities"] = [Flow(cap) for cap in spec["capabilities"]]
+            if spec["auto"] is False and backend not in manual:  # else the settings say it for the backend
+                fields["auto"] = False
+            backends[backend] = fields
+        entry["backends"] = backends
+        written[op.name] = entry
+    comments = [
+        f"{HEADER.removeprefix('# ')} from {source}.",
+        "The registry declares no signature, dtypes, description or reference, so none is written: an op",
+        "without a signature takes any arguments, and its handle dispatches on the first one.",
+    ]
+    return document({"kcatalog": 1, "group": group, "ops": written}, comments=comments)
 
 
 def _arch_text(value: Any) -> str | None:

@@ -2,7 +2,8 @@
 
 The data stays as the registry has it (enums as their values, tuples as lists, unknown attributes kept), so
 that a registry whose import needs a GPU machine can be dumped there and converted anywhere, and everything
-the conversion cannot express is still there to be reported.
+the conversion cannot express is still there to be reported. Read with it, at the registry's own import: every
+name its backend enum declares, and the orders its specs' classes rank their backends by (class_priority.py).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import enum
 import importlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .class_priority import ClassOrder, class_orders, enum_members
 
 DUMP_FORMAT = 1  # the "kcatalog_registry_dump" version of the JSON below
 MAX_DEPTH = 64  # levels of arrays and objects a dump may nest, as catalog files may (a registry's specs nest ~4)
@@ -29,12 +32,16 @@ class RegistryError(ValueError):
 
 @dataclass(frozen=True)
 class RegistryDump:
-    """A registry as plain JSON values: its specs (each a mapping of the attributes found) and the registry's
-    own `priority` attribute (a default order, or op -> order, or op -> {device: order}), if it has one."""
+    """A registry as plain JSON values: its specs (each a mapping of the attributes found), the registry's
+    own `priority` attribute (a default order, or op -> order, or op -> {device: order}), if it has one, every
+    backend name its backend type declares (an enum's members, also those no spec uses), and the orders its
+    specs' classes rank their backends by (op -> ClassOrder; see class_priority.py)."""
 
     source: str
     specs: tuple[dict[str, Any], ...]
     priority: Any = None
+    backends: tuple[str, ...] = ()
+    class_priority: Mapping[str, ClassOrder] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """The dump as `kcatalog dump-registry` writes it and `import-registry --from-json` reads it."""
@@ -42,6 +49,10 @@ class RegistryDump:
             "kcatalog_registry_dump": DUMP_FORMAT,
             "source": self.source,
             "priority": self.priority,
+            "backends": list(self.backends),
+            "class_priority": {
+                op: {"order": list(order.order), "from": order.source} for op, order in self.class_priority.items()
+            },
             "specs": list(self.specs),
         }
         return json.dumps(document, indent=1) + "\n"
@@ -67,11 +78,21 @@ def dump_registry(registry: Any, source: str) -> RegistryDump:
     if not callable(all_specs):
         raise RegistryError(f"registry {source!r} ({type(registry).__name__}) has no all_specs() method")
     try:
-        specs = list(all_specs())
+        found = list(all_specs())
     except Exception as exc:
         raise RegistryError(f"{source}.all_specs() raised {type(exc).__name__}: {exc}") from exc
     try:
-        return RegistryDump(source, tuple(map(_spec, specs)), plain(getattr(registry, "priority", None)))
+        items = [_attributes(item) for item in found]
+        specs = tuple(map(_spec, items))
+        members = enum_members(item.get("backend") for item in items)
+        backends = tuple(
+            dict.fromkeys([*members.values(), *(s["backend"] for s in specs if isinstance(s.get("backend"), str))])
+        )
+        targets = [
+            (s["op"], s["target"]) for s in specs if isinstance(s.get("op"), str) and isinstance(s.get("target"), str)
+        ]
+        orders = class_orders(targets, members, backends)
+        return RegistryDump(source, specs, plain(getattr(registry, "priority", None)), backends, orders)
     except RegistryError as exc:
         raise RegistryError(f"registry {source!r}: {exc}") from None
     except Exception as exc:  # the registry's own objects: a property or __repr__ may raise anything
@@ -101,7 +122,19 @@ def read_json(path: Path) -> RegistryDump:
     specs = document.get("specs")
     if not isinstance(specs, list) or not all(isinstance(spec, dict) for spec in specs):
         raise RegistryError(f'{path}: "specs" should be a list of objects')
-    return RegistryDump(str(document.get("source") or path), tuple(specs), document.get("priority"))
+    backends = document.get("backends", [])
+    if not isinstance(backends, list) or not all(isinstance(name, str) for name in backends):
+        raise RegistryError(f'{path}: "backends" should be a list of backend names')
+    orders = document.get("class_priority", {})
+    if not isinstance(orders, dict) or not all(_is_class_order(entry) for entry in orders.values()):
+        raise RegistryError(
+            f'{path}: "class_priority" should map op ids to '
+            '{"order": [backend names], "from": "module:Class.priority"}'
+        )
+    class_priority = {str(op): ClassOrder(tuple(e["order"]), e["from"]) for op, e in orders.items()}
+    return RegistryDump(
+        str(document.get("source") or path), tuple(specs), document.get("priority"), tuple(backends), class_priority
+    )
 
 
 def _deeper_than(document: Any, limit: int) -> str | None:
@@ -124,8 +157,16 @@ def _deeper_than(document: Any, limit: int) -> str | None:
     return None
 
 
-def _spec(item: Any) -> dict[str, Any]:
-    fields = _attributes(item)
+def _is_class_order(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("from"), str)
+        and isinstance(entry.get("order"), list)
+        and all(isinstance(name, str) for name in entry["order"])
+    )
+
+
+def _spec(fields: Mapping[str, Any]) -> dict[str, Any]:
     spec = {name: plain(fields[name]) for name in SPEC_FIELDS if name in fields}
     if "capabilities" in spec:
         spec["capabilities"] = _capabilities(fields["capabilities"])

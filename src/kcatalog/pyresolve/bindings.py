@@ -11,6 +11,7 @@ CLASS = "class"
 VALUE = "value"
 MODULE = "module"  # `import m` / `import m as n`: the name is the module m
 FROM = "from"  # `from m import n`: whatever m's n is
+INSTANCE = "instance"  # `x = C(...)`: what calling the dotted name C returns (an instance, where C is a class)
 
 # A dotted name as written (('nn', 'Module') for nn.Module), or why an expression is not one.
 Expr = tuple[str, ...] | str
@@ -24,11 +25,12 @@ PLAIN_DECORATORS = frozenset({"dataclass", "final", "total_ordering", "runtime_c
 class Binding:
     """One way a name may be bound."""
 
-    kind: str  # DEF, CLASS, VALUE, MODULE or FROM
+    kind: str  # DEF, CLASS, VALUE, MODULE, FROM or INSTANCE
     line: int  # where the name is bound (0 for defs and values: not kept)
     module: str = ""  # MODULE: the module; FROM: the module imported from (absolute; '' if beyond the top)
     name: str = ""  # FROM: the name imported
     cls: ClassIndex | None = None  # CLASS
+    called: tuple[str, ...] = ()  # INSTANCE: the dotted name called, as written (('nn', 'Linear'))
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # compared by identity: one per class statement

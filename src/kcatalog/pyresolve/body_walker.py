@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .bindings import CLASS, DEF, FROM, MODULE, VALUE, Binding, ClassIndex, Expr, Star
+from .bindings import CLASS, DEF, FROM, INSTANCE, MODULE, VALUE, Binding, ClassIndex, Expr, Star
 from .branches import decide, why_dead
 
 State = dict[str, tuple[Binding, ...]]
@@ -187,7 +187,7 @@ class Walker:
         if isinstance(target, ast.Name):
             if target.id == "__all__" and self.top:
                 self.set_all(value)
-            return _bind(state, target.id, _A_VALUE)
+            return _bind(state, target.id, _called(value, line) or _A_VALUE)
         if isinstance(target, (ast.Tuple, ast.List)):
             for element in target.elts:
                 state = self.assign(element, state, line, None)
@@ -336,6 +336,14 @@ def _merge(first: State, second: State) -> State:
             bindings if known is None or known == bindings else (*known, *(b for b in bindings if b not in known))
         )
     return merged
+
+
+def _called(value: ast.expr | None, line: int) -> Binding | None:
+    """`C(...)` of a dotted name C: an INSTANCE binding (what C returns is followed where C is a class)."""
+    if not isinstance(value, ast.Call):
+        return None
+    called = dotted(value.func)
+    return Binding(INSTANCE, line, called=called) if isinstance(called, tuple) else None
 
 
 def _target_names(target: ast.expr) -> Iterable[str]:

@@ -20,15 +20,16 @@ def digest(data: bytes) -> str:
     return blake2b(data).hexdigest()
 
 
-def fingerprint(located: Located, source: bytes | OSError | None) -> Fingerprint:
+def fingerprint(located: Located, source: bytes | OSError | None, source_digest: str = "") -> Fingerprint:
     """What a check of the module depends on: where it was found (or where the search stopped and which
-    hooks might have provided it) and, for source, its exact bytes; for other files, their size and time."""
+    hooks might have provided it) and, for source, its exact bytes (`source_digest`: their digest, where the
+    caller has it already); for other files, their size and time."""
     location = located.location
     if location is None:
         return ("not found", located.failed_at, located.hooks)
     where = (location.kind, location.origin, location.search, location.via)
     if isinstance(source, bytes):
-        return (*where, digest(source))
+        return (*where, source_digest or digest(source))
     if isinstance(source, OSError):
         return (*where, f"unreadable: {source}")
     try:

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import codes
 from ..errors import did_you_mean, listing
-from .index import CLASS, DEF, MODULE, VALUE, Binding, ClassIndex
+from .index import CLASS, DEF, INSTANCE, MODULE, VALUE, Binding, ClassIndex
 from .target_modules import ModuleReader
 from .target_problems import UNVERIFIABLE, Problem, pick, quote, reason
 
@@ -21,12 +21,12 @@ MAX_HOPS = 64  # re-exports, star imports and bases followed for one name before
 class Obj:
     """What a name statically is."""
 
-    kind: str  # "module", DEF, CLASS, VALUE or "builtin"
+    kind: str  # "module", DEF, CLASS, VALUE, INSTANCE or "builtin"
     module: str | None  # the module defining it (the module itself, for modules); None where unknown
     qualname: str = ""
     cls: ClassIndex | None = None
     scope: tuple[ClassIndex, ...] = ()  # the classes a nested class is defined in, innermost last
-    value: Any = None  # "builtin": the real builtin object (only reached from base classes)
+    value: Any = None  # "builtin": the real builtin object (only reached from base classes); INSTANCE: its Binding
 
 
 Result = list[Obj] | Problem
@@ -187,6 +187,8 @@ class ModuleNames:
             return [Obj(kind, module, qualname)]
         if kind == CLASS:
             return [Obj(CLASS, module, qualname, binding.cls, scope)]
+        if kind == INSTANCE:  # what the call returns is followed only for an attribute of it (target_classes)
+            return [Obj(INSTANCE, module, qualname, scope=scope, value=binding)]
         if kind == MODULE:
             return [Obj("module", binding.module)]
         # FROM: whatever the other module's name is; `from m import n` also imports a submodule m.n.

@@ -1,6 +1,11 @@
 """What an attribute of a resolved name is, above all a class member (`Class.method` targets): the class body,
 then its bases in C3 order, across modules (inherited methods, builtin bases). A base that is a call, or a
-metaclass or decorator that may add attributes, makes a missing member "not verifiable statically"."""
+metaclass or decorator that may add attributes, makes a missing member "not verifiable statically".
+
+An instance made where its name is bound (`op = Op()` at the top of a module, or in a class body) has the
+members of the class called; where the call may return something else (a function's result, a class whose
+`__new__` or metaclass decides, a base that cannot be read), or the member is not in the class (an instance may
+get it in `__init__`), the target is not verifiable statically, and the message says which."""
 
 from __future__ import annotations
 
@@ -8,9 +13,9 @@ import builtins
 
 from .. import codes
 from ..errors import did_you_mean
-from .index import CLASS, DEF, PLAIN_DECORATORS, PLAIN_METACLASSES, VALUE, ClassIndex, Expr
-from .target_bindings import MAX_HOPS, ModuleNames, Obj, Result
-from .target_problems import UNVERIFIABLE, Problem, quote, reason
+from .index import CLASS, DEF, INSTANCE, PLAIN_DECORATORS, PLAIN_METACLASSES, VALUE, Binding, ClassIndex, Expr
+from .target_bindings import MAX_HOPS, ModuleNames, Obj, Result, unique
+from .target_problems import UNVERIFIABLE, Problem, pick, quote, reason
 
 
 class Members:
@@ -30,6 +35,8 @@ class Members:
             return self._names.module_attribute(obj.module, attr, hops, frozenset())
         if obj.kind == CLASS:
             return self._class_attribute(obj, attr, owner, hops)
+        if obj.kind == INSTANCE:
+            return self._instance_attribute(obj, attr, owner, hops)
         if obj.kind == "builtin":
             if hasattr(obj.value, attr):
                 return [Obj("builtin", "builtins", attr)]
@@ -87,6 +94,81 @@ class Members:
             f"class {quote(owner)} defines no {quote(attr)}{nor}{note}{did_you_mean(attr, members) if not why else ''}",
         )
 
+    def _instance_attribute(self, obj: Obj, attr: str, owner: str, hops: int) -> Result:
+        """A member of the class called to make the instance (through its bases), where the call surely
+        returns an instance of it."""
+        if attr in self._names.assigned_attributes(obj):  # `op.cuda = impl` at the top level of its module
+            return [Obj(VALUE, obj.module, f"{obj.qualname}.{attr}")]
+        binding: Binding = obj.value
+        assert obj.module is not None  # an instance is bound in a module's source
+        spelled = ".".join(binding.called)
+        made = (
+            f"{quote(owner)} is the result of a call to {quote(spelled)} (line {binding.line} of {quote(obj.module)})"
+        )
+        called = self._dotted(obj.module, binding.called, obj.scope, hops + 1)
+        if called is None:
+            return Problem(
+                codes.TARGET_UNVERIFIABLE, f"{made}, and {quote(binding.called[0])} is not bound there; {UNVERIFIABLE}"
+            )
+        if isinstance(called, Problem):
+            return Problem(
+                codes.TARGET_UNVERIFIABLE,
+                f"{made}, which cannot be read: {reason(called.text)}; {UNVERIFIABLE}",
+                through=called.through,
+            )
+        found: list[Obj] = []
+        problems: list[Problem] = []
+        for cls in called:
+            if cls.kind != CLASS:
+                what = {DEF: "a function", VALUE: "a value", INSTANCE: "an instance", "module": "a module"}
+                problems.append(
+                    Problem(
+                        codes.TARGET_UNVERIFIABLE,
+                        f"{made}; {quote(spelled)} is {what.get(cls.kind, 'not a class in the source')}, whose "
+                        f"result only running it shows; {quote(attr)} on it is {UNVERIFIABLE}",
+                    )
+                )
+                continue
+            instead = self._call_may_return_another(cls, hops + 1)
+            if instead is not None:
+                problems.append(
+                    Problem(
+                        codes.TARGET_UNVERIFIABLE,
+                        f"{made}; class {quote(spelled)} {instead}; {quote(attr)} on it is {UNVERIFIABLE}",
+                    )
+                )
+                continue
+            member = self._class_attribute(cls, attr, spelled, hops + 1)
+            if isinstance(member, list):
+                found.extend(member)
+            elif member.code == codes.TARGET_ATTRIBUTE_MISSING:  # an instance may be given it in __init__
+                problems.append(
+                    Problem(
+                        codes.TARGET_UNVERIFIABLE,
+                        f"{made}: {member.text}, and an instance may be given attributes when it runs "
+                        f"(in __init__, say); {UNVERIFIABLE}",
+                    )
+                )
+            else:
+                problems.append(Problem(member.code, f"{made}: {member.text}", through=member.through))
+        return unique(found) if found else pick(problems)
+
+    def _call_may_return_another(self, cls: Obj, hops: int) -> str | None:
+        """Why calling the class may return something that is not an instance of it, or None: a `__new__` or a
+        metaclass of its own or of a base (one that cannot be read may have either)."""
+        for entry in self._mro(cls, hops):
+            if isinstance(entry, Problem):
+                return f"has a base that cannot be read, which may define __new__ ({reason(entry.text)})"
+            if entry.cls is None:  # a builtin type: its __new__ makes an instance of the class
+                continue
+            if "__new__" in entry.cls.members:
+                where = "" if entry is cls else f" (in its base {quote(entry.qualname)})"
+                return f"defines __new__{where}, which may return another object"
+            meta = entry.cls.metaclass
+            if meta is not None and (meta[-1] if isinstance(meta, tuple) else meta) not in PLAIN_METACLASSES:
+                return f"has the metaclass {quote(_spell(meta))}, whose __call__ may return another object"
+        return None
+
     def _member(self, obj: Obj, attr: str, hops: int) -> Result | None:
         """A member the class body itself binds (or that its module sets on it), or None."""
         assert obj.cls is not None
@@ -135,28 +217,12 @@ class Members:
             return Problem(
                 codes.TARGET_UNVERIFIABLE, f"base {quote(spelled)} of {name} is out of reach; {UNVERIFIABLE}"
             )
-        first = self._name_in_scope(obj.module, base[0], obj.scope, hops)
-        if first is None:
-            value = builtins.__dict__.get(base[0])
-            if isinstance(value, type) and len(base) == 1:
-                return Obj("builtin", "builtins", base[0], value=value)
+        current = self._dotted(obj.module, base, obj.scope, hops)
+        if current is None:
             return Problem(
                 codes.TARGET_UNVERIFIABLE,
                 f"base {quote(spelled)} of {name} is not bound in {quote(obj.module)}; {UNVERIFIABLE}",
             )
-        current: Result = first
-        for depth, attr in enumerate(base[1:], start=1):
-            if isinstance(current, Problem):
-                break
-            step: list[Obj] = []
-            problem: Problem | None = None
-            for item in current:
-                result = self.attribute(item, attr, ".".join(base[:depth]), hops + 1)
-                if isinstance(result, Problem):
-                    problem = problem or result
-                else:
-                    step.extend(result)
-            current = step if step else (problem or Problem(codes.TARGET_UNVERIFIABLE, UNVERIFIABLE))
         if isinstance(current, Problem):
             return Problem(
                 codes.TARGET_UNVERIFIABLE,
@@ -166,12 +232,38 @@ class Members:
             item for item in current if item.kind == CLASS or (item.kind == "builtin" and isinstance(item.value, type))
         ]
         if not classes:
-            what = {DEF: "a function", VALUE: "a value", "module": "a module"}.get(current[0].kind, "not a class")
+            what = {DEF: "a function", VALUE: "a value", INSTANCE: "an instance", "module": "a module"}.get(
+                current[0].kind, "not a class"
+            )
             return Problem(
                 codes.TARGET_UNVERIFIABLE,
                 f"base {quote(spelled)} of {name} is {what} in the source, not a class; {UNVERIFIABLE}",
             )
         return classes[0]
+
+    def _dotted(self, module: str, expr: tuple[str, ...], scope: tuple[ClassIndex, ...], hops: int) -> Result | None:
+        """What a dotted name (`nn.Module`) is where code in `module` (in the class bodies `scope`) evaluates it;
+        None where its first name is bound neither there nor as a builtin class."""
+        first = self._name_in_scope(module, expr[0], scope, hops)
+        if first is None:
+            value = builtins.__dict__.get(expr[0])
+            if isinstance(value, type) and len(expr) == 1:
+                return [Obj("builtin", "builtins", expr[0], value=value)]
+            return None
+        current: Result = first
+        for depth, attr in enumerate(expr[1:], start=1):
+            if isinstance(current, Problem):
+                break
+            step: list[Obj] = []
+            problem: Problem | None = None
+            for item in current:
+                result = self.attribute(item, attr, ".".join(expr[:depth]), hops + 1)
+                if isinstance(result, Problem):
+                    problem = problem or result
+                else:
+                    step.extend(result)
+            current = step if step else (problem or Problem(codes.TARGET_UNVERIFIABLE, UNVERIFIABLE))
+        return current
 
     def _name_in_scope(self, module: str, name: str, scope: tuple[ClassIndex, ...], hops: int) -> Result | None:
         """A name as code in a class body (nested in `scope`) sees it: the enclosing class, then the module."""

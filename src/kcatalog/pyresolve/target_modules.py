@@ -15,8 +15,9 @@ from ..errors import did_you_mean, listing
 from ..model import ModuleFingerprint
 from . import kinds
 from .finder import Finder, search_path
-from .fingerprints import Fingerprint, fingerprint
+from .fingerprints import Fingerprint, digest, fingerprint
 from .index import ModuleIndex, index_module
+from .index_record import IndexStore, decode, encode, index_key
 from .locations import Located
 from .skeleton import syntax_tree
 from .target_problems import UNVERIFIABLE, Problem, one_line, quote
@@ -34,11 +35,15 @@ class IndexedModule:
 
 
 class ModuleReader:
-    """Locates and indexes each module once, by name (also a name looked for and not found)."""
+    """Locates and indexes each module once, by name (also a name looked for and not found).
 
-    def __init__(self) -> None:
+    `indexes`: where the caller keeps indexes between checks (index_record.py): a source indexed before, byte for
+    byte, is neither parsed nor syntax-checked again; those indexed here are put there."""
+
+    def __init__(self, indexes: IndexStore | None = None) -> None:
         self._finder = Finder()
         self._modules: dict[str, IndexedModule] = {}
+        self._indexes = indexes
 
     def fingerprints(self) -> tuple[ModuleFingerprint, ...]:
         """Every module looked at so far (also looked for and not found) and what its checks depended on."""
@@ -70,7 +75,8 @@ class ModuleReader:
     def _read(self, name: str, located: Located) -> IndexedModule:
         location = located.location
         source = self._finder.read_source(location) if location is not None else None
-        found = fingerprint(located, source)
+        source_digest = digest(source) if isinstance(source, bytes) else ""
+        found = fingerprint(located, source, source_digest)
         if location is None:
             return IndexedModule(name, located, found, None, self._missing(name, located))
         kind = location.kind
@@ -94,6 +100,14 @@ class ModuleReader:
             text = f"module {quote(name)} cannot be read ({source.strerror or source}); {UNVERIFIABLE}"
             return IndexedModule(name, located, found, None, Problem(codes.TARGET_UNVERIFIABLE, text))
         origin = location.origin or name
+        is_package = location.search is not None
+        key = index_key(name, is_package, source_digest) if self._indexes is not None else ""
+        if key:
+            assert self._indexes is not None
+            recorded = self._indexes.get(key)
+            index = decode(recorded) if recorded is not None else None
+            if index is not None:  # indexed before: its syntax was checked then
+                return IndexedModule(name, located, found, index, None)
         try:
             tree = syntax_tree(source, origin)  # function bodies left out
         except (SyntaxError, ValueError) as exc:  # importing it would certainly fail
@@ -107,11 +121,14 @@ class ModuleReader:
             text = f"module {quote(name)} cannot be imported: {os.path.basename(origin)} is too deeply nested to parse"
             return IndexedModule(name, located, found, None, Problem(codes.TARGET_SYNTAX_ERROR, text, True))
         try:
-            index = index_module(tree, name, location.search is not None, source)
+            index = index_module(tree, name, is_package, source)
         except RecursionError:  # conditions nested some hundred levels deep: parsed, but not followed here
             text = f"module {quote(name)} nests its code too deeply to be followed; {UNVERIFIABLE}"
             return IndexedModule(name, located, found, None, Problem(codes.TARGET_UNVERIFIABLE, text))
         del tree  # only the index is kept
+        if key:
+            assert self._indexes is not None
+            self._indexes.put(key, encode(index))
         return IndexedModule(name, located, found, index, None)
 
     def _missing(self, name: str, located: Located) -> Problem:

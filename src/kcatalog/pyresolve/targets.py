@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from .. import codes
 from ..errors import Diagnostic
 from ..model import ModuleFingerprint
+from .bindings import DEF
 from .finder import memo
+from .index_record import IndexStore
 from .target_bindings import ModuleNames, Obj, unique
 from .target_classes import Members
 from .target_modules import ModuleReader
@@ -32,21 +34,32 @@ from .target_problems import Problem, diagnostic, pick, quote
 
 @dataclass(frozen=True)
 class Resolution:
-    """What a target resolves to: its problem (None: it resolves) and the module that defines the object
-    it names, where the sources show it (None where they do not, or where several are possible); where its
-    resolution stopped short (a warning: not verifiable, unavailable), the modules the object was being followed
-    into (`from os import system` in the target's module: 'os'), where it must come from if it exists."""
+    """What a target resolves to: its problem (None: it resolves), the module that defines the object it names,
+    where the sources show it (None where they do not, or where several are possible), and that object's kind
+    (DEF, CLASS, VALUE, 'module'; None where it may be of several). Where its resolution stopped short (a warning:
+    not verifiable, unavailable), `imported_from` holds the modules the object was being followed into (`from os
+    import system` in the target's module: 'os'), where it must come from if it exists."""
 
     problem: Diagnostic | None
     defining_module: str | None
     imported_from: tuple[str, ...] = ()
+    kind: str | None = None
+
+    @property
+    def non_class(self) -> str | None:
+        """'a function' or 'a module' where the sources show that the target names one and no class, else None:
+        where a class is expected (a layer mapping's), what it names instead."""
+        return {DEF: "a function", "module": "a module"}.get(self.kind or "")
 
 
 class TargetChecker:
-    """Checks targets against module sources; each module is located and indexed once."""
+    """Checks targets against module sources; each module is located and indexed once.
 
-    def __init__(self) -> None:
-        self._reader = ModuleReader()
+    `indexes`: where the caller keeps module indexes between checks (index_record.py, content-addressed): a
+    source indexed before is neither parsed nor syntax-checked again."""
+
+    def __init__(self, indexes: IndexStore | None = None) -> None:
+        self._reader = ModuleReader(indexes)
         self._members = Members(ModuleNames(self._reader))
         self._resolved: dict[str, Resolution] = {}
 
@@ -95,7 +108,10 @@ class TargetChecker:
                 return Resolution(diagnostic(target, refused), None)
             current = unique(found)
         modules = {obj.module for obj in current}
-        return Resolution(None, modules.pop() if len(modules) == 1 else None)
+        kinds = {obj.kind for obj in current}
+        return Resolution(
+            None, modules.pop() if len(modules) == 1 else None, kind=kinds.pop() if len(kinds) == 1 else None
+        )
 
 
 def _through_import(found: list[Obj], owners: list[Obj], path: str, module: str, last: bool) -> Problem | None:

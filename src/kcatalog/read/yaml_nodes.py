@@ -80,15 +80,23 @@ class _PlainResolver(yaml.resolver.BaseResolver):
 
     def resolve(self, kind: type, value: str, implicit: tuple[bool, bool]) -> str:
         if kind is yaml.ScalarNode:
-            if implicit[0]:
-                tag = _RESOLVED.get(value)
-                if tag is None:
-                    tag = next((tag for tag, regexp in _IMPLICIT.get(value[:1], ()) if regexp.match(value)), _STR)
-                    if len(_RESOLVED) < 50_000:
-                        _RESOLVED[value] = tag
-                return tag
-            return _STR
+            return _plain_tag(value) if implicit[0] else _STR
         return _SEQ if kind is yaml.SequenceNode else _MAP
+
+
+def _plain_tag(value: str) -> str:
+    tag = _RESOLVED.get(value)
+    if tag is None:
+        tag = next((tag for tag, regexp in _IMPLICIT.get(value[:1], ()) if regexp.match(value)), _STR)
+        if len(_RESOLVED) < 50_000:
+            _RESOLVED[value] = tag
+    return tag
+
+
+def reads_as_text(plain: str) -> bool:
+    """Whether `plain`, written unquoted, reads back as that text (not as a number, boolean or null): what the
+    emitter (write/yaml_text.py) asks before writing a string without quotes."""
+    return _plain_tag(plain) == _STR
 
 
 class _Loader(_Parser, _PlainResolver):

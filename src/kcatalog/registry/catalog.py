@@ -141,7 +141,7 @@ class Catalog:
         from ..select.selection import select
 
         info = self.info(request.op)
-        picks = self.tuning.picks(request.op, request.platform, request.dtype, request.tokens)
+        picks = self.tuning.picks(request.op, request.platform, request.dtype, request.tokens, request.environment)
         return select(
             self.settings,
             info,

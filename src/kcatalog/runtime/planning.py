@@ -3,7 +3,6 @@ what this machine would choose (`kcatalog plan`, `kcatalog plan --check`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -11,6 +10,7 @@ from ..errors import CatalogError
 from ..model import LockedPlan, TunedBucket
 from ..platform import Platform
 from ..select.buckets import segments
+from ..write.yaml_text import Flow
 from .room import Runtime
 
 # One op and dtype: a backend for every call, or (low, high, backend) per bucket of token counts.
@@ -83,32 +83,27 @@ def _backend(runtime: Runtime, op: str, platform: Platform, dtype: str, tokens: 
         return None
 
 
-def plan_text(plan: ResolvedPlan, command: str) -> str:
-    """The plan as YAML, for load_catalog(plan=...) and `kcatalog plan --check`."""
+def plan_text(plan: ResolvedPlan, command: str, *, comments: Sequence[str] = ()) -> str:
+    """The plan as YAML, for load_catalog(plan=...) and `kcatalog plan --check`; `comments` go first (the line
+    naming its schema)."""
     from .._version import version
+    from ..write.yaml_text import document
 
-    lines = [
-        "# Written by `kcatalog plan`: load_catalog(plan=...) pins it; `kcatalog plan --check` compares it.",
-        "kcatalog: 1",
-        "plan:",
-        f"  platform: {json.dumps(plan.platform)}",
-        f"  digest: {json.dumps(plan.digest)}",
-        f"  kcatalog: {json.dumps(version())}",
-        f"  command: {json.dumps(command)}",
-        "  ops:",
-    ]
-    for op, by_dtype in plan.choices.items():
-        lines.append(f"    {op}:")
-        for dtype, choice in by_dtype.items():
-            lines.append(f"      {dtype}: {_choice_text(choice)}")
-    return "\n".join(lines) + "\n"
+    body = {
+        "platform": plan.platform,
+        "digest": plan.digest,
+        "kcatalog": version(),
+        "command": command,
+        "ops": {op: {dtype: _choice_data(choice) for dtype, choice in by.items()} for op, by in plan.choices.items()},
+    }
+    written = "Written by `kcatalog plan`: load_catalog(plan=...) pins it; `kcatalog plan --check` compares it."
+    return document({"kcatalog": 1, "plan": body}, comments=[*comments, written])
 
 
-def _choice_text(choice: Choice) -> str:
+def _choice_data(choice: Choice) -> object:
     if isinstance(choice, str):
         return choice
-    buckets = (f"{{tokens: [{low}, {'null' if high is None else high}], backend: {b}}}" for low, high, b in choice)
-    return f"[{', '.join(buckets)}]"
+    return [Flow({"tokens": [low, high], "backend": backend}) for low, high, backend in choice]
 
 
 def locked_choices(plan: LockedPlan) -> dict[str, dict[str, Choice]]:

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import CatalogError, KernelImportError, UnknownBackendError, printable
-from ..model import CatalogSettings, KernelSpec, OpInfo
+from ..model import CatalogSettings, Environment, KernelSpec, OpInfo
 from ..platform import Platform, PlatformLike
 from .scopes import OverrideScopes
 
@@ -60,6 +60,7 @@ class Runtime:
         self._noted: set[str] = set()
         self._torch_ops: TorchOps | None = None  # made with the first op handle or torch op registration
         self._when_compiling: Callable[[str], Any] | None = None  # set once torch ops are registered
+        self._environment: tuple[Environment | None] | None = None  # this machine's, for tuned entries (once)
 
     # -- where, and what runs there ---------------------------------------------------------------------
 
@@ -72,6 +73,17 @@ class Runtime:
         if device is None or device == here.device or (device == "cuda" and here.device == "hip"):
             return here
         return Platform(device)
+
+    def environment(self, platform: Platform) -> Environment | None:
+        """This machine's device and versions (detected once), where `platform` is this machine's as detected and a
+        tuned table for it records an environment to compare; else None. It detects nothing itself: a selection
+        for a platform named outside any call imports no torch."""
+        if self._platform is None or platform != self._platform:
+            return None
+        if self._environment is None:
+            packages = self.value.tuning.packages(platform)
+            self._environment = (None if packages is None else platform.environment(packages),)
+        return self._environment[0]
 
     def parse_platform(self, platform: Platform | str | None) -> Platform:
         """A platform given as text (with the catalog's device kinds), as a Platform, or this machine's."""
@@ -108,6 +120,7 @@ class Runtime:
             failed=MappingProxyType(dict(self._failed)) if self._failed else None,  # a snapshot: the request is a value
             gates=gates,
             packages_here=keywords.get("packages_here", True),
+            environment=self.environment(here) if keywords.get("packages_here", True) else None,
             required=self.scopes.required(),
         )
         selection = value.select(request)

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..model import LockedPlan, PlanEntry, TunedBucket, TunedOp
+from ..errors import CatalogError
+from ..model import Environment, LockedPlan, PlanEntry, StalePolicy, TunedBucket, TunedOp
 from ..platform import Platform
+from .staleness import environment_change
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,8 @@ class Pick:
     why: str  # 'plan plan.yaml', 'tuned table for cuda:9.0 bfloat16 T∈[17, 64]: triton 2.1 µs vs ...'
     label: str  # what a ranked-below reason names: 'plan plan.yaml', 'tuned table for cuda:9.0 bfloat16 T∈[17, 64]'
     pinned: bool = False  # a plan's: when it cannot be honoured, strict raises
+    stale: str | None = None  # a stale tuned entry's: what changed since its table was measured
+    ignored: bool = False  # stale, and `tuned: {stale: ignore}`: priority decides, the pick names what it passed over
 
 
 def covering(buckets: Sequence[TunedBucket], tokens: int) -> TunedBucket | None:
@@ -43,19 +47,43 @@ class Tuning:
     tables: Mapping[tuple[str, str, str], TunedOp] = field(default_factory=lambda: MappingProxyType({}))
     plan: LockedPlan | None = None
     bucketed: frozenset[str] = frozenset()  # the ops a table or the plan chooses by token count somewhere
+    # The entries whose kernels' source changed since they were measured (the load's check): what changed.
+    stale: Mapping[tuple[str, str, str], str] = field(default_factory=lambda: MappingProxyType({}))
+    policy: StalePolicy = StalePolicy.IGNORE  # what a stale entry is: used, ignored, or an error
 
     @classmethod
-    def of(cls, tuned: Iterable[TunedOp], plan: LockedPlan | None) -> Tuning:
-        """The tables by (op, platform, dtype), with the plan."""
+    def of(
+        cls,
+        tuned: Iterable[TunedOp],
+        plan: LockedPlan | None,
+        stale: Mapping[tuple[str, str, str], str] | None = None,
+        policy: StalePolicy = StalePolicy.IGNORE,
+    ) -> Tuning:
+        """The tables by (op, platform, dtype), with the plan, the entries found stale at load and the policy."""
         tables = {(t.op, t.platform, t.dtype): t for t in tuned}
         bucketed = {t.op for t in tables.values()}
         if plan is not None:
             bucketed |= {e.op for e in plan.entries.values() if e.buckets}
-        return cls(MappingProxyType(tables), plan, frozenset(bucketed))
+        return cls(MappingProxyType(tables), plan, frozenset(bucketed), MappingProxyType(dict(stale or {})), policy)
 
     def table(self, op: str, platform: Platform | str, dtype: str | None) -> TunedOp | None:
         """The tuned table's buckets for the op on the platform and dtype, or None."""
         return self.tables.get((op, str(platform), dtype or ""))
+
+    def packages(self, platform: Platform) -> tuple[str, ...] | None:
+        """The distributions the tables for the platform depend on (torch, what their backends require), or None
+        when no table for it records an environment to compare: then nothing need be detected."""
+        here = str(platform)
+        measured = [t for t in self.tables.values() if t.platform == here and t.measured_on is not None]
+        return tuple(sorted({name for t in measured for name in t.packages})) if measured else None
+
+    def staleness(self, table: TunedOp, here: Environment | None) -> str | None:
+        """What changed since the entry was measured: its kernels' source (found at load), and with `here` (this
+        machine's environment, where the call runs on it) the device and versions; None when nothing did."""
+        reasons = [self.stale.get((table.op, table.platform, table.dtype))]
+        if here is not None:
+            reasons.append(environment_change(table, here))
+        return "; ".join(r for r in reasons if r) or None
 
     def plan_entry(self, op: str, platform: Platform, dtype: str) -> PlanEntry | None:
         """What the loaded plan pins for the op and dtype, where it is a plan for this platform."""
@@ -79,9 +107,12 @@ class Tuning:
         lists = [] if dtype is None else self.bucket_lists(op, platform, dtype)
         return segments(lists).probes if lists else (None,)
 
-    def picks(self, op: str, platform: Platform, dtype: str | None, tokens: int | None) -> list[Pick]:
+    def picks(
+        self, op: str, platform: Platform, dtype: str | None, tokens: int | None, here: Environment | None = None
+    ) -> list[Pick]:
         """The plan's pick, then the tuned table's, for one call (none without a dtype, or a token count where the
-        entry is per bucket)."""
+        entry is per bucket); `here`: this machine's environment, where the call runs on it. A stale entry's pick
+        says so, and is ignored or refused (CatalogError) as the policy says."""
         found: list[Pick] = []
         if dtype is None:
             return found
@@ -95,8 +126,19 @@ class Tuning:
         table = self.table(op, platform, dtype)
         if table is not None and tokens is not None and (bucket := covering(table.buckets, tokens)) is not None:
             label = f"tuned table for {table.platform} {table.dtype} {bucket.span}"
-            found.append(Pick(bucket.backend, label + _timing(bucket), label))
+            stale = self.staleness(table, here)
+            if stale is not None and self.policy is StalePolicy.ERROR:
+                refusal = "tuned: {stale: error} refuses it"
+                raise CatalogError(f"tuned entry {op} {dtype} on {table.platform} is stale: {stale}; {refusal}")
+            why = label + origin(table) + (f" (stale: {stale})" if stale else "") + _timing(bucket)
+            ignored = stale is not None and self.policy is StalePolicy.IGNORE
+            found.append(Pick(bucket.backend, why, label, stale=stale, ignored=ignored))
         return found
+
+
+def origin(table: TunedOp) -> str:
+    """' (from layer DIR's table, replacing layer shipped's)' for an entry that replaces an earlier layer's, else ''."""
+    return f" (from layer {table.layer}'s table, replacing layer {table.replaced}'s)" if table.replaced else ""
 
 
 def _timing(bucket: TunedBucket) -> str:

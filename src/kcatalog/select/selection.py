@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import NoEligibleBackendError, Rejected, RejectKind, UnknownBackendError
-from ..model import CatalogSettings, KernelSpec, OpInfo, Override, OverrideSet, Required
+from ..model import CatalogSettings, Environment, KernelSpec, OpInfo, Override, OverrideSet, Required
 from ..platform import Platform, is_installed
 from .buckets import Pick
 from .promises import strongest, unkept
@@ -54,6 +54,9 @@ class SelectRequest:
     failed: Mapping[tuple[str, str], str] | None = None  # (op, backend) -> why its import failed
     gates: Mapping[str, str] | None = None  # backend -> why its gate refuses this call
     packages_here: bool = True
+    # This machine's device and versions, where the call runs on it: what tuned entries are compared with (None:
+    # choosing for another machine, or no table records an environment).
+    environment: Environment | None = None
     required: tuple[Required, ...] = ()  # `use(deterministic=True)` blocks open in this context, innermost first
 
 
@@ -146,6 +149,7 @@ def select(
         return NoEligibleBackendError(info.id, str(platform), [why])
 
     notes: list[str] = []
+    passed_over: Pick | None = None  # a stale tuned entry's pick, ignored: its backend is told why it did not run
     # The backend named by an override (or, for tuned tables and plans, by them): the one `auto: false` does not
     # keep out, since only priority-based choice skips such backends.
     named: str | None = None
@@ -181,6 +185,12 @@ def select(
         break
     else:
         for pick in picks:
+            if pick.stale is not None:
+                outcome = "ignored: priority decides" if pick.ignored else "used all the same (tuned: {stale: use})"
+                notes.append(f"tuned entry {info.id} {dtype} on {platform} is stale: {pick.stale}; {outcome}")
+            if pick.ignored:
+                passed_over = pick
+                continue
             if pick.backend not in info.backends:  # linking checks plans and tables against the ops: a safeguard
                 if strict and pick.pinned:
                     raise UnknownBackendError(info.id, pick.backend, list(info.backends), info.location)
@@ -210,6 +220,11 @@ def select(
             rejected.append(Rejected(name, reason, RejectKind.AUTO_OFF))
         elif chosen is None:
             chosen = info.backends[name]
+        elif passed_over is not None and name == passed_over.backend:
+            reason = (
+                f"chosen by {passed_over.label}, which is stale and ignored; ranked below {chosen.backend} by {label}"
+            )
+            rejected.append(Rejected(name, reason, RejectKind.STALE_TABLE))
         else:
             rejected.append(Rejected(name, f"ranked below {chosen.backend} by {label}", RejectKind.RANKED_BELOW))
     return Selection(info.id, platform, chosen, decided_by, backends, tuple(rejected), tuple(notes))

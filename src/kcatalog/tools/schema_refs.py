@@ -24,6 +24,13 @@ def schema_reference(name: str, written_to: Path | None) -> str:
     return SCHEMA_BASE_URL + name
 
 
+def schema_comment(name: str, written_to: Path | None) -> str:
+    """The text of the yaml-language-server comment naming the schema: a written file's first comment."""
+    return f"yaml-language-server: $schema={schema_reference(name, written_to)}"
+
+
 def modeline(name: str, written_to: Path | None) -> str:
     """The first line of a written file: the yaml-language-server comment naming its schema."""
-    return f"# yaml-language-server: $schema={schema_reference(name, written_to)}"
+    from ..write.yaml_text import comment
+
+    return comment(schema_comment(name, written_to))

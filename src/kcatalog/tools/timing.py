@@ -124,18 +124,13 @@ def run(
 
 def time_job(job: Job, device: str, copy_gbps: float, seed: int) -> BenchResult:
     """Time one job (CUDA-graph replays for decode shapes on cuda, CUDA events for the rest); errors recorded."""
-    samples = samples_of(job.info)
-    assert samples is not None  # plan() only makes jobs for ops with samples
-    graphed = device == "cuda" and job.shapes == "decode"
-    method = "cuda-graph" if graphed else "cuda-events" if device == "cuda" else "wall-clock"
-
     untimed = BenchResult(
         job.info.id,
         job.spec.backend,
         job.dtype,
         job.shapes,
         describe(job.sizes),
-        method,
+        method_of(job, device),
         time_us=None,
         bytes_moved=0,
         gbps=None,
@@ -143,24 +138,59 @@ def time_job(job: Job, device: str, copy_gbps: float, seed: int) -> BenchResult:
         speedup_vs_reference=None,
     )
     try:
-        calls = [
-            build_call(job.info, samples, job.sizes, job.dtype, device, seed + i)
-            for i in range(GRAPH_INPUT_SETS if graphed else 1)
-        ]
-        fn = job.spec.load()
-        result = calls[0].invoke(fn)  # warm-up: imports, JIT and torch.compile stay out of the timing
-        moved = bytes_moved(calls[0], result, job.info.mutates)
-        if graphed:
-            seconds = _time_graph(fn, calls)
-        elif device == "cuda":
-            seconds = _time_cuda(lambda: calls[0].invoke(fn))
-        else:
-            seconds = _time_cpu(lambda: calls[0].invoke(fn))
+        ready = prepare(job, device, seed)
+        moved = bytes_moved(ready.call, ready.result, job.info.mutates)
+        seconds = ready.seconds()
     except Exception as exc:  # one broken backend must not end a run that takes minutes
         return dataclasses.replace(untimed, error=f"{type(exc).__name__}: {exc}")
     gbps = moved / seconds / 1e9
     fraction = gbps / copy_gbps if copy_gbps else None
     return dataclasses.replace(untimed, time_us=seconds * 1e6, bytes_moved=moved, gbps=gbps, fraction_of_copy=fraction)
+
+
+def method_of(job: Job, device: str) -> str:
+    """How the job is timed: 'cuda-graph' (decode shapes on cuda), 'cuda-events' (the rest on cuda), 'wall-clock'."""
+    if device != "cuda":
+        return "wall-clock"
+    return "cuda-graph" if job.shapes == "decode" else "cuda-events"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A job ready to be timed, again and again: its inputs made, its kernel imported and run once (imports, JIT
+    and torch.compile stay out of the timing); `seconds()` times it once more, in seconds per call."""
+
+    call: Call
+    result: Any
+    seconds: Callable[[], float]
+
+
+def prepare(job: Job, device: str, seed: int = 0) -> Prepared:
+    """The job's inputs and kernel, warmed up; raises what building the inputs, importing or the first call raise."""
+    samples = samples_of(job.info)
+    assert samples is not None  # plan() only makes jobs for ops with samples
+    graphed = method_of(job, device) == "cuda-graph"
+    calls = [
+        build_call(job.info, samples, job.sizes, job.dtype, device, seed + i)
+        for i in range(GRAPH_INPUT_SETS if graphed else 1)
+    ]
+    fn = job.spec.load()
+    result = calls[0].invoke(fn)  # warm-up: imports, JIT and torch.compile stay out of the timing
+    if graphed:
+        return Prepared(calls[0], result, lambda: _time_graph(fn, calls))
+    timer = _time_cuda if device == "cuda" else _time_cpu
+    return Prepared(calls[0], result, lambda: timer(lambda: calls[0].invoke(fn)))
+
+
+def interleaved(timers: Sequence[Callable[[], float]], rounds: int) -> list[list[float]]:
+    """`rounds` timings of each timer, taken in interleaved rounds whose order alternates (A B, B A, A B, ...): a
+    drift of clocks or temperature falls on every timer alike. `result[i][r]` is timer i's in round r."""
+    times: list[list[float]] = [[] for _ in timers]
+    for round_ in range(rounds):
+        order = range(len(timers)) if round_ % 2 == 0 else reversed(range(len(timers)))
+        for index in order:
+            times[index].append(timers[index]())
+    return times
 
 
 def bytes_moved(call: Call, result: Any, mutates: Sequence[str]) -> int:

@@ -7,7 +7,7 @@ import dataclasses
 import datetime
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,11 +35,17 @@ class Measured:
     shapes: tuple[str, ...]
     medians_us: dict[str, float]
     errors: dict[str, str]
+    chosen: str | None = None  # read back from a table: the backend it chose (by hand, it may not be the fastest)
 
     @property
     def best(self) -> str | None:
         """The fastest backend here, or None when none ran."""
         return min(self.medians_us, key=self.medians_us.__getitem__) if self.medians_us else None
+
+    @property
+    def choice(self) -> str | None:
+        """The backend the bucket chooses: the one its table chose, else the fastest."""
+        return self.chosen or self.best
 
 
 def leading_size(info: OpInfo) -> str | None:
@@ -178,46 +184,60 @@ class Provenance:
 
     device: str
     capability: str | None
+    sms: int | None  # the GPU's streaming multiprocessors (compute units on ROCm)
     driver: str | None
     torch: str | None
     triton: str | None
+    packages: dict[str, str]  # the versions of the other distributions the timed backends require
     kcatalog: str
     date: str
     command: str
 
 
-def provenance(device: str, command: str) -> Provenance:
-    """This machine's GPU, driver and library versions, now."""
-    import importlib.metadata
-
+def provenance(device: str, command: str, packages: Sequence[str] = ()) -> Provenance:
+    """This machine's GPU (name, architecture, multiprocessors), driver and library versions, now; `packages`: the
+    distributions the timed backends require (torch and triton are recorded anyway)."""
     import torch
 
     from .._version import version as kcatalog_version
+    from ..platform import Platform
 
-    name, capability, driver = "cpu", None, None
+    capability, driver = None, None
     if device == "cuda":
-        name = torch.cuda.get_device_name()
         major, minor = torch.cuda.get_device_capability()
         capability = f"{major}.{minor}"
         driver = _driver()
-
-    def version(distribution: str) -> str | None:
-        try:
-            return importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
+    # What a load compares a table with where it runs (select/staleness.py), detected the same way.
+    here = Platform("cuda" if device == "cuda" else "cpu").environment(["triton", *packages])
+    others = {name: version for name in sorted(set(packages) - {"torch", "triton"}) if (version := here.versions[name])}
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
     return Provenance(
-        name,
+        here.device,
         capability,
+        here.sms,
         driver,
         torch.__version__,
-        version("triton"),
+        here.versions["triton"],
+        others,
         kcatalog_version(),
         now,
         command,
     )
+
+
+def required(catalog: Catalog, ops: Sequence[str]) -> list[str]:
+    """Every distribution the backends of these ops require, sorted."""
+    return sorted({name for op in ops for spec in catalog.specs(op) for name in spec.requires})
+
+
+def kernel_digests(catalog: Catalog, ops: Sequence[str]) -> dict[tuple[str, str], str]:
+    """The kernel source digest of every backend of these ops, by (op, backend), where it has source here."""
+    from ..pyresolve import kernel_sources
+
+    specs = [spec for op in dict.fromkeys(ops) if op in catalog for spec in catalog.specs(op)]
+    found = kernel_sources(dict.fromkeys(str(spec.target) for spec in specs))
+    by_target = {source.target: source.digest for source in found}
+    return {(spec.op, spec.backend): d for spec in specs if (d := by_target[str(spec.target)]) is not None}
 
 
 def _driver() -> str | None:
@@ -236,39 +256,69 @@ def _driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
 
 
-def table_text(platform: str, prov: Provenance, measured: Sequence[Measured], *, written_to: Path | None = None) -> str:
+def table_text(
+    platform: str,
+    prov: Provenance,
+    measured: Sequence[Measured],
+    *,
+    written_to: Path | None = None,
+    kernels: Mapping[tuple[str, str], str] | None = None,
+) -> str:
     """The tuned table as YAML (a catalog file: tuned/*.yaml), one flow mapping per bucket, naming its schema as
-    seen from `written_to`; `measured` must hold a bucket where some backend ran (a table lists at least one op)."""
-    import json
+    seen from `written_to`; `measured` must hold a bucket where some backend ran (a table lists at least one op).
+    `kernels` (by op and backend) are the source digests recorded for each op's timed backends."""
+    from ..write.yaml_text import Flow, Rows, document
+    from .schema_refs import schema_comment
 
-    from .schema_refs import modeline
-
-    lines = [
-        modeline("tuned.v1.json", written_to),
-        "# Written by `kcatalog tune`: the fastest backend per token-count bucket, with every candidate's median.",
-        "kcatalog: 1",
-        "tuned:",
-        f"  platform: {json.dumps(platform)}",
-        "  provenance:",
-        *(f"    {key}: {json.dumps(value)}" for key, value in dataclasses.asdict(prov).items() if value is not None),
-        "  ops:",
-    ]
     by_op: dict[str, dict[str, list[Measured]]] = {}
     for m in measured:
-        if m.best is not None:
+        if m.choice is not None:
             by_op.setdefault(m.op, {}).setdefault(m.dtype, []).append(m)
+    recorded = {
+        op: Flow({b: kernels[(op, b)] for b in sorted(_timed(by_dtype.values())) if (op, b) in kernels})
+        for op, by_dtype in by_op.items()
+    } if kernels else {}  # fmt: skip
+    ops: dict[str, dict[str, Rows]] = {}
     for op, by_dtype in by_op.items():
-        lines.append(f"    {op}:")
         for dtype, rows in by_dtype.items():
-            lines.append(f"      {dtype}:")
-            for (low, high), m in zip(bucket_edges([r.tokens for r in rows]), sorted(rows, key=lambda r: r.tokens)):
-                medians = ", ".join(f"{b}: {t:.2f}" for b, t in sorted(m.medians_us.items(), key=lambda kv: kv[1]))
-                shapes = ", ".join(json.dumps(s) for s in m.shapes)
-                lines.append(
-                    f"        - {{tokens: [{low}, {'null' if high is None else high}], backend: {m.best}, "
-                    f"at: {m.tokens}, medians_us: {{{medians}}}, shapes: [{shapes}]}}"
-                )
-    return "\n".join(lines) + "\n"
+            ordered = sorted(rows, key=lambda r: r.tokens)
+            ops.setdefault(op, {})[dtype] = Rows(
+                [
+                    Flow(
+                        {
+                            "tokens": [low, high],
+                            "backend": m.choice,
+                            "at": m.tokens,
+                            # Two decimals, as timings are read; a median below 0.005 us kept whole (a table's are > 0).
+                            "medians_us": {
+                                b: float(f"{t:.2f}") or t for b, t in sorted(m.medians_us.items(), key=_time)
+                            },
+                            "shapes": list(m.shapes),
+                        }
+                    )
+                    for (low, high), m in zip(bucket_edges([r.tokens for r in ordered]), ordered)
+                ]
+            )
+    provenance = {key: value for key, value in dataclasses.asdict(prov).items() if value not in (None, {})}
+    comments = [
+        schema_comment("tuned.v1.json", written_to),
+        "Written by `kcatalog tune`: the fastest backend per token-count bucket, with every candidate's median;",
+        "kernels: each timed backend's kernel source digest, which a load compares with the source.",
+    ]
+    body: dict[str, Any] = {"platform": platform, "provenance": provenance}
+    if any(recorded.values()):
+        body["kernels"] = {op: digests for op, digests in recorded.items() if digests}
+    body["ops"] = ops
+    return document({"kcatalog": 1, "tuned": body}, comments=comments)
+
+
+def _time(item: tuple[str, float]) -> float:
+    return item[1]
+
+
+def _timed(groups: Iterable[Sequence[Measured]]) -> set[str]:
+    """Every backend chosen or timed in these buckets."""
+    return {name for rows in groups for m in rows for name in (*m.medians_us, *filter(None, [m.choice]))}
 
 
 @dataclass(frozen=True)
@@ -279,6 +329,7 @@ class KeptTable:
     platform: str
     device: str
     measured: tuple[Measured, ...]
+    kernels: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)  # as recorded, by op and backend
 
 
 def read_kept(path: Path, diagnostics: Diagnostics) -> KeptTable | None:
@@ -307,10 +358,12 @@ def read_kept(path: Path, diagnostics: Diagnostics) -> KeptTable | None:
                     message = "missing field 'at': the bucket records no token count (not written by `kcatalog tune`)"
                     diagnostics.error(codes.MISSING_FIELD, message, where)
                     continue
-                measured.append(Measured(op, dtype, bucket.at, bucket.shapes, dict(bucket.medians_us), {}))
+                medians = dict(bucket.medians_us)
+                measured.append(Measured(op, dtype, bucket.at, bucket.shapes, medians, {}, bucket.backend))
     if diagnostics.errors_since(start):
         return None
-    return KeptTable(table.tuned.platform, table.tuned.provenance.device, tuple(measured))
+    kernels = {(op, b): d for op, digests in table.tuned.kernels.items() for b, d in digests.items()}
+    return KeptTable(table.tuned.platform, table.tuned.provenance.device, tuple(measured), kernels)
 
 
 def format_table(measured: Sequence[Measured]) -> str:
@@ -321,5 +374,5 @@ def format_table(measured: Sequence[Measured]) -> str:
     for m in measured:
         medians = ", ".join(f"{b} {t:.1f}" for b, t in sorted(m.medians_us.items(), key=lambda kv: kv[1]))
         errors = "".join(f"; {b} failed: {e}" for b, e in m.errors.items())
-        rows.append([m.op, m.dtype, str(m.tokens), m.best or "-", medians + errors])
+        rows.append([m.op, m.dtype, str(m.tokens), m.choice or "-", medians + errors])
     return text_table(rows)

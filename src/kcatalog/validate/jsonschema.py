@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from ..write.atomic import write_file
 from .mappings_schema import LayersFile
 from .schema import Manifest, Settings
 from .tables import Plan, TunedTable
@@ -51,6 +52,6 @@ def write_schemas(directory: Path) -> list[Path]:
     written = []
     for name, text in render_schemas().items():
         path = directory / name
-        path.write_text(text, encoding="utf-8")
+        write_file(path, text)
         written.append(path)
     return written

@@ -45,7 +45,8 @@ NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 BACKEND_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 OP_ID_PATTERN = r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$"
 SIGNATURE_PATTERN = r"^\(.*\)( -> .+)?$"
-PLATFORM_PATTERN = r"^[a-z][a-z0-9_]*(:[A-Za-z0-9_.+-]+)?$"
+ARCH_PATTERN = r"^[A-Za-z0-9_.:+-]+$"  # an exact architecture: 'gfx942', '9.0'
+PLATFORM_PATTERN = r"^[a-z][a-z0-9_]*(:[A-Za-z0-9_.+-]+)?$"  # a device kind, and its arch: 'cuda:9.0', 'cpu'
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 # Whole-string matches (fullmatch): '$' would also match before a final newline, '\d' any Unicode digit.
 _TARGET = re.compile(rf"{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*")
@@ -127,7 +128,7 @@ class CapabilityDecl(_Strict):
     device: Device
     min_arch: CudaArch | None = Field(None, description="lowest CUDA compute capability, inclusive (cuda only)")
     max_arch: CudaArch | None = Field(None, description="highest CUDA compute capability, inclusive (cuda only)")
-    archs: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:+-]+$")], ...] | None = Field(
+    archs: tuple[Annotated[str, Field(pattern=ARCH_PATTERN)], ...] | None = Field(
         None, min_length=1, description="exact architectures, e.g. ROCm gfx names [gfx942, gfx950]"
     )
 
@@ -363,6 +364,17 @@ class KnownBackendDecl(_Strict):
     )
 
 
+class TunedSettingsDecl(_Strict):
+    """How the catalog treats its tuned tables."""
+
+    stale: Literal["use", "ignore", "error"] = Field(
+        "ignore",
+        description="an entry measured on other kernel source, another GPU or other torch, triton or backend package "
+        "versions than those here: 'use' it all the same (a warning says so), 'ignore' it (priority decides; the "
+        "default) or fail with an 'error'; the last layer that says decides for the catalog",
+    )
+
+
 class Settings(_Strict):
     """A layer's settings file, kcatalog.yaml: known backends, default priority, policies, and the modules the
     targets of that layer's files may name."""
@@ -396,6 +408,9 @@ class Settings(_Strict):
         default_factory=PolicyDecl,
         description="rules for every op the catalog loads, whichever layer declares it: what an application "
         "requires of all it runs (e.g. required_platforms: ['cuda:9.0'])",
+    )
+    tuned: TunedSettingsDecl = Field(
+        default_factory=TunedSettingsDecl, description="how stale tuned entries are treated ({stale: ignore})"
     )
     deterministic: StrictBool = Field(
         False,

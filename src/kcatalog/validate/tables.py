@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import Field, StrictInt, model_validator
+from pydantic import Discriminator, Field, StrictInt, Tag, model_validator
 
-from .schema import DType, Name, OpId, _Strict
+from .schema import PLATFORM_PATTERN, BackendName, DType, OpId, _Strict
 
-Platform = Annotated[str, Field(pattern=r"^[a-z]+(:[A-Za-z0-9_.+-]+)?$", description="'cuda:9.0', 'hip:gfx942', 'cpu'")]
-Tokens = Annotated[int, Field(ge=1)]
+# A device kind known to the catalog, checked when linking (it may declare more kinds than the built-in ones).
+Platform = Annotated[str, Field(pattern=PLATFORM_PATTERN, description="'cuda:9.0', 'hip:gfx942', 'cpu'")]
+Tokens = Annotated[int, Field(ge=1, strict=True)]  # strict: neither `true` nor "8" is a token count
+Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{16,64}$")]
+Distribution = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 
 
 class BucketDecl(_Strict):
@@ -19,9 +22,9 @@ class BucketDecl(_Strict):
     tokens: tuple[Tokens, Union[Tokens, None]] = Field(
         description="[low, high], inclusive; high null: no upper bound", examples=[[17, 64], [8193, None]]
     )
-    backend: Name
+    backend: BackendName
     at: StrictInt | None = Field(None, description="the token count measured for this bucket")
-    medians_us: dict[Name, Annotated[float, Field(gt=0)]] = Field(
+    medians_us: dict[BackendName, Annotated[float, Field(gt=0, strict=True)]] = Field(
         default_factory=dict, description="every candidate's median time in microseconds (geometric mean over shapes)"
     )
     shapes: tuple[str, ...] = Field((), description="the shapes measured, e.g. 'T=64 H=4096'")
@@ -37,11 +40,15 @@ class BucketDecl(_Strict):
 class ProvenanceDecl(_Strict):
     """Where and how a table was measured."""
 
-    device: str = Field(description="the GPU's name, e.g. 'NVIDIA H200'")
+    device: str = Field(description="the GPU's name, e.g. 'NVIDIA H200' ('cpu' on the CPU)")
     capability: str | None = Field(None, description="the device's architecture as measured, e.g. '9.0'")
+    sms: StrictInt | None = Field(None, ge=1, description="the GPU's streaming multiprocessors (compute units on ROCm)")
     driver: str | None = None
     torch: str | None = None
     triton: str | None = None
+    packages: dict[Distribution, str] = Field(
+        default_factory=dict, description="the versions of the other distributions the timed backends require"
+    )
     kcatalog: str | None = None
     date: str | None = None
     command: str | None = None
@@ -52,6 +59,12 @@ class TunedTableBodyDecl(_Strict):
 
     platform: Platform
     provenance: ProvenanceDecl
+    kernels: dict[OpId, dict[BackendName, Digest]] = Field(
+        default_factory=dict,
+        description="each timed backend's kernel source digest as measured (its target's module and the modules of "
+        "its package that it imports): an entry whose digest differs here is stale; a table without any is not "
+        "compared",
+    )
     ops: dict[OpId, dict[DType, tuple[BucketDecl, ...]]] = Field(min_length=1)
 
 
@@ -62,6 +75,18 @@ class TunedTable(_Strict):
     tuned: TunedTableBodyDecl
 
 
+def _entry_kind(value: object) -> str:
+    return "buckets" if isinstance(value, (list, tuple)) else "backend"
+
+
+# One op and dtype of a plan: a backend for every call, or buckets; told apart by shape, so that a mistake in a
+# bucket is reported as one, not also as "not a backend name".
+PlanEntry = Annotated[
+    Union[Annotated[BackendName, Tag("backend")], Annotated[tuple[BucketDecl, ...], Tag("buckets")]],
+    Discriminator(_entry_kind),
+]
+
+
 class PlanBodyDecl(_Strict):
     """The fully resolved selection of a catalog on one platform: op -> dtype -> one backend, or buckets."""
 
@@ -69,7 +94,7 @@ class PlanBodyDecl(_Strict):
     digest: str = Field(pattern=r"^[0-9a-f]{16,64}$", description="content digest of the catalog it was made from")
     kcatalog: str | None = Field(None, description="the kcatalog version that wrote it")
     command: str | None = None
-    ops: dict[OpId, dict[DType, Union[Name, tuple[BucketDecl, ...]]]] = Field(min_length=1)
+    ops: dict[OpId, dict[DType, PlanEntry]] = Field(min_length=1)
 
 
 class Plan(_Strict):

@@ -142,7 +142,7 @@ def validate(
     try:
         model = model_cls.model_validate(data)
     except pydantic.ValidationError as exc:
-        errors = exc.errors(include_url=False)
+        errors = [{**error, "loc": _in_data(data, error["loc"])} for error in exc.errors(include_url=False)]
         for error in errors:
             diagnostics.add(_schema_diagnostic(parsed, model_cls, error))
     else:
@@ -157,6 +157,24 @@ def validate(
     except pydantic.ValidationError:  # what is left fails too (a collection left empty, say): the file is lost
         return None
     return ValidatedFile(parsed, model, layer, salvaged.left_out)
+
+
+def _in_data(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An error's `loc` as a path in the file: less the labels pydantic gives a union's members, which it puts
+    where the data is a list or a scalar (where only an index, or nothing, could follow)."""
+    path = []
+    node = data
+    for part in loc:
+        if isinstance(part, str) and not isinstance(node, dict) and part != "[key]":
+            continue  # a label: no key of a list or a scalar
+        path.append(part)
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+    return tuple(path)
 
 
 # A manifest lost to a YAML error still names its group on a line of its own, almost always.

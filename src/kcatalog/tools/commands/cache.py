@@ -1,4 +1,5 @@
-"""`kcatalog cache`: where load_catalog() caches validated catalogs, how much, or `--clear` it."""
+"""`kcatalog cache`: where load_catalog() caches validated catalogs, how much, or `--clear` it (with the module
+indexes the target checks keep there)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = sub.add_parser(
         "cache", help="where load_catalog() caches validated catalogs, or --clear it"
     )
-    parser.add_argument("--clear", action="store_true", help="remove every entry")
+    parser.add_argument("--clear", action="store_true", help="remove every entry, and the module indexes")
     return parser
 
 
@@ -24,11 +25,15 @@ def run(options: argparse.Namespace) -> int:
         print(f"cache: off: {chosen.why_off}")
         return 0
     if options.clear:
+        from ...cache import module_indexes
+
         cleared = cache.clear(directory)
         if cleared.refused:
             print(f"error: not cleared: {cleared.refused}", file=sys.stderr)
             return 1
-        print(f"removed {_entries(cleared.removed)} from {directory}")
+        indexes = module_indexes.clear(directory)
+        also = f" and {indexes} module index{'es' if indexes != 1 else ''}" if indexes else ""
+        print(f"removed {_entries(cleared.removed)}{also} from {directory}")
         return 0
     found = cache.entries(directory)
     size = sum(path.stat().st_size for path in found)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import re
 import shlex
 import sys
@@ -16,7 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...platform import Platform
-from ...read.layer_sources import PLUGINS, SHIPPED
+from ...read.layer_sources import PLUGINS, SHIPPED, default_sources
 
 if TYPE_CHECKING:
     from ...registry.catalog import Catalog
@@ -81,6 +80,14 @@ def add_catalog_arguments(parser: argparse.ArgumentParser, *, positional: str | 
     parser.add_argument(
         "--catalog", action="append", default=[], metavar="PATH", help="a catalog layer (repeatable); as PATH"
     )
+    parser.add_argument(
+        "--tuned",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="tuned tables on top of the layers (default: the default ones), a layer each: their entries replace "
+        "those of earlier layers' tables (repeatable)",
+    )
 
 
 def is_catalog_path(item: str) -> bool:
@@ -104,8 +111,12 @@ def split_ops(items: Sequence[str]) -> OpsAndPaths:
 
 def catalog_paths(options: argparse.Namespace, positional: Sequence[str] = ()) -> list[str] | None:
     """The layers to load: positional paths (`positional`, or the `paths` argument) then --catalog ones, in the
-    order given; None when none is given (the default layers)."""
+    order given, then the --tuned ones (on top of the default layers where no other is given); None when none is
+    given (the default layers)."""
     given = [*(positional or getattr(options, "paths", None) or ()), *options.catalog]
+    tuned = getattr(options, "tuned", [])
+    if tuned:  # a directory of tables is a layer like any other, on top of what was asked
+        return [*(given or map(str, default_sources())), *tuned]
     return given or None
 
 
@@ -146,20 +157,17 @@ INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C (128 + S
 def write_output(path: str | Path, text: str) -> None:
     """Write a file the command was asked for (--html, --json, --out); a UsageError saying why it cannot be.
 
-    A regular file is written whole or not at all (a temporary beside it, then renamed over it), so that Ctrl-C or
-    a full disk never leaves half a file where a complete one was; anything else (/dev/stdout) is written to."""
+    A regular file is written whole or not at all (write/atomic.py: a temporary beside it, then renamed over it),
+    so that Ctrl-C or a full disk never leaves half a file where a complete one was, and a link planted beside it
+    is never followed; anything else (/dev/stdout) is written to."""
+    from ...write.atomic import write_file
+
     target = Path(path)
     try:
         if target.exists() and not target.is_file():
             target.write_text(text, encoding="utf-8")
             return
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            temporary.write_text(text, encoding="utf-8")
-            temporary.replace(target)
-        except BaseException:  # KeyboardInterrupt too: no temporary left behind
-            temporary.unlink(missing_ok=True)
-            raise
+        write_file(target, text)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
@@ -168,7 +176,17 @@ def command_line(options: argparse.Namespace, *, drop: Sequence[str] = (), add: 
     """The command as it was run (for a file's provenance, or to say how to run it again), less the arguments in
     `drop`, plus those of `add` it lacks."""
     argv = [arg for arg in options.argv if arg not in drop]
-    return shlex.join(["kcatalog", *argv, *(arg for arg in add if arg not in argv)])
+    command = shlex.join(["kcatalog", *argv, *(arg for arg in add if arg not in argv)])
+    return _LONE_SURROGATE.sub(_escaped_surrogate, command)
+
+
+# Bytes of an argument that are not UTF-8 come in as lone surrogates (U+DC80..U+DCFF), which no file can hold.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped_surrogate(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
 def platform_of_catalog(catalog: Catalog, text: str) -> Platform:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from ...errors import CatalogError, printable
+from ...select.buckets import origin
 from .common import (
     UsageError,
     add_catalog_arguments,
@@ -68,6 +70,8 @@ def run(options: argparse.Namespace) -> int:
     if catalog is None:
         return 1
     platform = platform_of_catalog(catalog, options.platform) if options.platform else None
+    if platform is not None and catalog.tuning.packages(platform) is not None:
+        catalog.platform()  # detected, so that a table for this machine is compared with its device and versions
     ops = catalog.ops() if options.all else given.ops
     with catalog.use(deterministic=options.deterministic, batch_invariant=options.batch_invariant):
         selections = [_selection(catalog, op, platform, options) for op in ops]
@@ -104,7 +108,14 @@ def run(options: argparse.Namespace) -> int:
             table = catalog.tuning.table(s.op, s.platform, options.dtype) if options.tokens is None else None
             if table is not None:
                 buckets = ", ".join(f"{b.span} {b.backend}" for b in table.buckets)
-                print(f"  tuned table for {table.platform} {table.dtype}: {buckets} (--tokens N picks one)")
+                stale = catalog.tuning.staleness(table, catalog.runtime.environment(s.platform))
+                when = f" (stale: {stale})" if stale else ""
+                print(
+                    printable(
+                        f"  tuned table for {table.platform} {table.dtype}{origin(table)}: {buckets}{when} "
+                        "(--tokens N picks one)"
+                    )
+                )
             for line in torch_ops[s.op].lines() if torch_ops else ():
                 print(printable(line))
     return 0 if all(s.chosen for s in selections) else 1
@@ -112,10 +123,28 @@ def run(options: argparse.Namespace) -> int:
 
 def _selection(catalog: Catalog, op: str, platform: Platform | None, options: argparse.Namespace) -> Selection:
     """What a call would select; with --import, after importing as its first call would (failures fall back)."""
+    dtype, note = _dtype(catalog, op, platform, options)
     if options.import_chosen:
         with contextlib.suppress(CatalogError):  # nothing importable: the selection below says why
-            catalog.resolve(op, platform, options.dtype, backend=options.backend, tokens=options.tokens)
-    return catalog.select(op, platform, options.dtype, backend=options.backend, tokens=options.tokens)
+            catalog.resolve(op, platform, dtype, backend=options.backend, tokens=options.tokens)
+    selection = catalog.select(op, platform, dtype, backend=options.backend, tokens=options.tokens)
+    return dataclasses.replace(selection, notes=(note, *selection.notes)) if note else selection
+
+
+def _dtype(
+    catalog: Catalog, op: str, platform: Platform | None, options: argparse.Namespace
+) -> tuple[str | None, str | None]:
+    """The call's dtype: --dtype; with --tokens alone, the one dtype the op's tuned tables for the platform cover
+    (a bucket is a dtype's), and a note saying so; a UsageError where they cover several."""
+    if options.dtype is not None or options.tokens is None:
+        return options.dtype, None
+    here = str(platform or catalog.platform())
+    dtypes = sorted(dtype for (name, where, dtype) in catalog.tuning.tables if (name, where) == (op, here))
+    if len(dtypes) > 1:
+        raise UsageError(f"--tokens picks a bucket of one dtype's table: give --dtype ({', '.join(dtypes)} on {here})")
+    if not dtypes:
+        return None, None
+    return dtypes[0], f"--dtype not given: {dtypes[0]}, the dtype of the op's tuned table for {here}"
 
 
 def _as_dict(catalog: Catalog, s: Selection) -> dict[str, Any]:

@@ -4,18 +4,21 @@ op group and a settings file (migrate/ converts; this writes)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...migrate.source import RegistryError, read_json
 from ...read.files import SETTINGS_FILE
+from ...write.atomic import replace_files
 from ..formats import plural
 from ..schema_refs import modeline
 from .common import UsageError
 from .dump_registry import read_live
 
 if TYPE_CHECKING:
+    from ...errors import Diagnostic
     from ...migrate.convert import ConvertedCatalog
 
 
@@ -45,7 +48,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(options: argparse.Namespace) -> int:
-    """Convert and write; exit 1 when something could not be expressed (and was left out), 2 on usage errors."""
+    """Convert, check what would be written and write it; exit 1 when something could not be expressed (and was
+    left out) or what would be written does not validate (then nothing is), 2 on usage errors."""
     if (options.registry is None) == (options.from_json is None):
         raise UsageError("give one registry: MODULE:OBJECT, or --from-json FILE")
     priority = None
@@ -58,8 +62,8 @@ def run(options: argparse.Namespace) -> int:
             dump = read_json(options.from_json)
         except RegistryError as exc:
             raise UsageError(str(exc)) from None
-    seen = {spec.get("backend") for spec in dump.specs}
-    unknown = [name for name in [*(priority or ()), *options.no_auto] if name not in seen]
+    known = {*dump.backends, *(spec.get("backend") for spec in dump.specs)}  # also enum members no spec uses
+    unknown = [name for name in [*(priority or ()), *options.no_auto] if name not in known]
     if unknown:
         raise UsageError(f"{', '.join(map(repr, unknown))}: not a backend of the registry")
     from ...migrate.convert import convert  # the schema's patterns: pydantic, only for this command
@@ -70,11 +74,21 @@ def run(options: argparse.Namespace) -> int:
             print(diagnostic)
         print(f"error: none of the {plural(len(dump.specs), 'registry spec')} could be written", file=sys.stderr)
         return 1
-    problem = write_catalog(options.out, converted, force=options.force)
-    if problem:
-        raise UsageError(problem)
+    stale = _replaced(options.out, converted, force=options.force)
+    texts = {name: f"{modeline(_schema(name), options.out / name)}\n{text}" for name, text in converted.files.items()}
     for diagnostic in converted.diagnostics:
         print(diagnostic)
+    refused = _refusals(options.out, texts)
+    if refused:
+        for diagnostic in refused:
+            print(diagnostic)
+        print(
+            f"error: the catalog would not validate ({plural(len(refused), 'error')} above); nothing written to "
+            f"{options.out}",
+            file=sys.stderr,
+        )
+        return 1
+    _write(options.out, texts, stale)
     left_out = sum(1 for d in converted.diagnostics if d.is_error)
     print(
         f"Wrote {plural(len(converted.files), 'file')} to {options.out}: {plural(converted.ops, 'op')}, "
@@ -85,29 +99,44 @@ def run(options: argparse.Namespace) -> int:
     return 1 if converted.failed else 0
 
 
-def write_catalog(directory: Path, converted: ConvertedCatalog, *, force: bool) -> str | None:
-    """Write the files into `directory`; the reason it refuses (files there that an import did not write, or an
-    earlier import's without --force), or None. An earlier import's files not rewritten now are removed."""
+def _schema(name: str) -> str:
+    return "settings.v1.json" if name == SETTINGS_FILE else "manifest.v1.json"
+
+
+def _replaced(directory: Path, converted: ConvertedCatalog, *, force: bool) -> list[str]:
+    """The files of an earlier import in `directory` that this one does not rewrite (removed with the write); a
+    UsageError when the directory holds files an import did not write, or an earlier import without --force."""
+    try:
+        present = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml")) if directory.is_dir() else []
+    except OSError as exc:
+        raise UsageError(f"cannot read {directory}: {exc.strerror or exc}") from None
+    foreign = [p.name for p in present if not _written_by_import(p)]
+    if foreign:
+        raise UsageError(f"{directory} holds catalog files that import-registry did not write ({', '.join(foreign)})")
+    if present and not force:
+        raise UsageError(f"{directory} holds an earlier import; give --force to replace it")
+    return [p.name for p in present if p.name not in converted.files]
+
+
+def _refusals(directory: Path, texts: dict[str, str]) -> list[Diagnostic]:
+    """The errors `kcatalog validate` would find in the files about to be written (checked in memory, the targets
+    left to that command: the registry's packages need not be installed here)."""
+    from ...load import check_texts
+
+    return [d for d in check_texts(directory, texts, check_targets=False).diagnostics if d.is_error]
+
+
+def _write(directory: Path, texts: dict[str, str], stale: list[str]) -> None:
+    """Every file, and the earlier import's files left over removed, all at once or not at all."""
+    created = not directory.exists()
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        present = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml"))
-        foreign = [p.name for p in present if not _written_by_import(p)]
-        if foreign:
-            return f"{directory} holds catalog files that import-registry did not write ({', '.join(foreign)})"
-        if present and not force:
-            return f"{directory} holds an earlier import; give --force to replace it"
-        for path in present:
-            if path.name not in converted.files:
-                path.unlink()
-        for name, text in converted.files.items():
-            path = directory / name
-            schema = "settings.v1.json" if name == SETTINGS_FILE else "manifest.v1.json"
-            temporary = directory / f".{name}.tmp"
-            temporary.write_text(f"{modeline(schema, path)}\n{text}", encoding="utf-8")
-            temporary.replace(path)
+        replace_files(directory, texts, remove=stale)
     except OSError as exc:
-        return f"cannot write {directory}: {exc}"
-    return None
+        if created:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise UsageError(f"cannot write {directory}: {exc.strerror or exc}; nothing written") from None
 
 
 def _written_by_import(path: Path) -> bool:

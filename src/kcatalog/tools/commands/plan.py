@@ -35,7 +35,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         default=[],
         help="only this dtype (repeatable); with --check: compare these (default: the dtypes the plan covers)",
     )
-    parser.add_argument("--tuned", action="append", default=[], metavar="DIR", help="tuned tables to add (repeatable)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="write the plan here (default: print it)")
     parser.add_argument(
         "--check",
@@ -48,27 +47,23 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(options: argparse.Namespace) -> int:
     """Write the plan, or compare one with this machine (exit 1 listing the ops that differ)."""
-    from ...read.layer_sources import default_sources
     from ...runtime.planning import plan_text, resolve_plan
-    from ..schema_refs import modeline
+    from ..schema_refs import schema_comment
 
-    paths = catalog_paths(options)
-    if options.tuned:  # tuned tables on top of the given layers (default: the default ones)
-        paths = [*(paths or default_sources()), *options.tuned]
-    catalog = load_or_report(paths)
+    catalog = load_or_report(catalog_paths(options))
     if catalog is None:
         return 1
     platform = platform_of_catalog(catalog, options.platform) if options.platform else catalog.platform()
     if options.check is not None:
         return _check(options, catalog, platform)
     resolved = resolve_plan(catalog.runtime, platform, options.dtype, here=_runs_here(platform, catalog.platform()))
-    text = plan_text(resolved, command_line(options))
+    text = plan_text(resolved, command_line(options), comments=[schema_comment("plan.v1.json", options.out)])
     for note in resolved.notes:
         print(f"note: {note}", file=sys.stderr)
     if options.out is None:
-        print(f"{modeline('plan.v1.json', None)}\n{text}", end="")
+        print(text, end="")
     else:
-        write_output(options.out, f"{modeline('plan.v1.json', options.out)}\n{text}")
+        write_output(options.out, text)
         print(f"wrote {options.out} ({len(resolved.choices)} ops on {resolved.platform}, digest {resolved.digest})")
     return 0
 
@@ -86,7 +81,12 @@ def _check(options: argparse.Namespace, catalog: Catalog, platform: Platform) ->
 
     found = Diagnostics()
     locked = read_plan(
-        options.check, {op: catalog.info(op) for op in catalog}, catalog.digest, strict=False, diagnostics=found
+        options.check,
+        {op: catalog.info(op) for op in catalog},
+        catalog.digest,
+        strict=False,
+        diagnostics=found,
+        devices=catalog.devices,
     )
     for diagnostic in found:
         print(diagnostic, file=sys.stderr)

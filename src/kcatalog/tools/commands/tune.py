@@ -1,10 +1,12 @@
 """`kcatalog tune`: time every eligible backend per token-count bucket and write a tuned table (tools/tuning.py),
-rewritten as each bucket finishes, so that Ctrl-C keeps what was measured and `--resume` goes on from it."""
+rewritten as each bucket finishes, so that Ctrl-C keeps what was measured and `--resume` goes on from it; or check a
+table's choices on this machine (`--check`, tools/tune_check.py) and rewrite those that flipped (`--update`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +14,8 @@ from ..formats import plural
 from .common import INTERRUPTED, UsageError, add_op_arguments, command_line, load_ops, write_output
 
 if TYPE_CHECKING:
+    from ...registry.catalog import Catalog
+    from ..tune_check import Verdict
     from ..tuning import KeptTable, Measured, Provenance
 
 
@@ -26,14 +30,30 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         backend_help="only these candidates (repeatable)",
     )
     parser.add_argument("--buckets", help="token counts to time, e.g. 1,2,4,...,32768 (default: decode and prefill)")
-    parser.add_argument(
-        "--out", type=Path, required=True, metavar="DIR", help="where to write <platform>.yaml (after each bucket)"
-    )
+    parser.add_argument("--out", type=Path, metavar="DIR", help="where to write <platform>.yaml (after each bucket)")
     again = parser.add_mutually_exclusive_group()
     again.add_argument(
         "--resume", action="store_true", help="go on from the table in DIR: time only the buckets it lacks"
     )
     again.add_argument("--force", action="store_true", help="replace the table in DIR, timing every bucket again")
+    checking = parser.add_mutually_exclusive_group()
+    checking.add_argument(
+        "--check",
+        type=Path,
+        metavar="TABLE",
+        help="time each bucket's winner and runner-up again, in interleaved rounds; exit 1 listing the buckets "
+        "whose choice flipped (the runner-up faster in every round)",
+    )
+    checking.add_argument(
+        "--update",
+        type=Path,
+        metavar="TABLE",
+        help="as --check, then measure the flipped buckets again and rewrite only those (and the kernel digests "
+        "of the backends timed again in every bucket)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="interleaved rounds per bucket for --check and --update (default: 5)"
+    )
     return parser
 
 
@@ -41,10 +61,18 @@ class _Table:
     """The table being written: the buckets kept from an earlier run and those measured since, the file rewritten
     whole after each bucket that some backend ran in (a table of no ops would not load)."""
 
-    def __init__(self, path: Path, platform: str, provenance: Provenance, kept: KeptTable | None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        platform: str,
+        provenance: Provenance,
+        kept: KeptTable | None,
+        kernels: Mapping[tuple[str, str], str],
+    ) -> None:
         self.path = path
         self.platform = platform
         self.provenance = provenance
+        self.kernels = kernels  # the kernel source digests the timings depend on, by op and backend
         self.kept = list(kept.measured) if kept else []
         self.new: list[Measured] = []
         self.saved = 0  # the buckets in the file as last written by this run (0: not written)
@@ -60,18 +88,29 @@ class _Table:
         measured = self.measured
         if any(m.best for m in measured):
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_output(self.path, table_text(self.platform, self.provenance, measured, written_to=self.path))
+            text = table_text(self.platform, self.provenance, measured, written_to=self.path, kernels=self.kernels)
+            write_output(self.path, text)
             self.saved = sum(1 for m in measured if m.best)
 
 
 def run(options: argparse.Namespace) -> int:
-    """Time the candidates, writing `<out>/<platform>.yaml` as each bucket finishes; print the choices."""
+    """Time the candidates, writing `<out>/<platform>.yaml` as each bucket finishes; print the choices. With
+    --check or --update, check a table instead (and rewrite what flipped)."""
     from .. import timing, tuning
 
+    table_given = options.check or options.update
+    if table_given is None and options.out is None:
+        raise UsageError("give --out DIR (where to write the table), or --check/--update TABLE")
+    if table_given is not None and (options.out is not None or options.resume or options.force):
+        raise UsageError("--check and --update work on the TABLE given: no --out, --resume or --force")
+    if options.rounds < 1:
+        raise UsageError("--rounds: at least 1")
     asked = load_ops(options)
     if asked is None:
         return 1
     catalog = asked.catalog
+    if table_given is not None:
+        return _check(options, table_given, catalog, asked.ops)
     try:
         buckets = [int(part) for part in options.buckets.split(",")] if options.buckets else None
     except ValueError:
@@ -82,8 +121,10 @@ def run(options: argparse.Namespace) -> int:
         return 2
     platform = catalog.platform(options.device)
     path: Path = options.out / f"{str(platform).replace(':', '_')}.yaml"
-    provenance = tuning.provenance(options.device, command_line(options))
-    kept = _kept(path, options, str(platform), provenance.device)
+    command = command_line(options)
+    provenance = tuning.provenance(options.device, command, tuning.required(catalog, asked.ops))
+    kernels = tuning.kernel_digests(catalog, asked.ops)
+    kept = _kept(path, options, str(platform), provenance.device, kernels)
     jobs, notes = tuning.tune_jobs(
         catalog,
         asked.ops,
@@ -97,7 +138,7 @@ def run(options: argparse.Namespace) -> int:
     if kept:
         kept_buckets = plural(len(kept.measured), "bucket")
         print(f"resuming from {path}: {kept_buckets} kept, {len(todo)} of {len(jobs)} jobs to time")
-    table = _Table(path, str(platform), provenance, kept)
+    table = _Table(path, str(platform), provenance, kept, kernels)
     try:
         tuning.measure(todo, options.device, progress=timing.progress_bar, finished=table.add)
     except KeyboardInterrupt:
@@ -118,9 +159,11 @@ def run(options: argparse.Namespace) -> int:
     return 0 if all(m.best for m in measured) else 1
 
 
-def _kept(path: Path, options: argparse.Namespace, platform: str, device: str) -> KeptTable | None:
+def _kept(
+    path: Path, options: argparse.Namespace, platform: str, device: str, kernels: Mapping[tuple[str, str], str]
+) -> KeptTable | None:
     """The table to go on from (--resume), or None; a UsageError where one is there and neither --resume nor
-    --force says what to do with it, or it cannot be gone on from."""
+    --force says what to do with it, or it cannot be gone on from (another device, other kernels)."""
     from ...diagnostics import Diagnostics
     from ..tuning import read_kept
 
@@ -140,4 +183,107 @@ def _kept(path: Path, options: argparse.Namespace, platform: str, device: str) -
         raise UsageError(
             f"cannot resume from {path}: measured on {kept.device} ({kept.platform}), this is {device} ({platform})"
         )
+    changed = sorted({f"{op} [{b}]" for (op, b), d in kept.kernels.items() if kernels.get((op, b), d) != d})
+    if changed:
+        raise UsageError(
+            f"cannot resume from {path}: the kernel source of {', '.join(changed)} changed since it was measured; "
+            "--force measures every bucket again"
+        )
     return kept
+
+
+def _check(options: argparse.Namespace, path: Path, catalog: Catalog, asked: list[str]) -> int:
+    """`--check TABLE` (exit 1 listing the buckets whose choice flipped, or that could not be checked) and
+    `--update TABLE` (then measure those flipped again and rewrite them)."""
+    from ...diagnostics import Diagnostics
+    from .. import timing, tune_check, tuning
+    from ..formats import text_table
+    from .common import split_ops
+
+    found = Diagnostics()
+    kept = tuning.read_kept(path, found)
+    if kept is None:
+        for diagnostic in found:
+            print(diagnostic, file=sys.stderr)
+        raise UsageError(f"cannot check {path}: not a table `kcatalog tune` wrote")
+    platform = catalog.platform(options.device)
+    if kept.platform != str(platform):
+        raise UsageError(f"{path} is for {kept.platform}; --device {options.device} is {platform} here")
+    here = platform.environment().device
+    if options.update and kept.device != here:
+        raise UsageError(f"cannot update {path}: measured on {kept.device}, this is {here}; tune it again with --out")
+    ops = asked if split_ops(options.items).ops else None  # the ops asked, else every op of the table
+    notes: list[str] = []
+    verdicts = tune_check.check(
+        catalog, kept, platform, options.device, ops=ops, backends=options.backend, rounds=options.rounds,
+        progress=timing.progress_bar, notes=notes,
+    )  # fmt: skip
+    rows = [["op", "dtype", "T", "bucket", "table's", "runner-up", "table's / runner-up's time, per round", "verdict"]]
+    for v in verdicts:
+        ratios = f"{min(v.ratios):.3f}..{max(v.ratios):.3f}" if v.ratios else "-"
+        verdict = "flipped" if v.flipped else "holds" if v.ratios else v.problem or "nothing to compare"
+        low, high = v.span
+        span = f"[{low}, {'∞' if high is None else high}]"
+        row = [v.bucket.op, v.bucket.dtype, str(v.bucket.tokens), span, v.bucket.choice or "-", v.runner_up or "-"]
+        rows.append([*row, ratios, verdict])
+    print(f"{path}: measured on {kept.device}; checked on {here} ({platform}), {plural(options.rounds, 'round')} "
+          "per bucket, interleaved")  # fmt: skip
+    print(text_table(rows))
+    for note in notes:
+        print(f"note: {note}")
+    flipped = [v for v in verdicts if v.flipped]
+    failed = [v for v in verdicts if v.problem]
+    for v in flipped:
+        assert v.runner_up is not None and v.medians_us is not None
+        winner = v.bucket.choice or "-"
+        print(
+            f"flipped: {v.label}: {v.runner_up} {v.medians_us[v.runner_up]:.2f} µs beats {winner} "
+            f"{v.medians_us[winner]:.2f} µs in every round ({min(v.ratios):.3f}x to {max(v.ratios):.3f}x)"
+        )
+    for v in failed:
+        print(f"not checked: {v.label}: {v.problem}")
+    if options.update:
+        return _update(options, path, catalog, kept, verdicts, flipped)
+    if flipped or failed:
+        what = [plural(len(flipped), "bucket") + " flipped"] if flipped else []
+        what += [f"{len(failed)} not checked"] if failed else []
+        print(f"{', '.join(what)}; `kcatalog tune --update {path}` measures the flipped ones again")
+        return 1
+    print("No choice flipped.")
+    return 0
+
+
+def _update(
+    options: argparse.Namespace,
+    path: Path,
+    catalog: Catalog,
+    kept: KeptTable,
+    verdicts: list[Verdict],
+    flipped: list[Verdict],
+) -> int:
+    """Measure the flipped buckets again (every candidate), bring the digests of the backends timed again in every
+    bucket of an op up to date, and rewrite the table if anything changed."""
+    from .. import timing, tune_check, tuning
+
+    platform = catalog.platform(options.device)
+    again: list[Measured] = []
+    for v in flipped:
+        notes: list[str] = []
+        named = sorted(tune_check.candidates(catalog.info(v.bucket.op), options.backend))
+        jobs = tune_check.bucket_jobs(catalog, v.bucket, platform, named, notes)
+        measured = tuning.measure(jobs, options.device, progress=timing.progress_bar)
+        again += [m for m in measured if m.best is not None]
+    ops = sorted({v.bucket.op for v in verdicts})
+    now = tuning.kernel_digests(catalog, ops)
+    kernels = dict(kept.kernels)
+    kernels.update({key: now[key] for key in tune_check.retimed(verdicts, again) if key in now})
+    replaced = {(m.op, m.dtype, m.tokens): m for m in again}
+    measured = [replaced.get((m.op, m.dtype, m.tokens), m) for m in kept.measured]
+    if not again and kernels == dict(kept.kernels):
+        print(f"{path}: nothing to update")
+        return 1 if any(v.problem for v in verdicts) else 0
+    provenance = tuning.provenance(options.device, command_line(options), tuning.required(catalog, ops))
+    write_output(path, tuning.table_text(kept.platform, provenance, measured, written_to=path, kernels=kernels))
+    refreshed = sum(1 for key, d in kernels.items() if kept.kernels.get(key) != d)
+    print(f"wrote {path}: {plural(len(again), 'bucket')} measured again, {plural(refreshed, 'kernel digest')} updated")
+    return 1 if any(v.problem for v in verdicts) else 0

@@ -13,7 +13,16 @@ from .common import UsageError, add_catalog_arguments, catalog_paths
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = sub.add_parser("validate", help="check catalog files and report every problem")
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "validate",
+        help="check catalog files and report every problem",
+        description="Check catalog files and report every problem. What it caches: the index of each target "
+        "module's source (what the module binds, read by parsing it, its syntax checked), keyed by the source's "
+        "exact bytes and this Python's version, in the cache directory's indexes/ (KCATALOG_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/kcatalog or ~/.cache/kcatalog; nothing with KCATALOG_NO_CACHE=1; 'kcatalog cache "
+        "--clear' removes them), so that an unchanged module is not parsed again. It never uses the load cache: "
+        "every catalog file is read and validated.",
+    )
     add_catalog_arguments(parser)
     parser.add_argument("--output-format", choices=sorted(REPORTERS), default="concise")
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")

@@ -1,0 +1,2 @@
+def rms_norm(x, weight):
+    return x
