@@ -156,13 +156,31 @@ def _cases(
 
 
 def run_promises(cases: Sequence[PromiseCase], device: str, repeats: int = REPEATS) -> Iterator[PromiseResult]:
-    """Check each case; a backend that raises fails its check with the message, never aborts the run."""
+    """Check each case; a backend that raises fails its check with the message, never aborts the run. Consecutive
+    cases of the same inputs (op, dtype, size set, seed) share one build of them: each run gets a copy."""
+    built: tuple[tuple[str, str, str, int], Call | str] | None = None
     for case in cases:
-        yield check_promise(case, device, repeats)
+        key = (case.info.id, case.dtype, describe(case.sizes), case.seed)
+        if not case.unchecked and (built is None or built[0] != key):
+            built = (key, _build(case, device))
+        yield check_promise(case, device, repeats, built[1] if built is not None and built[0] == key else None)
 
 
-def check_promise(case: PromiseCase, device: str, repeats: int = REPEATS) -> PromiseResult:
-    """Whether the backend keeps its promise on one size set's fresh inputs."""
+def _build(case: PromiseCase, device: str) -> Call | str:
+    """The case's inputs, or why they could not be built."""
+    samples = samples_of(case.info)
+    assert samples is not None  # planned only for ops with samples
+    try:
+        return build_call(case.info, samples, case.sizes, case.dtype, device, case.seed)
+    except Exception as exc:  # an empty range or a negative size: this check fails, the run goes on
+        return f"could not build the inputs: {type(exc).__name__}: {exc}"
+
+
+def check_promise(
+    case: PromiseCase, device: str, repeats: int = REPEATS, built: Call | str | None = None
+) -> PromiseResult:
+    """Whether the backend keeps its promise on one size set's fresh inputs (`built`: those inputs already made,
+    or why they could not be; never changed here)."""
     info, samples = case.info, samples_of(case.info)
     assert samples is not None  # planned only for ops with samples
 
@@ -174,10 +192,9 @@ def check_promise(case: PromiseCase, device: str, repeats: int = REPEATS) -> Pro
 
     if case.unchecked:
         return result(case.unchecked)
-    try:
-        call = build_call(info, samples, case.sizes, case.dtype, device, case.seed)
-    except Exception as exc:  # an empty range or a negative size: this check fails, the run goes on
-        return result(f"could not build the inputs: {type(exc).__name__}: {exc}")
+    call = _build(case, device) if built is None else built
+    if isinstance(call, str):
+        return result(call)
     parts = [part for selector in samples.compare for part in selector.split("*")]
     try:
         kernel = case.spec.load()
@@ -208,14 +225,15 @@ class _NotRows(Exception):
 
 
 def _outputs(kernel: Any, call: Call, parts: Sequence[str]) -> dict[str, Any]:
-    """Each compared part of one call's outputs (returned, or the mutated arguments), on the CPU."""
+    """Each compared part of one call's outputs (returned, or the mutated arguments): copied (a kernel may reuse an
+    output buffer), on the device they were computed on (a GPU's outputs are compared there, not moved)."""
     import torch
 
     result = call.invoke(kernel)
     found = {}
     for part in parts:
         value = output_part(part, result, call)
-        found[part] = value.detach().cpu() if isinstance(value, torch.Tensor) else value
+        found[part] = value.detach().clone() if isinstance(value, torch.Tensor) else value
     return found
 
 
