@@ -49,6 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs compared for `deterministic` (default 3)")
     parser.add_argument("--ops", default="", help="op ids or globs, comma-separated (default: every op)")
     parser.add_argument("--backends", default="", help="only these backends, comma-separated (default: every one)")
+    parser.add_argument("--dtypes", default="", help="only these dtypes, comma-separated (default: the op's)")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=0.0,
+        help="start no check after this many seconds: the rest are left out, named in the results, and the "
+        "backends they belong to get no declaration (default: no limit)",
+    )
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--out", default=os.environ.get("OUT") or "out")
     parser.add_argument("--tag", default="", help="the results' name: promises_<tag>.* (default: the device)")
@@ -65,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     catalog = kcatalog.load_catalog(cache=False)
     ops = select_ops(catalog, [p for p in args.ops.split(",") if p])
     checks: list[dict[str, Any]] = []
+    left_out: set[str] = set()  # 'op [backend]' with checks the budget left out
     seconds: dict[str, float] = defaultdict(float)
     began = time.perf_counter()
     passes: list[tuple[str, dict[str, tuple[Any, ...]] | None]] = [(s, None) for s in args.shapes.split(",") if s]
@@ -77,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             ops,
             device=args.device,
             backends=[b for b in args.backends.split(",") if b],
+            dtypes=[d for d in args.dtypes.split(",") if d],
             base_seed=args.seed,
             interpret=args.interpret,
             every=True,
@@ -88,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         # Cases of the same inputs next to each other: run_promises builds them once for all backends.
         cases.sort(key=lambda c: (c.info.id, c.dtype, c.seed, describe(c.sizes)))
         mark = time.perf_counter()
-        for case, result in zip(cases, run_promises(cases, args.device, args.repeats)):
+        if args.budget_s and mark - began > args.budget_s:
+            left_out.update(f"{c.info.id} [{c.spec.backend}]" for c in cases)
+            continue
+        for index, (case, result) in enumerate(zip(cases, run_promises(cases, args.device, args.repeats))):
             now = time.perf_counter()
             seconds[case.spec.backend] += now - mark
             mark = now
@@ -99,10 +112,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{result.op} [{result.backend}] {result.promise} {result.dtype} {result.sizes}: {result.message}"
                 )
+            if args.budget_s and now - began > args.budget_s:
+                left_out.update(f"{c.info.id} [{c.spec.backend}]" for c in cases[index + 1 :])
+                break
         so_far = {name: round(s) for name, s in sorted(seconds.items())}
         print(f"pass {label}: {len(cases)} checks; {time.perf_counter() - began:.0f} s so far {so_far}", flush=True)
-        rows = write_results(args, checks, seconds, began, catalog, final=False)  # a run cut short leaves its passes
-    rows = write_results(args, checks, seconds, began, catalog, final=True)
+        rows = write_results(
+            args, checks, seconds, began, catalog, left_out, final=False
+        )  # a run cut short leaves its passes
+    rows = write_results(args, checks, seconds, began, catalog, left_out, final=True)
     broken = [r for r in rows if r["declared"] and not r["held"]]
     for r in broken:
         print(
@@ -117,6 +135,7 @@ def write_results(
     seconds: dict[str, float],
     began: float,
     catalog: Any,
+    left_out: set[str],
     *,
     final: bool,
 ) -> list[dict[str, Any]]:
@@ -136,10 +155,11 @@ def write_results(
         "seconds_by_backend": {name: round(s, 1) for name, s in sorted(seconds.items())},
         "commit": os.environ.get("KCATALOG_COMMIT") or _git_head(),
         "argv": sys.argv[1:],
-        "complete": final,
+        "complete": final and not left_out,
+        "left_out": sorted(left_out),  # checks the budget left out, of these backends
     }
     rows = summarise(checks)
-    declarations = declare(catalog, rows, args.interpret)
+    declarations = declare(catalog, rows, args.interpret, left_out)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = f"promises_{args.tag or args.device}"
@@ -234,7 +254,8 @@ def markdown(rows: list[dict[str, Any]], environment: dict[str, Any], declaratio
         f"{' (interpreter)' if environment['interpret'] else ''}; {environment['repeats']} runs per determinism "
         f"check; {environment['seconds']} s; written by "
         f"`python benchmarks/promises.py {' '.join(environment['argv'])}`"
-        f"{'.' if environment['complete'] else ' (cut short: the passes done so far).'}",
+        f"{'.' if environment['complete'] else ' (cut short: the checks done so far).'}",
+        *([f"Left out by --budget-s: {', '.join(environment['left_out'])}."] if environment["left_out"] else []),
         "",
         "| op | backend | device | deterministic | batch_invariant |",
         "| --- | --- | --- | --- | --- |",
@@ -258,9 +279,10 @@ def _cell(row: dict[str, Any] | None) -> str:
     return f"**broken** in {row['broken']} of {row['checks']}{declared}: {first}".replace("|", "\\|")
 
 
-def declare(catalog: Any, rows: list[dict[str, Any]], interpret: bool) -> list[str]:
+def declare(catalog: Any, rows: list[dict[str, Any]], interpret: bool, left_out: set[str]) -> list[str]:
     """The manifest lines that declare what this run measured on its device kind, for each backend whose
-    declaration differs: its manifest and line, the lines it has now and the lines to put in their place."""
+    declaration differs: its manifest and line, the lines it has now and the lines to put in their place. Only as
+    good as the shapes the run checked; none for a backend whose checks the budget cut short."""
     from kcatalog import Promise
     from kcatalog.read.files import display_path
 
@@ -274,6 +296,9 @@ def declare(catalog: Any, rows: list[dict[str, Any]], interpret: bool) -> list[s
             held[key].add(Promise(r["promise"]))
     lines: list[str] = []
     for (op, backend, device), kept in sorted(held.items()):
+        if f"{op} [{backend}]" in left_out:
+            lines.append(f"# {op} [{backend}]: some checks left out (--budget-s): no declaration from this run")
+            continue
         spec = catalog.info(op).backends[backend]
         where = f"{display_path(Path(spec.location.path))}:{spec.location.line}"
         measured = Promise.BATCH_INVARIANT if len(kept) == len(Promise) else Promise.DETERMINISTIC if kept else None
