@@ -7,7 +7,15 @@ The checks are those of `kcatalog test` (kcatalog.tools.promises), run for every
 promises declared: what the manifests may declare. Run from the repository root::
 
     PYTHONPATH=src python benchmarks/promises.py --device cpu --interpret --out benchmarks/results   # ~3 min
-    PYTHONPATH=src python benchmarks/promises.py --device cuda --repeats 10 --out "$OUT"             # an H200
+    # an H200, under 5 minutes in all (benchmarks/README.md): the eager backends, then torch.compile (a compile
+    # per shape: fewer shapes, one dtype), each stopping by its --budget-s
+    PYTHONPATH=src python benchmarks/promises.py --device cuda --backends torch,aten,triton --shapes test,decode \
+        --sizes "T=2048 H=4096,32768 I=14336" --repeats 10 --budget-s 180 --tag h200 --detail --out "$OUT"
+    PYTHONPATH=src python benchmarks/promises.py --device cuda --backends torch_compile --shapes decode \
+        --sizes "T=2048 H=32768 I=14336" --dtypes bfloat16 --budget-s 75 --tag h200_compile --out "$OUT"
+
+Each prints (and its .md ends with) the manifest lines that would declare what it measured, as a diff per backend
+(`-` the lines it has, `+` those to put in their place, under the manifest's path and line).
 
 Writes under ``--out`` (default: $OUT, or ./out) ``promises_<device>.json``: the machine, the versions, the commit,
 and one line per op x backend x promise (the device kind checked, whether the manifest declares it, whether it held
@@ -256,6 +264,7 @@ def markdown(rows: list[dict[str, Any]], environment: dict[str, Any], declaratio
         f"`python benchmarks/promises.py {' '.join(environment['argv'])}`"
         f"{'.' if environment['complete'] else ' (cut short: the checks done so far).'}",
         *([f"Left out by --budget-s: {', '.join(environment['left_out'])}."] if environment["left_out"] else []),
+        *([f"The table is {environment['summarised']}."] if "summarised" in environment else []),
         "",
         "| op | backend | device | deterministic | batch_invariant |",
         "| --- | --- | --- | --- | --- |",
@@ -265,7 +274,8 @@ def markdown(rows: list[dict[str, Any]], environment: dict[str, Any], declaratio
         lines.append(f"| {op} | {backend} | {device} | {cells[0]} | {cells[1]} |")
     lines += ["", "A cell: whether every check held (how many, over dtypes and size sets); else the first that did "
               "not; (declared) where the manifest promises it.", ""]  # fmt: skip
-    lines += ["## Declarations", "", "```", *declarations, "```", ""]
+    lines += ["## Declarations", "", "What the manifests would declare from the shapes this run checked:", ""]
+    lines += ["```", *declarations, "```", ""]
     return "\n".join(lines)
 
 
