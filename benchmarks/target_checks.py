@@ -336,7 +336,7 @@ ABSENT = "package absent"
 
 # Where a fresh check's time goes: one TargetChecker over the catalog's targets in a fresh process, its module
 # indexes kept in a new directory, under cProfile, by the functions that do each part (cumulative time, profiler
-# overhead included: shares, not absolutes).
+# overhead included: shares, not absolutes; CPU time, so that waiting for a busy machine or the disk does not count).
 BREAKDOWN = r"""
 import cProfile, json, pstats, sys, time
 from pathlib import Path
@@ -347,7 +347,7 @@ targets = [t for path in sorted(Path(sys.argv[1]).glob("*.yaml")) for t in
             if "target: " in line)]
 checker = TargetChecker(ModuleIndexes(Path(sys.argv[2])))  # a new cache directory, as a first validate has
 start = time.process_time()
-profile = cProfile.Profile()
+profile = cProfile.Profile(time.process_time)  # CPU time, as `total`: shares of it, whatever the load
 profile.enable()
 for target in targets:
     checker.check(target)
@@ -451,8 +451,8 @@ def breakdown_table(m: dict[str, Any]) -> list[str]:
         "",
         "One TargetChecker over the catalog's targets in a fresh process, keeping its module indexes in a new cache "
         "directory as a first validate does, under cProfile "
-        "(cumulative time of the functions doing each part; the profiler's overhead inflates every figure, so read "
-        "them as shares):",
+        "(cumulative CPU time of the functions doing each part, waiting for the disk not counted; the profiler's "
+        "overhead inflates every figure, so read them as shares):",
         "",
         "| part | " + " | ".join(m["breakdown"]) + " |",
         "|---|" + "---:|" * len(m["breakdown"]),
