@@ -63,7 +63,10 @@ def attention(
             scores = scores + attn_mask.float()
     allowed = visible(queries, key.shape[2], is_causal, sliding_window, query.device)
     scores = scores.masked_fill(~allowed, float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ v  # [B, Hq, T, Dv]
+    weights = torch.softmax(scores, dim=-1)
+    # A query that sees no key (a padded position's) gets zeros, as torch's SDPA gives, rather than NaN.
+    weights = torch.where(torch.isinf(scores).all(dim=-1, keepdim=True), 0.0, weights)
+    out = weights @ v  # [B, Hq, T, Dv]
     return out.transpose(1, 2).reshape(batch * queries, heads, v.shape[-1]).to(query.dtype)
 
 
