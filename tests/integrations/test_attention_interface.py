@@ -180,6 +180,8 @@ def test_a_soft_capped_model_keeps_its_attention_and_says_why(transformers: Modu
     before = model.config._attn_implementation
     report = kcatalog.kernelize(model)
     reasons = {left.reason for left in report.left if left.layer_class.endswith("Gemma2Attention")}
-    assert reasons == {"gemma_attention: attn_logit_softcapping is 50.0: attention.prefill and attention.decode have none"}
+    assert reasons == {
+        "gemma_attention: attn_logit_softcapping is 50.0: attention.prefill and attention.decode have none"
+    }
     assert model.config._attn_implementation == before
     kcatalog.unkernelize(model)

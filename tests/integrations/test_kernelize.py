@@ -153,7 +153,10 @@ def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bi
     }
     assert {item.module: item.mapping for item in report.replaced} == expected
     assert report.left == ()
-    assert all(item.ops and all(choice.backend in ("aten", "torch", "sdpa_flash") for choice in item.ops) for item in report.replaced)
+    assert all(
+        item.ops and all(choice.backend in ("aten", "torch", "sdpa_flash") for choice in item.ops)
+        for item in report.replaced
+    )
     if name == "qwen3":  # the per-head norms are RMSNorms too
         assert {"model.layers.0.self_attn.q_norm", "model.layers.1.self_attn.k_norm"} <= set(expected)
     assert {"model.layers.0.self_attn", "model.layers.1.self_attn"} <= set(expected)

@@ -48,7 +48,7 @@ def attention(
     if ops is None or not _takes(module, query, key, value, dropout, kwargs):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-        return sdpa_attention_forward(  # type: ignore[no-any-return]
+        return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
     batch, heads, queries, dim = query.shape

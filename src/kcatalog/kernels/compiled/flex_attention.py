@@ -51,7 +51,6 @@ def flex(
     block = _block_mask(queries, keys, causal, sliding_window, str(query.device)) if masked else None
     run = _compiled if query.is_cuda else flex_attention
     out = run(q, key, value, block_mask=block, scale=scale, enable_gqa=heads != key.shape[1])
-    assert isinstance(out, torch.Tensor)  # without return_lse it returns the output alone
     return out.transpose(1, 2).reshape(batch * queries, heads, value.shape[-1])
 
 

@@ -64,5 +64,7 @@ def run(options: argparse.Namespace) -> int:
                 r, seed, catalogs=paths or (), device=options.device, interpret=options.interpret
             )
             print(printable(line))  # it quotes what the kernel raised
-        print(f"{plural(len(results), 'check')}, {len(failed)} failed.")
+        skipped = sum(r.skipped for r in results)
+        refused = f", {skipped} refused by a backend's gate (skipped)" if skipped else ""
+        print(f"{plural(len(results), 'check')}, {len(failed)} failed{refused}.")
     return 1 if failed or not results else 0
