@@ -26,6 +26,7 @@ from ..model import (
     Environment,
     Importable,
     KernelSpec,
+    KeyDim,
     LayerClass,
     LayerCondition,
     LayerMapping,
@@ -70,6 +71,7 @@ MODEL_TYPES: tuple[type, ...] = (
     BrokenOps,
     Environment,
     SourceDigests,
+    KeyDim,
 )
 ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, StalePolicy)
 _LOCATION = -1
