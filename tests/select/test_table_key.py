@@ -44,9 +44,7 @@ tuned:
 
 
 def keyed_op(workspace: Workspace, backends: dict[str, str], **extra: object) -> dict[str, object]:
-    return workspace.op(
-        backends, reference="ref", signature=SIGNATURE, samples=SAMPLES, table_key=["E", "H"], **extra
-    )
+    return workspace.op(backends, reference="ref", signature=SIGNATURE, samples=SAMPLES, table_key=["E", "H"], **extra)
 
 
 @pytest.fixture
@@ -75,7 +73,10 @@ def test_a_key_name_no_argument_has_is_reported_where_it_is_written(
         f"KC236 table_key of op 'g.mix' names 'Hd', which no tensor argument of its samples has as a dimension "
         "(did you mean 'H'?); dimensions: H (x[1]), E (w[0])"
     ) in out
-    assert "KC236 table_key of op 'g.mix' names 'T', the token count (x's leading dimension), which the buckets key " in out
+    assert (
+        "KC236 table_key of op 'g.mix' names 'T', the token count (x's leading dimension), which the buckets key "
+        in out
+    )
     assert f"g.yaml:{line + 2}:" in out  # each problem at its own item of the list
 
 
@@ -260,7 +261,7 @@ def test_a_stale_keyed_entry_is_named_with_its_key(
 ) -> None:
     pytest.importorskip("torch")
     digests = {name: kernel_source(f"mix_{name}:mix").digest for name in ("a", "b")}
-    kernels = f"  kernels:\n    g.mix: {{a: \"{'0' * 16}\", b: \"{digests['b']}\"}}\n"
+    kernels = f'  kernels:\n    g.mix: {{a: "{"0" * 16}", b: "{digests["b"]}"}}\n'
     workspace.files({"tuned/cpu.yaml": TABLE.replace("  ops:\n", kernels + "  ops:\n")})
     catalog = kcatalog.load_catalog(mixed, cache=False)
     stale = [str(w) for w in catalog.warnings]
@@ -283,4 +284,3 @@ def test_the_report_lists_keyed_entries(mixed: Path, tmp_path: Path) -> None:
     html = page.read_text()
     assert '<tr data-tuned-op="g.mix" data-key="E=2 H=8">' in html
     assert "<td>E=4 H=8</td><td>T∈[1, ∞] b</td><td>no</td>" in html
-

@@ -250,7 +250,9 @@ def make_handle(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
     return handle
 
 
-def bucket_dispatch(dispatcher: Dispatcher, device: str, tensor: Any, key: TableKeyValues | None = None) -> BucketDispatch:
+def bucket_dispatch(
+    dispatcher: Dispatcher, device: str, tensor: Any, key: TableKeyValues | None = None
+) -> BucketDispatch:
     """The boundary lookup for one (device, dtype) (and key, for an op keyed by its shape): every segment of the
     plan's and the tuned table's buckets resolved (and imported) now, so that a call only bisects."""
     dtype = dtype_name(tensor.dtype)

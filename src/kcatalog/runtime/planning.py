@@ -79,9 +79,7 @@ def _choice(runtime: Runtime, op: str, platform: Platform, dtype: str, here: boo
     return Keyed(info.key_names, tuple(choices))
 
 
-def _plain(
-    runtime: Runtime, op: str, platform: Platform, dtype: str, here: bool, key: TableKeyValues
-) -> Plain | None:
+def _plain(runtime: Runtime, op: str, platform: Platform, dtype: str, here: bool, key: TableKeyValues) -> Plain | None:
     lists = runtime.value.tuning.bucket_lists(op, platform, dtype, key)
     if not lists:
         return _backend(runtime, op, platform, dtype, None, here, key)

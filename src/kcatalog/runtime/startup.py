@@ -42,9 +42,9 @@ def resolved_selection(runtime: Runtime, platform: Platform | None = None) -> di
         for dtype in value.info(op).dtypes or (None,):  # an op without dtypes: any, resolved once
             for key in value.tuning.keys(op, platform, dtype) or ((),):  # each key of an op keyed by its shape
                 for tokens in value.tuning.token_probes(op, platform, dtype, key):  # each bucket of a table or plan
-                    where = " ".join(
-                        part for part in (dtype or "any dtype", key_text(names, key)) if part
-                    ) + ("" if tokens is None else f" T={tokens}")
+                    where = " ".join(part for part in (dtype or "any dtype", key_text(names, key)) if part) + (
+                        "" if tokens is None else f" T={tokens}"
+                    )
                     parts.append(f"{where}: {_chosen(runtime, op, platform, dtype, tokens, key)}")
         summary[op] = "; ".join(parts)
     return summary

@@ -201,7 +201,9 @@ class TorchOps:
         def resolve(dtype: Any, tokens: int | None = None, key: TableKeyValues | None = None) -> Callable[..., Any]:
             return dispatcher.resolve(device, dtype_name(dtype), tokens, None, key).load()
 
-        def resolve_locked(dtype: Any, tokens: int | None = None, key: TableKeyValues | None = None) -> Callable[..., Any]:
+        def resolve_locked(
+            dtype: Any, tokens: int | None = None, key: TableKeyValues | None = None
+        ) -> Callable[..., Any]:
             with lock:
                 return resolve(dtype, tokens, key)
 

@@ -27,6 +27,7 @@ class Pick:
     ignored: bool = False  # stale, and `tuned: {stale: ignore}`: priority decides, the pick names what it passed over
     entry: str = ""  # a tuned pick's entry as messages name it: 'g.op float32 E=8 on cpu'
 
+
 # A tuned entry, as the tables are keyed: op, platform, dtype and table key (() for an op without `table_key`).
 EntryKey = tuple[str, str, str, TableKeyValues]
 
@@ -71,9 +72,7 @@ class Tuning:
             bucketed |= {e.op for e in plan.entries.values() if e.buckets or e.key}
         return cls(MappingProxyType(tables), plan, frozenset(bucketed), MappingProxyType(dict(stale or {})), policy)
 
-    def table(
-        self, op: str, platform: Platform | str, dtype: str | None, key: TableKeyValues = ()
-    ) -> TunedOp | None:
+    def table(self, op: str, platform: Platform | str, dtype: str | None, key: TableKeyValues = ()) -> TunedOp | None:
         """The tuned table's buckets for the op on the platform and dtype (and key, for an op keyed by its shape)."""
         return self.tables.get((op, str(platform), dtype or "", key))
 

@@ -398,7 +398,9 @@ def read_kept(path: Path, diagnostics: Diagnostics) -> KeptTable | None:
                 for index, bucket in enumerate(buckets):
                     if bucket.at is None:  # without the token count measured, it cannot be told from a new one
                         where = files[0].locations.value(("tuned", "ops", op, dtype, *below, index))
-                        message = "missing field 'at': the bucket records no token count (not written by `kcatalog tune`)"
+                        message = (
+                            "missing field 'at': the bucket records no token count (not written by `kcatalog tune`)"
+                        )
                         diagnostics.error(codes.MISSING_FIELD, message, where)
                         continue
                     medians = dict(bucket.medians_us)

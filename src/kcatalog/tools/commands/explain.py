@@ -132,9 +132,7 @@ def _key(catalog: Catalog, op: str, options: argparse.Namespace) -> TableKeyValu
     return tuple(shape[n] for n in names)
 
 
-def _tuned_lines(
-    catalog: Catalog, s: Selection, options: argparse.Namespace, key: TableKeyValues | None
-) -> list[str]:
+def _tuned_lines(catalog: Catalog, s: Selection, options: argparse.Namespace, key: TableKeyValues | None) -> list[str]:
     """The op's tuned entries for the dtype: without --tokens each entry's buckets; for an op keyed by its shape
     and no --shape, what each key chooses at --tokens."""
     tuning, lines = catalog.tuning, []
