@@ -47,14 +47,14 @@ def with_samples(
 
 
 def size_sets(
-    samples: SamplesDecl, shapes: str = "test", fixed: Mapping[str, Any] | None = None
+    samples: SamplesDecl, shapes: str = "test", extra: Mapping[str, Sequence[Any]] | None = None
 ) -> list[dict[str, Any]]:
-    """Every combination of sizes: `sizes` alone for tests, overridden by `decode`/`prefill` for benchmarks;
-    `fixed` (`--shape E=8`) sets the sizes it names that the samples have, whatever the rest say."""
+    """Every combination of sizes: `sizes` alone for tests, overridden by `decode`/`prefill` for benchmarks, then
+    by `extra` (a measurement's own values, for the size names the samples declare)."""
     sizes = dict(samples.sizes)
     if shapes in ("decode", "prefill"):
         sizes.update(getattr(samples, shapes))
-    sizes.update({name: (value,) for name, value in (fixed or {}).items() if name in sizes})
+    sizes.update({name: tuple(values) for name, values in (extra or {}).items() if name in sizes})
     names = list(sizes)
     return [dict(zip(names, combo)) for combo in itertools.product(*(sizes[n] for n in names))]
 

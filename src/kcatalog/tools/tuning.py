@@ -98,9 +98,10 @@ def tune_jobs(
         if name is None:
             notes.append(f"{info.id}: skipped, its dispatch argument's leading dimension is not a size name")
             continue
-        size_list = [(kind, sizes) for kind in ("decode", "prefill") for sizes in size_sets(samples, kind, shape)]
+        fixed = {name: (value,) for name, value in (shape or {}).items()}
+        size_list = [(kind, sizes) for kind in ("decode", "prefill") for sizes in size_sets(samples, kind, fixed)]
         if buckets is not None:
-            decode = size_sets(samples, "decode", shape)
+            decode = size_sets(samples, "decode", fixed)
             seen: list[dict[str, Any]] = []
             for tokens in buckets:
                 for sizes in decode:

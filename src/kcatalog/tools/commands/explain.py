@@ -46,6 +46,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--backend", help="the backend the call names (checked like any other path)")
     parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="as inside use(deterministic=True): only backends that promise deterministic outputs",
+    )
+    parser.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="as inside use(batch_invariant=True): only backends that promise batch-invariant outputs",
+    )
+    parser.add_argument(
         "--import",
         dest="import_chosen",
         action="store_true",
@@ -73,7 +83,9 @@ def run(options: argparse.Namespace) -> int:
         catalog.platform()  # detected, so that a table for this machine is compared with its device and versions
     ops = catalog.ops() if options.all else given.ops
     keys = {op: _key(catalog, op, options) for op in ops}
-    selections = [_selection(catalog, op, platform, options, keys[op]) for op in ops]
+    with catalog.use(deterministic=options.deterministic, batch_invariant=options.batch_invariant):
+        selections = [_selection(catalog, op, platform, options, keys[op]) for op in ops]
+        tuned = {s.op: _tuned_lines(catalog, s, options, keys[s.op]) for s in selections}  # each key's, alike
     torch_ops = {}
     if options.torch_ops:
         torch_ops = {op: catalog.describe_torch_op(op, platform=platform) for op in ops}
@@ -104,7 +116,7 @@ def run(options: argparse.Namespace) -> int:
             for spec in catalog.specs(s.op):
                 if spec.gate is not None:
                     print(f"  {spec.backend}: gated per call by {spec.gate.target} (asked once per argument shape)")
-            for line in _tuned_lines(catalog, s, options, keys[s.op]):
+            for line in tuned[s.op]:
                 print(printable(line))
             for line in torch_ops[s.op].lines() if torch_ops else ():
                 print(printable(line))
