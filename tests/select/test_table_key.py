@@ -70,7 +70,7 @@ def test_a_key_name_no_argument_has_is_reported_where_it_is_written(
     manifest = directory / "g.yaml"
     line = next(n for n, text in enumerate(manifest.read_text().splitlines(), 1) if text.startswith("    table_key:"))
     assert (
-        f"KC236 table_key of op 'g.mix' names 'Hd', which no tensor argument of its samples has as a dimension "
+        "KC236 table_key of op 'g.mix' names 'Hd', which no tensor argument of its samples has as a dimension "
         "(did you mean 'H'?); dimensions: H (x[1]), E (w[0])"
     ) in out
     assert (

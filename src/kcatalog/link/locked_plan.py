@@ -15,7 +15,6 @@ from ..read.files import CatalogFile, PathLike, read_sources
 from ..validate.tables import BucketDecl, KeyedPlanDecl
 from .tuned import key_values, order_problem
 
-
 _Entry = tuple[tuple[int, ...], Mapping[str, int] | None, str | None, tuple[BucketDecl, ...]]
 
 

@@ -1,5 +1,6 @@
 """Tuned tables linked against the ops: each op x platform x dtype's buckets (per key, for an op keyed by its
-shape: `table_key`), checked and located (KC230-KC234, KC237), with what their timings depend on, layered as every file kind is: a later layer's entry replaces an earlier one's."""
+shape: `table_key`), checked and located (KC230-KC234, KC237), with what their timings depend on, layered as every
+file kind is: a later layer's entry replaces an earlier one's."""
 
 from __future__ import annotations
 

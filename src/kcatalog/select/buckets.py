@@ -95,8 +95,9 @@ class Tuning:
         entries = [*self.tables.values(), *(self.plan.entries.values() if self.plan is not None else ())]
         names = next((e.key_names for e in entries if e.op == op and e.key_names), ())
         shown = ", ".join(key_text(names, k) for k in known[:8]) + (", ..." if len(known) > 8 else "")
-        what = f"{key_text(names, key)}" if names else str(key)
-        return f"the tuned entries of op '{op}' on {platform} {dtype} have no key {what}; priority decides (they have {shown})"
+        what = key_text(names, key) if names else str(key)
+        subject = f"the tuned entries of op '{op}' on {platform} {dtype}"
+        return f"{subject} have no key {what}; priority decides (they have {shown})"
 
     def packages(self, platform: Platform) -> tuple[str, ...] | None:
         """The distributions the tables for the platform depend on (torch, what their backends require), or None

@@ -201,8 +201,8 @@ def _tuned(catalog: Catalog, links: Links) -> list[str]:
         stale = tuning.staleness(table, None) or "no"  # the kernels' source; the machine is compared where it runs
         key = e(table.key_text) or "—"
         out.append(
-            f'<tr data-tuned-op="{e(table.op)}" data-key="{e(table.key_text)}"><td>{op}</td><td>{e(table.platform)}</td>'
-            f"<td>{e(table.dtype)}</td><td>{key}</td><td>{e(buckets)}</td><td>{e(stale)}</td></tr>"
+            f'<tr data-tuned-op="{e(table.op)}" data-key="{e(table.key_text)}"><td>{op}</td>'
+            f"<td>{e(table.platform)}</td><td>{e(table.dtype)}</td><td>{key}</td><td>{e(buckets)}</td><td>{e(stale)}</td></tr>"
         )
     out.append("</table>")
     return out

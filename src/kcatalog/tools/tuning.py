@@ -17,11 +17,11 @@ from .timing import BenchResult, Job, runnable_here, time_job
 
 if TYPE_CHECKING:
     from ..diagnostics import Diagnostics
-    from ..write.yaml_text import Rows
-    from ..validate.tables import BucketDecl, KeyedBucketsDecl
     from ..model import OpInfo
     from ..platform import Platform
     from ..registry.catalog import Catalog
+    from ..validate.tables import BucketDecl, KeyedBucketsDecl
+    from ..write.yaml_text import Rows
 
 DECODE_MAX = 512  # token counts up to this are launch-bound: timed as CUDA-graph replays, like `bench --shapes decode`
 
