@@ -122,7 +122,9 @@ def test_shape_classes_of_the_two_models() -> None:
 
 def test_shapes_that_do_not_fit_are_refused() -> None:
     x, ids, weights, gate_up, down = inputs(3, 16, 8, 2, 1, torch.float32)
-    with pytest.raises(ValueError, match=r"^gate_up_proj \(2, 16, 16\) must be \[E, 2I, H\] and down_proj \(2, 16, 9\)"):
+    with pytest.raises(
+        ValueError, match=r"^gate_up_proj \(2, 16, 16\) must be \[E, 2I, H\] and down_proj \(2, 16, 9\)"
+    ):
         triton_moe.fused_experts(x, ids, weights, gate_up, torch.zeros(2, 16, 9))
     with pytest.raises(ValueError, match=r"^topk_ids \(3, 1\) and topk_weights \(3, 2\) must both be \[T, K\]"):
         triton_moe.fused_experts(x, ids, torch.zeros(3, 2), gate_up, down)
