@@ -138,6 +138,27 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, inner: int) -> d
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def _alternatives() -> dict[str, Any]:
+    from kcatalog.kernels.triton.moe import GemmConfig, MoeConfig
+
+    return {
+        "m128_w8": MoeConfig(128, GemmConfig(128, 64, 8, 8, 3), GemmConfig(128, 64, 8, 8, 3)),
+        "m64_n64_w4": MoeConfig(64, GemmConfig(64, 64, 8, 4, 4), GemmConfig(128, 64, 8, 4, 4)),
+        "m64_s4": MoeConfig(64, GemmConfig(128, 64, 8, 8, 4), GemmConfig(256, 64, 8, 8, 3)),
+    }
+
+
+PREFILL_ALTERNATIVES = _alternatives()
+
+
+def with_prefill(config: Any, *args: torch.Tensor) -> torch.Tensor:
+    """The Triton kernel with another prefill-class configuration."""
+    from kcatalog.kernels.triton.moe import TUNING, fused_experts
+
+    with TUNING.override(prefill=config):
+        return fused_experts(*args)
+
+
 def time_op(catalog: Any, names: list[str], results: dict[str, Any]) -> None:
     for shape in SHAPES:
         time_shape(catalog, names, shape, results.setdefault("op", []))
@@ -159,6 +180,9 @@ def time_shape(catalog: Any, names: list[str], shape: Shape, rows: list[dict[str
                 continue
             kernel = catalog.kernel(OP, backend)
             fns[backend] = lambda k=kernel, x=x, ids=ids, w=w: k(x, ids, w, gate_up, down)  # noqa: B023
+        if "triton" in names and tokens == 4096:  # a tiny autotune: the prefill class's alternatives, side by side
+            for label, config in PREFILL_ALTERNATIVES.items():
+                fns[f"triton[{label}]"] = lambda c=config, x=x, ids=ids, w=w: with_prefill(c, x, ids, w, gate_up, down)  # noqa: B023
         inner = 20 if tokens <= 64 else 3
         medians = interleaved(fns, rounds=9 if tokens <= 64 else 5, inner=inner)
         flops = 6 * pairs * shape.hidden * shape.inter
@@ -234,7 +258,7 @@ def whole_model(
 
     for impl in impls:
         use(impl)
-        if impl == "batched_mm" and not batched_mm_fits(128, shape):
+        if impl == "batched_mm" and not batched_mm_fits(probe.numel(), shape):
             continue
         with torch.no_grad():
             out = model(probe, logits_to_keep=128).logits.float()

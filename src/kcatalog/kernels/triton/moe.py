@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from ..tracing import launch
-from ._rows import Tunables, cdiv
+from ._rows import Spread, Tunables, cdiv
 
 
 class GemmConfig(NamedTuple):
@@ -51,8 +51,9 @@ class MoeConfig(NamedTuple):
 
 
 @dataclass(frozen=True)
-class MoeTuning:
-    """Launch configurations by shape class, chosen by the pairs each expert receives on average (S / E).
+class MoeTuning(Spread):
+    """Launch configurations by shape class, chosen by the pairs each expert receives on average (S / E)
+    (Spread's fields go unused: the alignment fixes the grids).
 
     `decode` (at most `decode_pairs` per expert): weight streaming dominates, so small BLOCK_M (16, the
     smallest tl.dot takes) and narrow columns spread the weight reads over many programs. `medium` (at most
