@@ -71,10 +71,12 @@ POLICY_REFERENCE_MISSING: Final = "KC403"
 # KC5xx check: an application's `require=`.
 REQUIRED_OP_MISSING: Final = "KC501"
 REQUIRED_BACKEND_MISSING: Final = "KC502"
-# KC6xx check: backend overrides (`overrides=`, KCATALOG_OVERRIDES, KCATALOG_BACKEND).
+# KC6xx check: backend overrides (`overrides=`, KCATALOG_OVERRIDES, KCATALOG_BACKEND) and required promises
+# (KCATALOG_DETERMINISTIC).
 OVERRIDE_UNKNOWN_BACKEND: Final = "KC601"
 OVERRIDE_MATCHES_NOTHING: Final = "KC602"
 OVERRIDE_MALFORMED: Final = "KC603"
+DETERMINISTIC_MALFORMED: Final = "KC604"
 # KC7xx migrate: `kcatalog import-registry`, what a Python registry holds that the catalog cannot express.
 REGISTRY_SPEC_INCOMPLETE: Final = "KC701"
 REGISTRY_NAME_UNSUPPORTED: Final = "KC702"
@@ -152,6 +154,7 @@ CODES: Final[dict[str, str]] = {
     OVERRIDE_UNKNOWN_BACKEND: "override names an unknown backend",
     OVERRIDE_MATCHES_NOTHING: "override pattern matches no op",
     OVERRIDE_MALFORMED: "override text malformed",
+    DETERMINISTIC_MALFORMED: "KCATALOG_DETERMINISTIC names no promise",
     REGISTRY_SPEC_INCOMPLETE: "registry spec lacks op, backend or target, or has them of the wrong type",
     REGISTRY_NAME_UNSUPPORTED: "registry op id or backend name the catalog format cannot express, or a group no "
     "manifest can be named after (the settings file's name, too long a file name)",

@@ -47,6 +47,40 @@ class Target:
         return f"{self.module}:{self.attr}"
 
 
+class Promise(str, Enum):
+    """What a backend may promise of its outputs, weakest first: each promise implies the ones before it."""
+
+    DETERMINISTIC = "deterministic"  # repeated runs on the same inputs (one machine, one build) are bitwise equal
+    BATCH_INVARIANT = "batch_invariant"  # each row's output is bitwise equal alone or inside a larger batch
+
+    def implies(self, other: Promise) -> bool:
+        """Whether keeping this promise keeps `other` too (batch_invariant implies deterministic)."""
+        members = list(Promise)
+        return members.index(self) >= members.index(other)
+
+
+@dataclass(frozen=True)
+class Promised:
+    """A promise a backend declares (`deterministic:`, `batch_invariant:` in its manifest) and the device kinds it
+    holds on (None: every device the backend runs on)."""
+
+    promise: Promise
+    devices: tuple[str, ...] | None = None
+
+    def keeps(self, promise: Promise, device: str) -> bool:
+        """Whether it promises `promise` (or one that implies it) on this device kind."""
+        return self.promise.implies(promise) and (self.devices is None or device in self.devices)
+
+
+@dataclass(frozen=True)
+class Required:
+    """A promise every backend selected must keep, and who asks for it: `use(deterministic=True)`,
+    KCATALOG_DETERMINISTIC, `load_catalog(batch_invariant=True)`, a settings file's `deterministic: true`."""
+
+    promise: Promise
+    source: str  # as a rejection names it: 'use(deterministic=True)', 'KCATALOG_DETERMINISTIC=1', ...
+
+
 class TargetRole(str, Enum):
     """What a declared target is for: each is checked statically and imported on first use alike."""
 
@@ -147,6 +181,9 @@ class KernelSpec:
     traceable: bool = False
     # A per-call gate (`eligible:`, runtime/gates.py): called with the call's arguments, once per argument shape.
     gate: Importable | None = None
+    # What it promises of its outputs (`deterministic:`, `batch_invariant:`), and where: selection keeps to the
+    # backends that promise what a request requires (select/promises.py); `kcatalog test` checks each promise.
+    promises: tuple[Promised, ...] = ()
     _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
     role: ClassVar[TargetRole] = TargetRole.BACKEND  # as the load checks see a declared target
 
@@ -161,6 +198,10 @@ class KernelSpec:
     def owner(self) -> str:
         """The op it implements (what an Importable calls its owner: the checks read either)."""
         return self.op
+
+    def keeps(self, promise: Promise, device: str) -> bool:
+        """Whether it promises `promise` (or one that implies it) on this device kind."""
+        return any(declared.keeps(promise, device) for declared in self.promises)
 
 
 @dataclass(frozen=True)
@@ -326,6 +367,8 @@ class CatalogSettings:
     devices: tuple[str, ...] = ()  # device kinds declared beyond the built-in ones
     policies: tuple[LayerPolicy, ...] = ()  # one per layer with a settings file, in layer order
     stale: StalePolicy = StalePolicy.IGNORE  # `tuned: {stale: ...}` of the last layer that says
+    # The promises the settings files require of every backend selected (`deterministic: true`), in layer order.
+    required: tuple[Required, ...] = ()
 
     @property
     def required_platforms(self) -> tuple[str, ...]:

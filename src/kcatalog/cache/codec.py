@@ -35,6 +35,9 @@ from ..model import (
     OpInfo,
     Parameters,
     Policy,
+    Promise,
+    Promised,
+    Required,
     SourceDigests,
     StalePolicy,
     Target,
@@ -68,10 +71,12 @@ MODEL_TYPES: tuple[type, ...] = (
     Parameters,
     Dispatch,
     BrokenOps,
+    Promised,
+    Required,
     Environment,
     SourceDigests,
 )
-ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, StalePolicy)
+ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, StalePolicy, Promise)
 _LOCATION = -1
 _ENUM = -2
 _PLAIN = (str, int, float, bool, type(None))

@@ -121,6 +121,7 @@ class Runtime:
             gates=gates,
             packages_here=keywords.get("packages_here", True),
             environment=self.environment(here) if keywords.get("packages_here", True) else None,
+            required=self.scopes.required(),
         )
         selection = value.select(request)
         for note in selection.notes:
@@ -208,9 +209,13 @@ class Runtime:
         return Dispatcher(op, resolve, bucket_lists, self.scopes, op in tuning.bucketed)
 
     @contextlib.contextmanager
-    def use(self, overrides: OverridesArg) -> Iterator[None]:
-        """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d'."""
+    def use(
+        self, overrides: OverridesArg = None, *, deterministic: bool = False, batch_invariant: bool = False
+    ) -> Iterator[None]:
+        """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d';
+        with `deterministic` (or `batch_invariant`), select only backends that promise it."""
         from ..select.overrides import check_overrides, parse_overrides
+        from ..select.promises import asked
 
         try:
             scoped = parse_overrides(overrides, "use()")
@@ -219,7 +224,7 @@ class Runtime:
         problems = check_overrides(scoped, self.value.ops(), self.value.settings.backends)
         if problems:
             raise CatalogError("; ".join(problem.message for problem in problems), problems)
-        with self.scopes.open(scoped):
+        with self.scopes.open(scoped, asked(deterministic, batch_invariant, "use")):
             yield
 
     def torch_ops(self) -> TorchOps:

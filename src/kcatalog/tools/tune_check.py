@@ -1,6 +1,7 @@
 """`kcatalog tune --check TABLE`: whether each bucket's choice still holds on this machine. Each bucket's winner and
 runner-up are timed again at the shapes the table recorded, in interleaved rounds (tools/timing.py); the choice has
-flipped when the runner-up is faster in every round, the rounds' spread being the measured noise. `--update`
+flipped when the runner-up is faster in every round, the rounds' spread being the measured noise, and by more than
+a tie (`TIE`: either choice is right). `--update`
 measures the flipped buckets again, every candidate, and rewrites only those (tools/commands/tune.py)."""
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from ..registry.catalog import Catalog
 
 ROUNDS = 5  # a tie flips in every round once in 2**5 = 32 buckets; a real flip of a few percent flips in all five
+# Below this the two are tied, whatever the rounds say: a table of 44 buckets has near-ties (ATen and Triton within
+# 1-2% at one bucket), and one of 32 such would flip in all five rounds by chance.
+TIE = 0.03
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,9 @@ class Verdict:
 
     @property
     def flipped(self) -> bool:
-        """Whether the runner-up was faster in every round: beyond the noise the rounds measured."""
-        return bool(self.ratios) and min(self.ratios) > 1.0
+        """Whether the runner-up was faster in every round (beyond the noise the rounds measured), by more than a
+        tie at the median."""
+        return bool(self.ratios) and min(self.ratios) > 1.0 and statistics.median(self.ratios) > 1.0 + TIE
 
     @property
     def label(self) -> str:

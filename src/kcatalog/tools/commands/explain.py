@@ -37,6 +37,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--tokens", type=int, help="the call's leading dimension: picks a tuned table's bucket")
     parser.add_argument("--backend", help="the backend the call names (checked like any other path)")
     parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="as inside use(deterministic=True): only backends that promise deterministic outputs",
+    )
+    parser.add_argument(
+        "--batch-invariant",
+        action="store_true",
+        help="as inside use(batch_invariant=True): only backends that promise batch-invariant outputs",
+    )
+    parser.add_argument(
         "--import",
         dest="import_chosen",
         action="store_true",
@@ -63,7 +73,8 @@ def run(options: argparse.Namespace) -> int:
     if platform is not None and catalog.tuning.packages(platform) is not None:
         catalog.platform()  # detected, so that a table for this machine is compared with its device and versions
     ops = catalog.ops() if options.all else given.ops
-    selections = [_selection(catalog, op, platform, options) for op in ops]
+    with catalog.use(deterministic=options.deterministic, batch_invariant=options.batch_invariant):
+        selections = [_selection(catalog, op, platform, options) for op in ops]
     torch_ops = {}
     if options.torch_ops:
         torch_ops = {op: catalog.describe_torch_op(op, platform=platform) for op in ops}

@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         type=Path,
         metavar="TABLE",
         help="time each bucket's winner and runner-up again, in interleaved rounds; exit 1 listing the buckets "
-        "whose choice flipped (the runner-up faster in every round)",
+        "whose choice flipped (the runner-up faster in every round, by more than 3%% at the median)",
     )
     checking.add_argument(
         "--update",
