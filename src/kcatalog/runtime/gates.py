@@ -55,6 +55,7 @@ def make_gated(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
     """A dispatching callable for a gated op: resolved once per argument shape (uncached inside a `use()` block)."""
     dispatch = info.dispatch
     scopes = dispatcher.scopes
+    key_of = dispatcher.key_of  # a gate's cache is per argument shape: a table key's sizes are among them
     by_key: dict[tuple[Any, ...], Callable[..., Any]] = {}
     lock = threading.Lock()
 
@@ -62,7 +63,8 @@ def make_gated(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
         index = dispatch.index
         tensor = args[index] if index is not None and index < len(args) else kwargs[dispatch.name]
         tokens = int(tensor.shape[0]) if tensor.dim() else None
-        return dispatcher.resolve(tensor.device.type, dtype_name(tensor.dtype), tokens, (args, kwargs)).load()
+        key = None if key_of is None else key_of(args, kwargs)
+        return dispatcher.resolve(tensor.device.type, dtype_name(tensor.dtype), tokens, (args, kwargs), key).load()
 
     def gated(*args: Any, **kwargs: Any) -> Any:
         if scopes.active:

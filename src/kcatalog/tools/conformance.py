@@ -81,11 +81,21 @@ def case_seed(base_seed: int, op: str, dtype: str, index: int) -> int:
     return zlib.crc32(f"{base_seed}:{op}:{dtype}:{index}".encode())
 
 
+INTERPRETED = Platform("cuda", "9.0")  # what a Triton kernel run by the interpreter on the CPU stands in for
+
+
+def tested_as(spec: KernelSpec, platform: Platform, dtype: str, interpret: bool) -> Platform:
+    """The platform the spec is tested as: under --interpret, a Triton kernel that cannot run on the CPU is tested
+    as on cuda 9.0 (still honouring its requires and dtypes), the interpreter running it on the CPU."""
+    if interpret and platform.device == "cpu" and "triton" in spec.requires:
+        if ineligibility(spec, platform, dtype) is not None:
+            return INTERPRETED
+    return platform
+
+
 def runnable(spec: KernelSpec, platform: Platform, dtype: str, interpret: bool) -> str | None:
     """Why the spec cannot be tested here, or None. Under --interpret, Triton kernels run on the CPU."""
-    why = ineligibility(spec, platform, dtype)
-    if why is not None and interpret and platform.device == "cpu" and "triton" in spec.requires:
-        why = ineligibility(spec, Platform("cuda", "9.0"), dtype)  # still honour requires and dtypes
+    why = ineligibility(spec, tested_as(spec, platform, dtype, interpret), dtype)
     return None if why is None else why.reason
 
 
@@ -280,10 +290,18 @@ def failure_line(
     r: CaseResult, base_seed: int, *, catalogs: Sequence[str] = (), device: str = "cpu", interpret: bool = False
 ) -> str:
     """A failure with its figures and the command that reproduces it (same catalogs, device and interpreter)."""
+    again = reproduce(r.op, r.backend, r.dtype, base_seed, catalogs=catalogs, device=device, interpret=interpret)
+    return (
+        f"FAIL {r.op} [{r.backend}] {r.dtype} {r.sizes}: {r.message} (seed {base_seed}; case seed {r.seed}; "
+        f"reproduce: {again})"
+    )
+
+
+def reproduce(
+    op: str, backend: str, dtype: str, base_seed: int, *, catalogs: Sequence[str], device: str, interpret: bool
+) -> str:
+    """The `kcatalog test` command that runs one backend's checks of one op and dtype again."""
     extra = "".join(f" --catalog {shlex.quote(str(path))}" for path in catalogs)
     extra += f" --device {device}" if device != "cpu" else ""
     extra += " --interpret" if interpret else ""
-    return (
-        f"FAIL {r.op} [{r.backend}] {r.dtype} {r.sizes}: {r.message} (seed {base_seed}; case seed {r.seed}; "
-        f"reproduce: kcatalog test {r.op} --backend {r.backend} --dtype {r.dtype} --seed {base_seed}{extra})"
-    )
+    return f"kcatalog test {op} --backend {backend} --dtype {dtype} --seed {base_seed}{extra}"
