@@ -385,6 +385,26 @@ def test_a_gate_is_asked_once_per_shape_and_its_reason_kept(
     )
 
 
+def test_a_gated_op_keeps_a_bounded_number_of_shapes(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode's key length grows every step: the choices kept per shape are bounded, then asked again."""
+    torch = pytest.importorskip("torch")
+    from kcatalog.runtime import gates
+
+    monkeypatch.setattr(gates, "GATED_SHAPES_KEPT", 3)
+    workspace.module("bound_fast", "def tag(x):\n    return 'fast'\n")
+    workspace.module("bound_ref", "def tag(x):\n    return 'ref'\n")
+    workspace.module("bound_rule", GATE)
+    backends = {"fast": {"target": "bound_fast:tag", "eligible": "bound_rule:narrow"}, "ref": "bound_ref:tag"}
+    directory = workspace.write({"tag": workspace.op(backends, reference="ref")}, backends=["fast", "ref"])
+    handle = kcatalog.load_catalog(directory, cache=False).op("g.tag")
+    widths = (1, 2, 3, 4, 1)
+    assert [handle(torch.zeros(2, w)) for w in widths] == ["fast"] * 5
+    import bound_rule
+
+    # the fourth shape found the cache full and emptied it: width 1 is asked again
+    assert bound_rule.CALLS == [(2, 1), (2, 2), (2, 3), (2, 4), (2, 1)]
+
+
 def test_a_gate_on_an_op_without_a_signature(workspace: Workspace) -> None:
     """An op that takes any arguments dispatches on its first (or declared) one, gated or not."""
     torch = pytest.importorskip("torch")
