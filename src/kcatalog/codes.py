@@ -48,11 +48,14 @@ TUNED_NOT_ELIGIBLE: Final = "KC232"
 TUNED_BUCKETS: Final = "KC233"
 TUNED_PLATFORM_MISMATCH: Final = "KC234"
 TUNED_STALE: Final = "KC235"
+TABLE_KEY: Final = "KC236"
+TUNED_KEY: Final = "KC237"
 # KC24x check: a plan given to load_catalog(plan=...).
 PLAN_UNKNOWN_OP: Final = "KC240"
 PLAN_UNKNOWN_BACKEND: Final = "KC241"
 PLAN_DIGEST_DIFFERS: Final = "KC242"
 PLAN_BUCKETS: Final = "KC243"
+PLAN_KEY: Final = "KC244"
 # KC3xx check: import targets.
 TARGET_MODULE_NOT_FOUND: Final = "KC301"
 TARGET_ATTRIBUTE_MISSING: Final = "KC302"
@@ -132,10 +135,13 @@ CODES: Final[dict[str, str]] = {
     TUNED_PLATFORM_MISMATCH: "tuned table measured on another platform than the one it claims",
     TUNED_STALE: "tuned entry stale: a timed backend's kernel source changed since it was measured (an error with "
     "tuned: {stale: error})",
+    TABLE_KEY: "op's table_key names a size that is no dimension of its samples' tensor arguments (or the token count)",
+    TUNED_KEY: "tuned entry's key does not give the sizes its op's table_key names (or the op declares none)",
     PLAN_UNKNOWN_OP: "plan pins an op the catalog does not declare",
     PLAN_UNKNOWN_BACKEND: "plan pins a backend the op does not have",
     PLAN_DIGEST_DIFFERS: "plan was made from a catalog with other contents (a warning; an error with strict)",
     PLAN_BUCKETS: "a plan entry's buckets are unsorted or overlap",
+    PLAN_KEY: "plan entry's key does not give the sizes its op's table_key names (or the op declares none)",
     TARGET_MODULE_NOT_FOUND: "target module not found",
     TARGET_ATTRIBUTE_MISSING: "target attribute not defined by its module",
     TARGET_UNAVAILABLE: "target unavailable here: its top-level package is not installed",

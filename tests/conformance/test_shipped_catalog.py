@@ -135,6 +135,7 @@ def test_json_output_of_one_op(interpreted: None) -> None:
             "tolerance",
             "passed",
             "message",
+            "skipped",
         }
         assert (r["op"], r["dtype"], r["tolerance"], r["passed"], r["message"]) == (
             "elementwise.softmax",

@@ -26,6 +26,7 @@ from ..model import (
     Environment,
     Importable,
     KernelSpec,
+    KeyDim,
     LayerClass,
     LayerCondition,
     LayerMapping,
@@ -75,6 +76,7 @@ MODEL_TYPES: tuple[type, ...] = (
     Required,
     Environment,
     SourceDigests,
+    KeyDim,
 )
 ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, StalePolicy, Promise)
 _LOCATION = -1

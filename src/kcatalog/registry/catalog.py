@@ -134,15 +134,18 @@ class Catalog:
         Given a SelectRequest, a pure function of the catalog and the request. Given an op id, the runtime makes
         the request with what this process knows (the platform, default: this machine; open `use()` blocks;
         imports that failed; with `call` (args, kwargs), what backends' per-call gates say of it): `tokens`
-        (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table, and
+        (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table, `key` (for an op
+        keyed by its shape, its `table_key` sizes in order) the entry, and
         `packages_here=False` takes every backend's `requires` as met (choosing for another machine)."""
         if isinstance(request, str):
             return self.runtime.select(request, platform, dtype, **keywords)
         from ..select.selection import select
 
         info = self.info(request.op)
-        picks = self.tuning.picks(request.op, request.platform, request.dtype, request.tokens, request.environment)
-        return select(
+        key = request.key or ()
+        tuning = self.tuning
+        picks = tuning.picks(request.op, request.platform, request.dtype, request.tokens, request.environment, key)
+        chosen = select(
             self.settings,
             info,
             request,
@@ -151,6 +154,8 @@ class Catalog:
             picks=picks,
             required=self.required,
         )
+        missed = tuning.key_miss(request.op, request.platform, request.dtype, key) if info.table_key else None
+        return chosen if missed is None else dataclasses.replace(chosen, notes=(*chosen.notes, missed))
 
     # -- the runtime: imports, caches, handles ---------------------------------------------------------------
 

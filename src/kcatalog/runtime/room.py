@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import CatalogError, KernelImportError, UnknownBackendError, printable
-from ..model import CatalogSettings, Environment, KernelSpec, OpInfo
+from ..model import CatalogSettings, Environment, KernelSpec, OpInfo, TableKeyValues
 from ..platform import Platform, PlatformLike
 from .scopes import OverrideScopes
 
@@ -100,6 +100,7 @@ class Runtime:
             platform = Platform.parse(platform, value.devices)
         info = value.info(op)
         backend, tokens, call = keywords.get("backend"), keywords.get("tokens"), keywords.get("call")
+        key = keywords.get("key")
         if backend is not None and backend not in info.backends:  # before detecting the platform imports torch
             raise UnknownBackendError(op, backend, list(info.backends), info.location)
         here = platform or self.platform()
@@ -116,6 +117,7 @@ class Runtime:
             dtype,
             backend=backend,
             tokens=tokens,
+            key=key,
             scoped=self.scopes.current(),
             failed=MappingProxyType(dict(self._failed)) if self._failed else None,  # a snapshot: the request is a value
             gates=gates,
@@ -196,17 +198,23 @@ class Runtime:
 
     def dispatcher(self, op: str, device: str | None = None) -> Dispatcher:
         """What a handle (or a torch op's implementation for `device`) of `op` needs from the runtime."""
-        from .dispatch import Dispatcher
+        from .dispatch import Dispatcher, key_reader
 
         tuning = self.value.tuning
 
-        def resolve(device_type: str, dtype: str, tokens: int | None, call: Call | None) -> KernelSpec:
-            return self.resolve_spec(op, self.platform(device or device_type), dtype, tokens=tokens, call=call)
+        def resolve(
+            device_type: str, dtype: str, tokens: int | None, call: Call | None, key: TableKeyValues | None
+        ) -> KernelSpec:
+            where = self.platform(device or device_type)
+            return self.resolve_spec(op, where, dtype, tokens=tokens, call=call, key=key)
 
-        def bucket_lists(device_type: str, dtype: str) -> Sequence[Sequence[Any]]:
-            return tuning.bucket_lists(op, self.platform(device or device_type), dtype)
+        def bucket_lists(device_type: str, dtype: str, key: TableKeyValues) -> Sequence[Sequence[Any]]:
+            return tuning.bucket_lists(op, self.platform(device or device_type), dtype, key)
 
-        return Dispatcher(op, resolve, bucket_lists, self.scopes, op in tuning.bucketed)
+        bucketed = op in tuning.bucketed
+        # Only an op keyed by its shape and tuned or planned somewhere reads its key per call: others as before.
+        key_of = key_reader(self.value.info(op)) if bucketed else None
+        return Dispatcher(op, resolve, bucket_lists, self.scopes, bucketed, key_of)
 
     @contextlib.contextmanager
     def use(

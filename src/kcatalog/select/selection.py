@@ -6,7 +6,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import NoEligibleBackendError, Rejected, RejectKind, UnknownBackendError
-from ..model import CatalogSettings, Environment, KernelSpec, OpInfo, Override, OverrideSet, Required
+from ..model import (
+    CatalogSettings,
+    Environment,
+    KernelSpec,
+    OpInfo,
+    Override,
+    OverrideSet,
+    Required,
+    TableKeyValues,
+)
 from ..platform import Platform, is_installed
 from .buckets import Pick
 from .promises import strongest, unkept
@@ -41,7 +50,8 @@ class SelectRequest:
     """Everything one selection depends on besides the catalog: the op, where and for what it runs, and what the
     runtime knows at that moment (its open `use()` scopes, the imports that failed, the per-call gates' verdicts).
 
-    `tokens` (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table;
+    `tokens` (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table, and for an op
+    keyed by its shape (`table_key`), `key` (its sizes in the op's key order) the entry;
     `packages_here=False` takes every backend's `requires` as met (choosing for another machine); `required`: the
     promises (deterministic, batch-invariant outputs) the open `use()` blocks ask of every backend selected."""
 
@@ -50,6 +60,7 @@ class SelectRequest:
     dtype: str | None = None
     backend: str | None = None
     tokens: int | None = None
+    key: TableKeyValues | None = None
     scoped: tuple[OverrideSet, ...] = ()  # `use()` blocks open in this context, innermost first
     failed: Mapping[tuple[str, str], str] | None = None  # (op, backend) -> why its import failed
     gates: Mapping[str, str] | None = None  # backend -> why its gate refuses this call
@@ -187,7 +198,8 @@ def select(
         for pick in picks:
             if pick.stale is not None:
                 outcome = "ignored: priority decides" if pick.ignored else "used all the same (tuned: {stale: use})"
-                notes.append(f"tuned entry {info.id} {dtype} on {platform} is stale: {pick.stale}; {outcome}")
+                entry = pick.entry or f"{info.id} {dtype} on {platform}"
+                notes.append(f"tuned entry {entry} is stale: {pick.stale}; {outcome}")
             if pick.ignored:
                 passed_over = pick
                 continue

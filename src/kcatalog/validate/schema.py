@@ -246,10 +246,13 @@ ArgValue = Annotated[
 ]
 
 
+SizeName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
 class SamplesDecl(_Strict):
     """How to build an op's inputs and which outputs to compare: the basis of `kcatalog test` and `bench`."""
 
-    sizes: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], tuple[SizeValue, ...]] = Field(
+    sizes: dict[SizeName, tuple[SizeValue, ...]] = Field(
         default_factory=dict, description="size name -> values; tests take every combination"
     )
     args: dict[str, ArgValue] = Field(
@@ -298,6 +301,13 @@ class OpDecl(_Strict):
         "position (default: the first)",
     )
     samples: SamplesDecl | None = Field(None, description="test and benchmark inputs for this op")
+    table_key: tuple[SizeName, ...] | None = Field(
+        None,
+        min_length=1,
+        description="sizes that key its tuned tables and plans beside the token count (e.g. [E, H, I, K] for "
+        "experts, hidden, intermediate, top-k): names of dimensions of its samples' tensor arguments, read from "
+        "each call's arguments; left out: one table per platform and dtype",
+    )
     fake: Fake | None = None
     backends: dict[BackendName, BackendDecl] = Field(min_length=1)
 

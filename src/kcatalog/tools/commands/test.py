@@ -87,5 +87,7 @@ def run(options: argparse.Namespace) -> int:
             print(printable(conformance.failure_line(r, seed, **where)))  # it quotes what the kernel raised
         for p in broken:
             print(printable(promises.promise_failure_line(p, seed, **where)))
-        print(f"{plural(checks, 'check')}, {failures} failed.")
+        skipped = sum(r.skipped for r in results)
+        refused = f", {skipped} refused by a backend's gate (skipped)" if skipped else ""
+        print(f"{plural(checks, 'check')}, {failures} failed{refused}.")
     return 1 if failures or not checks else 0
