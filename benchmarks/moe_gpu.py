@@ -142,7 +142,7 @@ def _alternatives() -> dict[str, Any]:
     from kcatalog.kernels.triton.moe import GemmConfig, MoeConfig
 
     return {
-        "m128_w8": MoeConfig(128, GemmConfig(128, 64, 8, 8, 3), GemmConfig(128, 64, 8, 8, 3)),
+        "m64_w8": MoeConfig(64, GemmConfig(128, 64, 8, 8, 3), GemmConfig(128, 64, 8, 4, 4)),  # the first default
         "m64_n64_w4": MoeConfig(64, GemmConfig(64, 64, 8, 4, 4), GemmConfig(128, 64, 8, 4, 4)),
         "m64_s4": MoeConfig(64, GemmConfig(128, 64, 8, 8, 4), GemmConfig(256, 64, 8, 8, 3)),
     }

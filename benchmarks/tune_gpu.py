@@ -86,9 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         result = calls[0].invoke(fn)  # warm-up: imports, JIT and torch.compile stay out of the timing
         if device != "cuda":
             return float(timing._time_cpu(lambda: calls[0].invoke(fn)))
-        sets = timing.input_sets(job, timing.bytes_moved(calls[0], result, job.info.mutates))
-        calls += [build_call(job.info, samples, job.sizes, job.dtype, device, i) for i in range(len(calls), sets)]
-        return float(timing._time_graph(fn, calls[:sets]))
+        if len(calls) == 1:
+            calls += timing.more_sets(
+                job, calls[0], result, lambda i: build_call(job.info, samples, job.sizes, job.dtype, device, i)
+            )
+        return float(timing.graphed_timer(fn, calls)())
 
     def timer(job: timing.Job) -> BenchResult:
         untimed = BenchResult(

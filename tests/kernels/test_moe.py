@@ -133,3 +133,21 @@ def test_shapes_that_do_not_fit_are_refused() -> None:
 def test_no_tokens() -> None:
     x, ids, weights, gate_up, down = inputs(0, 16, 8, 2, 2, torch.float32)
     assert triton_moe.fused_experts(x, ids, weights, gate_up, down).shape == (0, 16)
+
+
+def test_batched_mm_is_gated_by_the_weights_it_gathers() -> None:
+    """transformers' batched_mm copies each (token, expert) pair's weights: eligible for a decode batch, refused
+    (with the size it would gather) where that copy would not fit, and selection then takes the next backend."""
+    import torch
+
+    from kcatalog.kernels.transformers.moe import BATCHED_MM_BYTES, batched_mm_fits
+
+    gate_up = torch.empty(8, 2 * 48, 64, dtype=torch.bfloat16)
+    down = torch.empty(8, 64, 48, dtype=torch.bfloat16)
+    per_pair = (gate_up[0].numel() + down[0].numel()) * 2
+    fits = BATCHED_MM_BYTES // per_pair
+    ids = torch.zeros(fits, 1, dtype=torch.int64)
+    assert batched_mm_fits(torch.empty(fits, 64), ids, ids.float(), gate_up, down) is True
+    ids = torch.zeros(fits + 1, 1, dtype=torch.int64)
+    verdict = batched_mm_fits(torch.empty(fits + 1, 64), ids, ids.float(), gate_up, down)
+    assert isinstance(verdict, str) and verdict.startswith("batched_mm would gather 1.0 GiB"), verdict

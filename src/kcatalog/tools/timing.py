@@ -179,9 +179,9 @@ def prepare(job: Job, device: str, seed: int = 0) -> Prepared:
     fn = job.spec.load()
     result = calls[0].invoke(fn)  # warm-up: imports, JIT and torch.compile stay out of the timing
     if method_of(job, device) == "cuda-graph":
-        sets = input_sets(job, bytes_moved(calls[0], result, job.info.mutates))
-        calls += [build_call(job.info, samples, job.sizes, job.dtype, device, seed + i) for i in range(1, sets)]
-        return Prepared(calls[0], result, lambda: _time_graph(fn, calls))
+        calls += more_sets(job, calls[0], result, lambda i: build_call(job.info, samples, job.sizes, job.dtype,
+                                                                      device, seed + i))  # fmt: skip
+        return Prepared(calls[0], result, graphed_timer(fn, calls))
     timer = _time_cuda if device == "cuda" else _time_cpu
     return Prepared(calls[0], result, lambda: timer(lambda: calls[0].invoke(fn)))
 
@@ -191,6 +191,38 @@ def input_sets(job: Job, moved: int) -> int:
     if job.shapes == "decode":
         return GRAPH_INPUT_SETS
     return max(2, min(GRAPH_INPUT_SETS, -(-ROTATED_BYTES // max(moved, 1))))
+
+
+def more_sets(job: Job, first: Call, result: Any, build: Callable[[int], Call]) -> list[Call]:
+    """The input sets after `first` that a graph replay rotates through: decode's built from their own seeds,
+    prefill's copied on the device (its inputs are large: building them on the CPU took most of a tuning run)."""
+    sets = input_sets(job, bytes_moved(first, result, job.info.mutates))
+    if job.shapes == "decode":
+        return [build(i) for i in range(1, sets)]
+    return [first.clone() for _ in range(1, sets)]
+
+
+def graphed_timer(fn: Callable[..., Any], calls: Sequence[Call]) -> Callable[[], float]:
+    """Seconds per call by CUDA-graph replay; for a backend that cannot be captured (one that synchronises with
+    the host), by CUDA events on the first set instead, the host's launch included."""
+    captured: list[bool] = []
+
+    def seconds() -> float:
+        if not captured or captured[0]:
+            try:
+                value = _time_graph(fn, calls)
+                captured[:] = [True]
+                return value
+            except RuntimeError:
+                if captured:  # it was captured before: a real failure
+                    raise
+                captured[:] = [False]
+                import torch
+
+                torch.cuda.synchronize()  # the capture that failed is over: the next timing starts clean
+        return _time_cuda(lambda: calls[0].invoke(fn))
+
+    return seconds
 
 
 def interleaved(timers: Sequence[Callable[[], float]], rounds: int) -> list[list[float]]:

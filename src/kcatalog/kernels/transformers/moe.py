@@ -89,6 +89,25 @@ def batched_mm(
     return _call(_interface("batched_mm"), hidden_states, topk_ids, topk_weights, gate_up_proj, down_proj)
 
 
+BATCHED_MM_BYTES = 1 << 30  # the most batched_mm may gather: a decode batch's experts, never a prefill's
+
+
+def batched_mm_fits(
+    hidden_states: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+) -> bool | str:
+    """batched_mm's gate: the expert weights it gathers (one copy per token and expert) within BATCHED_MM_BYTES."""
+    gathered = topk_ids.numel() * (gate_up_proj[0].numel() + down_proj[0].numel()) * gate_up_proj.element_size()
+    if gathered > BATCHED_MM_BYTES:
+        return (
+            f"batched_mm would gather {gathered / 2**30:.1f} GiB of expert weights (at most {BATCHED_MM_BYTES >> 30})"
+        )
+    return True
+
+
 def grouped_mm(
     hidden_states: torch.Tensor,
     topk_ids: torch.Tensor,
