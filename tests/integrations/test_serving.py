@@ -6,31 +6,17 @@ inference_mode; every mapping of the shipped layers file runs there."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
-from test_kernelize import MODELS, SIZES, randomise_norms, relative_error, tokens, tolerance
+from test_kernelize import relative_error, tokens, tolerance
 from version_reads import watched_version_reads
 
 import kcatalog
 from kcatalog.integrations.kernelize import default_catalog
 
 NEW_TOKENS = 6
-CLASSES = {**MODELS, "gemma2": ("Gemma2ForCausalLM", "Gemma2Config")}
-
-
-@pytest.fixture(scope="module")
-def build(transformers: ModuleType) -> Callable[[str], Any]:
-    """build(name): test_kernelize's tiny model of that family, random weights everywhere (Gemma 2 too)."""
-
-    def make(name: str) -> Any:
-        model_class, config_class = (getattr(transformers, attr) for attr in CLASSES[name])
-        torch.manual_seed(0)
-        return randomise_norms(model_class(config_class(**SIZES)))
-
-    return make
 
 
 def greedy(model: Any, ids: torch.Tensor, **options: Any) -> torch.Tensor:
@@ -42,10 +28,10 @@ def greedy(model: Any, ids: torch.Tensor, **options: Any) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", ["llama", "qwen3", "gemma"])
 def test_kernelized_greedy_tokens_under_inference_mode_are_the_plain_models(
-    name: str, build: Callable[..., Any]
+    name: str, tiny: Callable[..., Any]
 ) -> None:
     """(test_kernelize checks the same under no_grad, for these models and more.)"""
-    model = build(name)
+    model = tiny(name)
     ids = tokens()
     plain = greedy(model, ids), greedy(model, ids, cache_implementation="static")
     kcatalog.kernelize(model)
@@ -58,13 +44,13 @@ def test_kernelized_greedy_tokens_under_inference_mode_are_the_plain_models(
 
 
 def test_every_shipped_mapping_runs_under_inference_mode_without_reading_versions(
-    build: Callable[..., Any],
+    tiny: Callable[..., Any],
 ) -> None:
     """Every layer mapping of the shipped catalog is used by one of the models, each run once under
     inference_mode: logits within the ops' tolerances of the plain model's, and no version read."""
     used: set[str] = set()
     for name in ("llama", "qwen3", "gemma", "gemma2"):
-        model = build(name)
+        model = tiny(name)
         ids = tokens()
         with torch.inference_mode():
             ref = model(ids).logits
