@@ -51,18 +51,25 @@ def _part(value: Any) -> Any:
     return value
 
 
+GATED_SHAPES_KEPT = 4096  # argument shapes a gated op keeps its choice for
+
+
 def make_gated(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
     """A dispatching callable for a gated op: resolved once per argument shape (uncached inside a `use()` block)."""
     dispatch = info.dispatch
     scopes = dispatcher.scopes
+    key_of = dispatcher.key_of  # a gate's cache is per argument shape: a table key's sizes are among them
     by_key: dict[tuple[Any, ...], Callable[..., Any]] = {}
     lock = threading.Lock()
+    # A decode's key length grows every step: one entry each, so the cache is bounded (emptied when full).
+    bound = GATED_SHAPES_KEPT
 
     def resolve(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any]:
         index = dispatch.index
         tensor = args[index] if index is not None and index < len(args) else kwargs[dispatch.name]
         tokens = int(tensor.shape[0]) if tensor.dim() else None
-        return dispatcher.resolve(tensor.device.type, dtype_name(tensor.dtype), tokens, (args, kwargs)).load()
+        key = None if key_of is None else key_of(args, kwargs)
+        return dispatcher.resolve(tensor.device.type, dtype_name(tensor.dtype), tokens, (args, kwargs), key).load()
 
     def gated(*args: Any, **kwargs: Any) -> Any:
         if scopes.active:
@@ -73,6 +80,8 @@ def make_gated(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
             with lock:
                 fn = by_key.get(key)
                 if fn is None:
+                    if len(by_key) >= bound:
+                        by_key.clear()
                     fn = by_key[key] = resolve(args, kwargs)
         return fn(*args, **kwargs)
 

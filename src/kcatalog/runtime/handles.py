@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..model import OpInfo, Parameters
+from ..model import OpInfo, Parameters, TableKeyValues
 from ..select.buckets import BucketDispatch, dispatch_for, segments
 from .dispatch import Dispatcher, dtype_name, resolve_once
 from .gates import is_gated, make_gated
@@ -49,6 +49,26 @@ _BUCKETED = (
     )
     .replace("return _kc_resolve({tensor})({call})", "return _kc_resolve({tensor}, {tensor}.shape[0])({call})")
 )
+
+# An op keyed by its shape (`table_key`) and tuned or planned: the call's key read from its arguments' shapes, then
+# one lookup on (dtype, key...) for the key's BucketDispatch and the bisect, as for a bucketed op; a key no entry
+# has resolves once by priority and is cached the same way.
+_KEYED = """\
+def handle({params}):
+    {bind}if _kc_torch_op is not None and _kc_compiling():
+        return _kc_torch_op({call})
+    if _kc_scopes.active:  # a `with catalog.use(...)` is open somewhere: honour it, uncached
+        return _kc_resolve({tensor}, {tensor}.shape[0], ({key},))({call})
+    if {tensor}.is_cuda:
+        _kc_b = _kc_by_cuda.get(({tensor}.dtype, {key}))
+    elif {tensor}.is_cpu:
+        _kc_b = _kc_by_cpu.get(({tensor}.dtype, {key}))
+    else:
+        _kc_b = _kc_by_device.get(({tensor}.device.type, {tensor}.dtype, {key}))
+    if _kc_b is None:
+        _kc_b = _kc_first_keyed({tensor}, ({key},))
+    return _kc_b.fns[_kc_bisect(_kc_b.edges, {tensor}.shape[0])]({call})
+"""
 
 # An op with a per-call gate (`eligible:`): resolved per argument shape by runtime/gates.py, in plain Python.
 _GATED = """\
@@ -129,9 +149,27 @@ def _exact_code(parameters: Parameters, dispatch: str) -> CallCode:
     return CallCode(", ".join(params), ", ".join(call), dispatch, "", defaults)
 
 
-def generate(template: str, code: CallCode, namespace: dict[str, Any], name: str, filename: str) -> Callable[..., Any]:
-    """Compile `template` (with {params}, {bind}, {tensor}, {call}) in `namespace`; the function `name` it defines."""
-    source = template.format(params=code.params, bind=code.bind, tensor=code.tensor, call=code.call)
+def key_code(info: OpInfo, code: CallCode) -> str:
+    """The expressions of a call's table key in generated code, comma-separated ('gate_up.shape[0], x.shape[1]'):
+    each size read from its argument, by name where the parameters are taken exactly, else from args or kwargs."""
+    parts = []
+    for dim in info.table_key:
+        if code.params == "*args, **kwargs":
+            found = f"kwargs[{dim.arg!r}]"
+            if dim.index is not None:
+                found = f"(args[{dim.index}] if len(args) > {dim.index} else {found})"
+        else:
+            found = dim.arg
+        parts.append(f"{found}.shape[{dim.dim}]")
+    return ", ".join(parts)
+
+
+def generate(
+    template: str, code: CallCode, namespace: dict[str, Any], name: str, filename: str, key: str = ""
+) -> Callable[..., Any]:
+    """Compile `template` (with {params}, {bind}, {tensor}, {call}, and {key} for a keyed op) in `namespace`; the
+    function `name` it defines."""
+    source = template.format(params=code.params, bind=code.bind, tensor=code.tensor, call=code.call, key=key)
     namespace.update(code.defaults)
     exec(compile(source, filename, "exec"), namespace)
     function: Callable[..., Any] = namespace[name]
@@ -158,12 +196,12 @@ def make_handle(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
     by_cpu: dict[Any, Callable[..., Any]] = {}
     by_device: dict[tuple[str, Any], Callable[..., Any]] = {}
 
-    def resolve(tensor: Any, tokens: int | None = None) -> Callable[..., Any]:
-        return resolve_spec(tensor.device.type, dtype_name(tensor.dtype), tokens, None).load()
+    def resolve(tensor: Any, tokens: int | None = None, key: TableKeyValues | None = None) -> Callable[..., Any]:
+        return resolve_spec(tensor.device.type, dtype_name(tensor.dtype), tokens, None, key).load()
 
-    def resolve_locked(tensor: Any, tokens: int | None = None) -> Callable[..., Any]:
+    def resolve_locked(tensor: Any, tokens: int | None = None, key: TableKeyValues | None = None) -> Callable[..., Any]:
         with lock:
-            return resolve(tensor, tokens)
+            return resolve(tensor, tokens, key)
 
     def slot(tensor: Any) -> tuple[dict[Any, Any], Any]:
         """The table the template looks the tensor up in, and its key there."""
@@ -179,6 +217,11 @@ def make_handle(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
     def first_bucketed(tensor: Any) -> Any:
         return resolve_once(lock, *slot(tensor), lambda: bucket_dispatch(dispatcher, tensor.device.type, tensor))
 
+    def first_keyed(tensor: Any, key: TableKeyValues) -> Any:
+        table, where = slot(tensor)
+        found = (*where, *key) if isinstance(where, tuple) else (where, *key)
+        return resolve_once(lock, table, found, lambda: bucket_dispatch(dispatcher, tensor.device.type, tensor, key))
+
     namespace: dict[str, Any] = {
         "_kc_scopes": dispatcher.scopes,
         "_kc_resolve": resolve_locked,
@@ -190,21 +233,28 @@ def make_handle(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
         "_kc_compiling": _not_compiling,
         "_kc_no_dispatch_arg": _no_dispatch_arg(op_id, info.dispatch_arg),
         "_kc_first_bucketed": first_bucketed,
+        "_kc_first_keyed": first_keyed,
         "_kc_bisect": bisect.bisect_left,
     }
+    code = call_code(info)
     template = _BUCKETED if dispatcher.bucketed else _TEMPLATE
+    if dispatcher.key_of is not None:
+        template = _KEYED
     if is_gated(info):
         template, namespace["_kc_gated"] = _GATED, make_gated(info, dispatcher)
-    handle = generate(template, call_code(info), namespace, "handle", f"<kcatalog op handle {op_id}>")
+    key = key_code(info, code) if template is _KEYED else ""
+    handle = generate(template, code, namespace, "handle", f"<kcatalog op handle {op_id}>", key)
     handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")
     signature = info.signature or "(*args, **kwargs)"
     handle.__doc__ = f"{op_id}{signature}: {info.description or 'no description'} (dispatching op handle)"
     return handle
 
 
-def bucket_dispatch(dispatcher: Dispatcher, device: str, tensor: Any) -> BucketDispatch:
-    """The boundary lookup for one (device, dtype): every segment of the plan's and the tuned table's buckets
-    resolved (and imported) now, so that a call only bisects."""
+def bucket_dispatch(
+    dispatcher: Dispatcher, device: str, tensor: Any, key: TableKeyValues | None = None
+) -> BucketDispatch:
+    """The boundary lookup for one (device, dtype) (and key, for an op keyed by its shape): every segment of the
+    plan's and the tuned table's buckets resolved (and imported) now, so that a call only bisects."""
     dtype = dtype_name(tensor.dtype)
-    lists = dispatcher.bucket_lists(device, dtype)
-    return dispatch_for(segments(lists), lambda tokens: dispatcher.resolve(device, dtype, tokens, None).load())
+    lists = dispatcher.bucket_lists(device, dtype, key or ())
+    return dispatch_for(segments(lists), lambda tokens: dispatcher.resolve(device, dtype, tokens, None, key).load())

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import CatalogError, KernelImportError, UnknownBackendError, printable
-from ..model import CatalogSettings, Environment, KernelSpec, OpInfo
+from ..model import CatalogSettings, Environment, KernelSpec, OpInfo, TableKeyValues
 from ..platform import Platform, PlatformLike
 from .scopes import OverrideScopes
 
@@ -100,6 +100,7 @@ class Runtime:
             platform = Platform.parse(platform, value.devices)
         info = value.info(op)
         backend, tokens, call = keywords.get("backend"), keywords.get("tokens"), keywords.get("call")
+        key = keywords.get("key")
         if backend is not None and backend not in info.backends:  # before detecting the platform imports torch
             raise UnknownBackendError(op, backend, list(info.backends), info.location)
         here = platform or self.platform()
@@ -116,11 +117,13 @@ class Runtime:
             dtype,
             backend=backend,
             tokens=tokens,
+            key=key,
             scoped=self.scopes.current(),
             failed=MappingProxyType(dict(self._failed)) if self._failed else None,  # a snapshot: the request is a value
             gates=gates,
             packages_here=keywords.get("packages_here", True),
             environment=self.environment(here) if keywords.get("packages_here", True) else None,
+            required=self.scopes.required(),
         )
         selection = value.select(request)
         for note in selection.notes:
@@ -195,22 +198,32 @@ class Runtime:
 
     def dispatcher(self, op: str, device: str | None = None) -> Dispatcher:
         """What a handle (or a torch op's implementation for `device`) of `op` needs from the runtime."""
-        from .dispatch import Dispatcher
+        from .dispatch import Dispatcher, key_reader
 
         tuning = self.value.tuning
 
-        def resolve(device_type: str, dtype: str, tokens: int | None, call: Call | None) -> KernelSpec:
-            return self.resolve_spec(op, self.platform(device or device_type), dtype, tokens=tokens, call=call)
+        def resolve(
+            device_type: str, dtype: str, tokens: int | None, call: Call | None, key: TableKeyValues | None
+        ) -> KernelSpec:
+            where = self.platform(device or device_type)
+            return self.resolve_spec(op, where, dtype, tokens=tokens, call=call, key=key)
 
-        def bucket_lists(device_type: str, dtype: str) -> Sequence[Sequence[Any]]:
-            return tuning.bucket_lists(op, self.platform(device or device_type), dtype)
+        def bucket_lists(device_type: str, dtype: str, key: TableKeyValues) -> Sequence[Sequence[Any]]:
+            return tuning.bucket_lists(op, self.platform(device or device_type), dtype, key)
 
-        return Dispatcher(op, resolve, bucket_lists, self.scopes, op in tuning.bucketed)
+        bucketed = op in tuning.bucketed
+        # Only an op keyed by its shape and tuned or planned somewhere reads its key per call: others as before.
+        key_of = key_reader(self.value.info(op)) if bucketed else None
+        return Dispatcher(op, resolve, bucket_lists, self.scopes, bucketed, key_of)
 
     @contextlib.contextmanager
-    def use(self, overrides: OverridesArg) -> Iterator[None]:
-        """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d'."""
+    def use(
+        self, overrides: OverridesArg = None, *, deterministic: bool = False, batch_invariant: bool = False
+    ) -> Iterator[None]:
+        """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d';
+        with `deterministic` (or `batch_invariant`), select only backends that promise it."""
         from ..select.overrides import check_overrides, parse_overrides
+        from ..select.promises import asked
 
         try:
             scoped = parse_overrides(overrides, "use()")
@@ -219,7 +232,7 @@ class Runtime:
         problems = check_overrides(scoped, self.value.ops(), self.value.settings.backends)
         if problems:
             raise CatalogError("; ".join(problem.message for problem in problems), problems)
-        with self.scopes.open(scoped):
+        with self.scopes.open(scoped, asked(deterministic, batch_invariant, "use")):
             yield
 
     def torch_ops(self) -> TorchOps:

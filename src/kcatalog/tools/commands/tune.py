@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..formats import plural
-from .common import INTERRUPTED, UsageError, add_op_arguments, command_line, load_ops, write_output
+from .common import INTERRUPTED, UsageError, add_op_arguments, command_line, load_ops, shape_sizes, write_output
 
 if TYPE_CHECKING:
     from ...registry.catalog import Catalog
@@ -30,6 +30,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         backend_help="only these candidates (repeatable)",
     )
     parser.add_argument("--buckets", help="token counts to time, e.g. 1,2,4,...,32768 (default: decode and prefill)")
+    parser.add_argument(
+        "--shape",
+        type=shape_sizes,
+        metavar="K=V,...",
+        help="sizes to time at, e.g. E=128,H=2048,I=768,K=8 (over the samples' sizes that have these names): for an "
+        "op keyed by its shape (table_key), the key measured",
+    )
     parser.add_argument("--out", type=Path, metavar="DIR", help="where to write <platform>.yaml (after each bucket)")
     again = parser.add_mutually_exclusive_group()
     again.add_argument(
@@ -42,7 +49,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         type=Path,
         metavar="TABLE",
         help="time each bucket's winner and runner-up again, in interleaved rounds; exit 1 listing the buckets "
-        "whose choice flipped (the runner-up faster in every round)",
+        "whose choice flipped (the runner-up faster in every round, by more than 3%% at the median)",
     )
     checking.add_argument(
         "--update",
@@ -79,7 +86,7 @@ class _Table:
 
     @property
     def measured(self) -> list[Measured]:
-        return sorted([*self.kept, *self.new], key=lambda m: (m.op, m.dtype, m.tokens))
+        return sorted([*self.kept, *self.new], key=lambda m: m.slot)
 
     def add(self, bucket: Measured) -> None:
         from ..tuning import table_text
@@ -132,8 +139,9 @@ def run(options: argparse.Namespace) -> int:
         dtypes=options.dtype or ["bfloat16"],
         buckets=buckets,
         backends=options.backend,
+        shape=options.shape,
     )
-    done = {(m.op, m.dtype, m.tokens) for m in kept.measured} if kept else set()
+    done = {m.slot for m in kept.measured} if kept else set()
     todo = [job for job in jobs if tuning.bucket_of(job) not in done]
     if kept:
         kept_buckets = plural(len(kept.measured), "bucket")
@@ -277,8 +285,8 @@ def _update(
     now = tuning.kernel_digests(catalog, ops)
     kernels = dict(kept.kernels)
     kernels.update({key: now[key] for key in tune_check.retimed(verdicts, again) if key in now})
-    replaced = {(m.op, m.dtype, m.tokens): m for m in again}
-    measured = [replaced.get((m.op, m.dtype, m.tokens), m) for m in kept.measured]
+    replaced = {m.slot: m for m in again}
+    measured = [replaced.get(m.slot, m) for m in kept.measured]
     if not again and kernels == dict(kept.kernels):
         print(f"{path}: nothing to update")
         return 1 if any(v.problem for v in verdicts) else 0
