@@ -24,10 +24,12 @@ def transformers() -> Iterator[ModuleType]:
 
 @pytest.fixture(scope="module")
 def tiny(transformers: ModuleType) -> Callable[..., Any]:
-    """tiny(name, **config): test_kernelize's tiny model of that family ('gemma2' too), random weights everywhere."""
+    """tiny(name, **config): test_kernelize's tiny model of that family ('gemma2', 'qwen3_moe' too), random weights
+    everywhere."""
     from test_kernelize import MODELS, SIZES, randomise_norms
 
-    classes = {**MODELS, "gemma2": ("Gemma2ForCausalLM", "Gemma2Config")}
+    classes = {**MODELS, "gemma2": ("Gemma2ForCausalLM", "Gemma2Config"),
+               "qwen3_moe": ("Qwen3MoeForCausalLM", "Qwen3MoeConfig")}  # fmt: skip
 
     def make(name: str, **config: Any) -> Any:
         model_class, config_class = (getattr(transformers, attr) for attr in classes[name])
