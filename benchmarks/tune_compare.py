@@ -5,7 +5,7 @@
     PYTHONPATH=src python benchmarks/tune_compare.py catalog/tuned/cuda_9.0.yaml --out benchmarks/results/tune_h200
 
 Every figure is a candidate's median from the same run (`kcatalog tune`, benchmarks/tune_gpu.py): CUDA-graph
-replays over 8 rotating input sets for decode buckets, CUDA events with L2 flushed for prefill, each the geometric
+replays over rotating input sets (8 for decode buckets, 256 MiB for prefill), each the geometric
 mean over the bucket's shapes. The best single backend is the one with the lowest geometric mean over all of the
 op's buckets (among backends timed at every bucket); the default is what the catalog's priority picks on the
 table's platform. Writes <out>.md and <out>.json; needs no GPU.

@@ -7,8 +7,8 @@ Run from the repository root (the GPU machine's ``python3``)::
     PYTHONPATH=src python3 benchmarks/tune_gpu.py --out out/      # about 3 minutes on an H200
 
 1. tune: `kcatalog tune --device cuda --dtype bfloat16` over every shipped op, at the manifests' decode and prefill
-   sizes (tools/tuning.py; timing as tools/timing.py times: CUDA-graph replays over 8 rotating input sets for decode,
-   CUDA events with L2 flushed for prefill; medians, inputs made once per shape); writes the table ``cuda_9.0.yaml``;
+   sizes (tools/tuning.py; timing as tools/timing.py times: CUDA-graph replays over rotating input sets, 8 for decode,
+   enough for 256 MiB for prefill; medians, inputs made once per shape); writes the table ``cuda_9.0.yaml``;
 2. the three arms at every bucket from this run's medians (benchmarks/tune_compare.py): (a) the tuned selection,
    (b) the op's best single backend, (c) the catalog's default priority;
 3. with ``--retime``, the same three re-timed one after the other through the op handles: (a) the handle of the
@@ -74,24 +74,23 @@ def main(argv: list[str] | None = None) -> int:
     log(f"tune: {len(jobs)} timings")
 
     # Inputs are made once per shape (on the CPU, from a seed: seconds for the largest) and shared by every
-    # candidate and by the re-timing below; timing is tools/timing.py's (graph replays for decode, events else).
+    # candidate and by the re-timing below; timing is tools/timing.py's (graph replays over rotating input sets).
     inputs: dict[tuple[str, str], list[Any]] = {}
 
-    def calls_for(job: timing.Job) -> list[Any]:
-        key = (job.info.id, describe(job.sizes))
-        if key not in inputs:
-            count = timing.GRAPH_INPUT_SETS if device == "cuda" and job.shapes == "decode" else 1
-            samples = samples_of(job.info)
-            assert samples is not None
-            inputs[key] = [build_call(job.info, samples, job.sizes, job.dtype, device, i) for i in range(count)]
-        return inputs[key]
-
-    def seconds(fn: Any, calls: list[Any]) -> float:
-        calls[0].invoke(fn)  # warm-up: imports, JIT and torch.compile stay out of the timing
-        if len(calls) > 1:
-            return float(timing._time_graph(fn, calls))
-        timer = timing._time_cuda if device == "cuda" else timing._time_cpu
-        return float(timer(lambda: calls[0].invoke(fn)))
+    def seconds(job: timing.Job, fn: Any) -> float:
+        calls = inputs.setdefault((job.info.id, describe(job.sizes)), [])
+        samples = samples_of(job.info)
+        assert samples is not None
+        if not calls:
+            calls.append(build_call(job.info, samples, job.sizes, job.dtype, device, 0))
+        result = calls[0].invoke(fn)  # warm-up: imports, JIT and torch.compile stay out of the timing
+        if device != "cuda":
+            return float(timing._time_cpu(lambda: calls[0].invoke(fn)))
+        if len(calls) == 1:
+            calls += timing.more_sets(
+                job, calls[0], result, lambda i: build_call(job.info, samples, job.sizes, job.dtype, device, i)
+            )
+        return float(timing.graphed_timer(fn, calls)())
 
     def timer(job: timing.Job) -> BenchResult:
         untimed = BenchResult(
@@ -100,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         if job.spec.backend == "torch_compile" and time.perf_counter() - _T0 > options.budget_s:
             return dataclasses.replace(untimed, error=f"skipped: past the {options.budget_s:.0f} s budget")
         try:
-            return dataclasses.replace(untimed, time_us=seconds(job.spec.load(), calls_for(job)) * 1e6)
+            return dataclasses.replace(untimed, time_us=seconds(job, job.spec.load()) * 1e6)
         except Exception as exc:  # one broken backend must not end the run
             return dataclasses.replace(untimed, error=f"{type(exc).__name__}: {exc}")
 
@@ -153,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         for shape in m.shapes:
             job = by_key[(m.op, shape)]
             arms = (("tuned", handle_tuned), ("best_single", single), ("default", handle_plain))
-            times = {name: seconds(fn, calls_for(job)) * 1e6 for name, fn in arms}
+            times = {name: seconds(job, fn) * 1e6 for name, fn in arms}
             chosen_tuned = tuned.select(m.op, platform, dtype, tokens=m.tokens).chosen
             chosen_plain = plain.select(m.op, platform, dtype).chosen
             records.append(

@@ -24,7 +24,13 @@ import kcatalog
 
 # What a developer's shell may set that would change what the tests see: backend overrides, the cache turned
 # off, more catalog layers. tests/conftest.py removes them for the session, child_env() for every child process.
-SHELL_VARIABLES = ("KCATALOG_OVERRIDES", "KCATALOG_BACKEND", "KCATALOG_NO_CACHE", "KCATALOG_PATH")
+SHELL_VARIABLES = (
+    "KCATALOG_OVERRIDES",
+    "KCATALOG_BACKEND",
+    "KCATALOG_DETERMINISTIC",
+    "KCATALOG_NO_CACHE",
+    "KCATALOG_PATH",
+)
 CACHE_VARIABLE = "KCATALOG_CACHE_DIR"  # the session's private load cache (tests/conftest.py)
 MINIMAL = Path(__file__).resolve().parent / "corpus" / "clean_minimal"  # op norm.rms_norm, backend torch
 

@@ -21,7 +21,17 @@ from .errors import (
     UnknownOpError,
 )
 from .load import CheckResult, LoadOptions, check_catalog, load_catalog
-from .model import CacheOutcome, CacheStatus, Capability, CatalogSettings, KernelSpec, OpInfo, Parameters, Target
+from .model import (
+    CacheOutcome,
+    CacheStatus,
+    Capability,
+    CatalogSettings,
+    KernelSpec,
+    OpInfo,
+    Parameters,
+    Promise,
+    Target,
+)
 from .platform import Platform
 from .registry.catalog import Catalog
 
@@ -73,6 +83,7 @@ __all__ = [
     "OpInfo",
     "Parameters",
     "Platform",
+    "Promise",
     "RejectKind",
     "Rejected",
     "SelectRequest",

@@ -48,11 +48,14 @@ TUNED_NOT_ELIGIBLE: Final = "KC232"
 TUNED_BUCKETS: Final = "KC233"
 TUNED_PLATFORM_MISMATCH: Final = "KC234"
 TUNED_STALE: Final = "KC235"
+TABLE_KEY: Final = "KC236"
+TUNED_KEY: Final = "KC237"
 # KC24x check: a plan given to load_catalog(plan=...).
 PLAN_UNKNOWN_OP: Final = "KC240"
 PLAN_UNKNOWN_BACKEND: Final = "KC241"
 PLAN_DIGEST_DIFFERS: Final = "KC242"
 PLAN_BUCKETS: Final = "KC243"
+PLAN_KEY: Final = "KC244"
 # KC3xx check: import targets.
 TARGET_MODULE_NOT_FOUND: Final = "KC301"
 TARGET_ATTRIBUTE_MISSING: Final = "KC302"
@@ -71,10 +74,12 @@ POLICY_REFERENCE_MISSING: Final = "KC403"
 # KC5xx check: an application's `require=`.
 REQUIRED_OP_MISSING: Final = "KC501"
 REQUIRED_BACKEND_MISSING: Final = "KC502"
-# KC6xx check: backend overrides (`overrides=`, KCATALOG_OVERRIDES, KCATALOG_BACKEND).
+# KC6xx check: backend overrides (`overrides=`, KCATALOG_OVERRIDES, KCATALOG_BACKEND) and required promises
+# (KCATALOG_DETERMINISTIC).
 OVERRIDE_UNKNOWN_BACKEND: Final = "KC601"
 OVERRIDE_MATCHES_NOTHING: Final = "KC602"
 OVERRIDE_MALFORMED: Final = "KC603"
+DETERMINISTIC_MALFORMED: Final = "KC604"
 # KC7xx migrate: `kcatalog import-registry`, what a Python registry holds that the catalog cannot express.
 REGISTRY_SPEC_INCOMPLETE: Final = "KC701"
 REGISTRY_NAME_UNSUPPORTED: Final = "KC702"
@@ -130,10 +135,13 @@ CODES: Final[dict[str, str]] = {
     TUNED_PLATFORM_MISMATCH: "tuned table measured on another platform than the one it claims",
     TUNED_STALE: "tuned entry stale: a timed backend's kernel source changed since it was measured (an error with "
     "tuned: {stale: error})",
+    TABLE_KEY: "op's table_key names a size that is no dimension of its samples' tensor arguments (or the token count)",
+    TUNED_KEY: "tuned entry's key does not give the sizes its op's table_key names (or the op declares none)",
     PLAN_UNKNOWN_OP: "plan pins an op the catalog does not declare",
     PLAN_UNKNOWN_BACKEND: "plan pins a backend the op does not have",
     PLAN_DIGEST_DIFFERS: "plan was made from a catalog with other contents (a warning; an error with strict)",
     PLAN_BUCKETS: "a plan entry's buckets are unsorted or overlap",
+    PLAN_KEY: "plan entry's key does not give the sizes its op's table_key names (or the op declares none)",
     TARGET_MODULE_NOT_FOUND: "target module not found",
     TARGET_ATTRIBUTE_MISSING: "target attribute not defined by its module",
     TARGET_UNAVAILABLE: "target unavailable here: its top-level package is not installed",
@@ -152,6 +160,7 @@ CODES: Final[dict[str, str]] = {
     OVERRIDE_UNKNOWN_BACKEND: "override names an unknown backend",
     OVERRIDE_MATCHES_NOTHING: "override pattern matches no op",
     OVERRIDE_MALFORMED: "override text malformed",
+    DETERMINISTIC_MALFORMED: "KCATALOG_DETERMINISTIC names no promise",
     REGISTRY_SPEC_INCOMPLETE: "registry spec lacks op, backend or target, or has them of the wrong type",
     REGISTRY_NAME_UNSUPPORTED: "registry op id or backend name the catalog format cannot express, or a group no "
     "manifest can be named after (the settings file's name, too long a file name)",

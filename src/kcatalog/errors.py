@@ -73,6 +73,7 @@ class RejectKind(str, Enum):
     DTYPE = "dtype"  # it does not support the call's dtype
     IMPORT_FAILED = "import failed"  # its import failed on first use: the next eligible backend runs
     GATE = "gate"  # its per-call gate (`eligible:`) refuses this call
+    NOT_PROMISED = "not promised"  # the call requires deterministic (or batch-invariant) outputs it does not promise
     AUTO_OFF = "auto off"  # `auto: false`: only a name (backend=, an override, a plan, a table) chooses it
     RANKED_BELOW = "ranked below"  # it could run, but the deciding order puts another first
     NOT_REQUESTED = "not requested"  # the call named another backend

@@ -50,6 +50,9 @@ class LoadOptions:
     True and False), keyed by the source's exact bytes: an unchanged module is not parsed again. `plan` (a
     file written by `kcatalog plan`) pins the selection it records, above tuned tables and priority, below
     overrides; an entry this machine cannot honour warns once naming the op (raises with `strict`).
+    `deterministic` selects only backends that promise deterministic outputs, `batch_invariant` only those that
+    promise batch-invariant ones, for the whole process (as KCATALOG_DETERMINISTIC=1 or =batch_invariant does;
+    either source adds, neither lifts).
     """
 
     require: Require | None = None
@@ -60,6 +63,8 @@ class LoadOptions:
     import_targets: bool = False
     cache: bool | PathLike = True
     plan: PathLike | None = None
+    deterministic: bool = False
+    batch_invariant: bool = False
 
     def __post_init__(self) -> None:
         # A lone string is one item, not a sequence of one-character names.
@@ -80,6 +85,8 @@ class LoadKeywords(TypedDict, total=False):
     import_targets: bool
     cache: bool | PathLike
     plan: PathLike | None
+    deterministic: bool
+    batch_invariant: bool
 
 
 class CheckResult(NamedTuple):
@@ -203,6 +210,8 @@ def _check_sources(
         known_targets=known_targets,
         current=current,
         indexes=indexes,
+        deterministic=options.deterministic,
+        batch_invariant=options.batch_invariant,
     )
     if indexes is not None:
         indexes.close()
@@ -239,6 +248,7 @@ def _check_sources(
         warnings,
         overrides=tuple(checks.overrides),
         strict=options.strict,
+        required=checks.required,
         cache_status=status,
         layers=tuple(layers),
         layer_mappings=linked.layer_mappings,

@@ -47,6 +47,40 @@ class Target:
         return f"{self.module}:{self.attr}"
 
 
+class Promise(str, Enum):
+    """What a backend may promise of its outputs, weakest first: each promise implies the ones before it."""
+
+    DETERMINISTIC = "deterministic"  # repeated runs on the same inputs (one machine, one build) are bitwise equal
+    BATCH_INVARIANT = "batch_invariant"  # each row's output is bitwise equal alone or inside a larger batch
+
+    def implies(self, other: Promise) -> bool:
+        """Whether keeping this promise keeps `other` too (batch_invariant implies deterministic)."""
+        members = list(Promise)
+        return members.index(self) >= members.index(other)
+
+
+@dataclass(frozen=True)
+class Promised:
+    """A promise a backend declares (`deterministic:`, `batch_invariant:` in its manifest) and the device kinds it
+    holds on (None: every device the backend runs on)."""
+
+    promise: Promise
+    devices: tuple[str, ...] | None = None
+
+    def keeps(self, promise: Promise, device: str) -> bool:
+        """Whether it promises `promise` (or one that implies it) on this device kind."""
+        return self.promise.implies(promise) and (self.devices is None or device in self.devices)
+
+
+@dataclass(frozen=True)
+class Required:
+    """A promise every backend selected must keep, and who asks for it: `use(deterministic=True)`,
+    KCATALOG_DETERMINISTIC, `load_catalog(batch_invariant=True)`, a settings file's `deterministic: true`."""
+
+    promise: Promise
+    source: str  # as a rejection names it: 'use(deterministic=True)', 'KCATALOG_DETERMINISTIC=1', ...
+
+
 class TargetRole(str, Enum):
     """What a declared target is for: each is checked statically and imported on first use alike."""
 
@@ -147,6 +181,9 @@ class KernelSpec:
     traceable: bool = False
     # A per-call gate (`eligible:`, runtime/gates.py): called with the call's arguments, once per argument shape.
     gate: Importable | None = None
+    # What it promises of its outputs (`deterministic:`, `batch_invariant:`), and where: selection keeps to the
+    # backends that promise what a request requires (select/promises.py); `kcatalog test` checks each promise.
+    promises: tuple[Promised, ...] = ()
     _lazy: _LazyImport = field(init=False, default_factory=_LazyImport, compare=False, repr=False)
     role: ClassVar[TargetRole] = TargetRole.BACKEND  # as the load checks see a declared target
 
@@ -161,6 +198,10 @@ class KernelSpec:
     def owner(self) -> str:
         """The op it implements (what an Importable calls its owner: the checks read either)."""
         return self.op
+
+    def keeps(self, promise: Promise, device: str) -> bool:
+        """Whether it promises `promise` (or one that implies it) on this device kind."""
+        return any(declared.keeps(promise, device) for declared in self.promises)
 
 
 @dataclass(frozen=True)
@@ -235,6 +276,26 @@ class Dispatch:
 
 
 @dataclass(frozen=True)
+class KeyDim:
+    """One size of an op's table key (`table_key:`): its name and the argument dimension that gives it, found in the
+    op's samples at link time ('E': dimension 0 of `gate_up`); `index` is the argument's position (None: keyword-only),
+    so that a call given by position is read as well as one given by keyword."""
+
+    name: str
+    arg: str
+    dim: int
+    index: int | None
+
+
+TableKeyValues = tuple[int, ...]  # a call's (or an entry's) table key: the sizes in the op's `table_key` order
+
+
+def key_text(names: tuple[str, ...], values: TableKeyValues) -> str:
+    """'E=8 H=2048', as tables, explain and reasons show a key ('' for none)."""
+    return " ".join(f"{name}={value}" for name, value in zip(names, values))
+
+
+@dataclass(frozen=True)
 class OpInfo:
     """An op as declared: its contract and its backends in declaration order (extensions included).
 
@@ -270,6 +331,14 @@ class OpInfo:
     torch_schema: str | None = None
     torch_problems: tuple[Diagnostic, ...] = ()
     layer: str = ""  # the name of the layer whose manifest declared it
+    # The sizes its tuned tables and plans are keyed by beside the token count (`table_key:`), resolved to argument
+    # dimensions at link time; () for an op that declares none: one table per platform and dtype, as before.
+    table_key: tuple[KeyDim, ...] = ()
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        """The names of its table key's sizes ('E', 'H', ...), in declaration order."""
+        return tuple(dim.name for dim in self.table_key)
 
 
 @dataclass(frozen=True)
@@ -326,6 +395,8 @@ class CatalogSettings:
     devices: tuple[str, ...] = ()  # device kinds declared beyond the built-in ones
     policies: tuple[LayerPolicy, ...] = ()  # one per layer with a settings file, in layer order
     stale: StalePolicy = StalePolicy.IGNORE  # `tuned: {stale: ...}` of the last layer that says
+    # The promises the settings files require of every backend selected (`deterministic: true`), in layer order.
+    required: tuple[Required, ...] = ()
 
     @property
     def required_platforms(self) -> tuple[str, ...]:
@@ -445,6 +516,25 @@ class TunedOp:
     # none (written by hand, or before tables recorded them): its kernels are not compared.
     kernels: Mapping[str, str] | None = None
     packages: tuple[str, ...] = ()  # the distributions its timings depend on: torch, and what its backends require
+    # For an op keyed by its shape (`table_key:`), the sizes this entry was measured for (in the op's key order)
+    # and their names; () for an op that declares no key.
+    key: TableKeyValues = ()
+    key_names: tuple[str, ...] = ()
+
+    @property
+    def key_text(self) -> str:
+        """'E=8 H=2048' ('' for an entry of an op without a key)."""
+        return key_text(self.key_names, self.key)
+
+    @property
+    def label(self) -> str:
+        """'cuda:9.0 bfloat16' or, keyed, 'cuda:9.0 bfloat16 E=8 H=2048': the table entry as picks name it."""
+        return " ".join(part for part in (self.platform, self.dtype, self.key_text) if part)
+
+    @property
+    def described(self) -> str:
+        """'norm.rms_norm float32 on cpu', keyed 'moe.experts bfloat16 E=8 H=64 on cpu': the entry in messages."""
+        return " ".join(part for part in (self.op, self.dtype, self.key_text) if part) + f" on {self.platform}"
 
     @property
     def timed(self) -> tuple[str, ...]:
@@ -462,17 +552,24 @@ class PlanEntry:
     backend: str | None
     buckets: tuple[TunedBucket, ...] = ()
     location: Location | None = None
+    key: TableKeyValues = ()  # for an op keyed by its shape, the key the entry pins (see TunedOp.key)
+    key_names: tuple[str, ...] = ()
+
+    @property
+    def key_text(self) -> str:
+        """'E=8 H=2048' ('' for an entry of an op without a key)."""
+        return key_text(self.key_names, self.key)
 
 
 @dataclass(frozen=True)
 class LockedPlan:
     """A plan file loaded with the catalog (load_catalog(plan=...)): the platform it is for, the content digest of
-    the catalog it was made from, and its entries by (op, dtype)."""
+    the catalog it was made from, and its entries by (op, dtype, key) (key () for an op keyed by nothing)."""
 
     path: str
     platform: str
     digest: str
-    entries: Mapping[tuple[str, str], PlanEntry]
+    entries: Mapping[tuple[str, str, TableKeyValues], PlanEntry]
 
 
 @dataclass(frozen=True)

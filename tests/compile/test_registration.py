@@ -25,6 +25,9 @@ SCHEMAS = {
     "layernorm.fused_add_rms_norm": (
         "layernorm_fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps=1e-06) -> ()"
     ),
+    "layernorm.add_rms_norm": (
+        "layernorm_add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-06) -> (Tensor, Tensor)"
+    ),
     "layernorm.layer_norm": "layernorm_layer_norm(Tensor x, Tensor weight, Tensor bias, float eps=1e-05) -> Tensor",
     "elementwise.softmax": "elementwise_softmax(Tensor x) -> Tensor",
     "activation.silu_and_mul": "activation_silu_and_mul(Tensor x) -> Tensor",

@@ -12,7 +12,8 @@ import pytest
 from conformance_support import run_cli
 
 import kcatalog
-from kcatalog.tools.inputs import samples_of
+from kcatalog.tools.inputs import samples_of, size_sets
+from kcatalog.tools.promises import rows_of
 
 SEED = 20240611
 
@@ -41,9 +42,13 @@ def test_whole_shipped_catalog_passes_on_the_cpu_with_triton_interpreted(
     assert lines[0] == f"seed {SEED}"
     assert not [line for line in lines if line.startswith("FAIL")]
     catalog = kcatalog.load_catalog()
-    rows = [line.split() for line in lines if line.split()[:1] and line.split()[0] in catalog.ops()]
-    assert lines[-1] == f"{len(rows)} checks, 0 failed."
-    assert {row[-1] for row in rows} == {"ok"}
+    promises_at = lines.index(next(line for line in lines if line.split()[:3] == ["op", "backend", "promise"]))
+    table = [line.split() for line in lines if line.split()[:1] and line.split()[0] in catalog.ops()]
+    rows = [row for row in table if row[2] not in ("deterministic", "batch_invariant")]
+    promise_rows = [line.split() for line in lines[promises_at + 1 :] if line.split()[0] in catalog.ops()]
+    assert len(rows) + len(promise_rows) == len(table)
+    assert lines[-1] == f"{len(table)} checks, 0 failed."
+    assert {row[-1] for row in table} == {"ok"}
     assert {row[0] for row in rows} == set(catalog.ops())  # every op appears
     # Every other backend ran on every dtype and declared size set, except the dtypes a note says it
     # was skipped for and why; the Triton kernels were never skipped: they ran under the interpreter.
@@ -71,6 +76,29 @@ def test_whole_shipped_catalog_passes_on_the_cpu_with_triton_interpreted(
             if backend == "triton":
                 assert not skipped, op
     assert sum(count for (_, backend), count in checked.items() if backend == "triton") > 0
+    assert_every_promise_checked(catalog, promise_rows)
+
+
+def assert_every_promise_checked(catalog: kcatalog.Catalog, rows: list[list[str]]) -> None:
+    """Every promise a shipped backend makes on the CPU (the references' too) was checked on every dtype and
+    size set, a batch_invariant one on every size set of more than one row; no other promise was."""
+    checked = Counter((row[0], row[1], row[2]) for row in rows)
+    expected: Counter[tuple[str, str, str]] = Counter()
+    for op in catalog.ops():
+        info = catalog.info(op)
+        samples = samples_of(info)
+        assert samples is not None and info.dtypes is not None, op
+        found = rows_of(info, samples)
+        assert not isinstance(found, str), (op, found)
+        batches = [sizes for sizes in size_sets(samples) if found.count(sizes) > 1]
+        for spec in info.backends.values():
+            for promise in kcatalog.Promise:
+                if spec.keeps(promise, "cpu"):
+                    per_dtype = len(batches if promise is kcatalog.Promise.BATCH_INVARIANT else size_sets(samples))
+                    expected[op, spec.backend, promise.value] = per_dtype * len(info.dtypes)
+    assert checked == expected
+    assert {backend for _, backend, _ in expected} == {"torch", "aten"}  # what the CPU measurement backs
+    assert sum(count for (_, _, promise), count in expected.items() if promise == "batch_invariant") > 0
 
 
 def test_json_output_of_one_op(interpreted: None) -> None:
@@ -80,7 +108,15 @@ def test_json_output_of_one_op(interpreted: None) -> None:
     assert result.code == 0, result.err
     document = json.loads(result.out)
     assert document["seed"] == 5
-    assert document["summary"] == {"checks": 12, "failed": 0}
+    # 12 against the reference; the promises: torch's deterministic (6 size sets), aten's batch_invariant (6 size
+    # sets deterministic, 4 of more than one row batch-invariant)
+    assert document["summary"] == {"checks": 12 + 16, "failed": 0}
+    assert {(r["backend"], r["promise"], r["passed"]) for r in document["promises"]} == {
+        ("torch", "deterministic", True),
+        ("aten", "deterministic", True),
+        ("aten", "batch_invariant", True),
+    }
+    assert len(document["promises"]) == 16
     assert document["notes"] == [
         "elementwise.softmax [torch_compile] float16: skipped, runs on cuda >= 7.0, not cpu; runs on hip, not cpu"
     ]
@@ -99,6 +135,7 @@ def test_json_output_of_one_op(interpreted: None) -> None:
             "tolerance",
             "passed",
             "message",
+            "skipped",
         }
         assert (r["op"], r["dtype"], r["tolerance"], r["passed"], r["message"]) == (
             "elementwise.softmax",

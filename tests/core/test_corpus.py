@@ -90,6 +90,14 @@ API_CASES: dict[str, tuple[dict[str, object], dict[str, str], list[str]]] = {
             "KC602 overrides=: 'attention.*' matches no op; available: norm.rms_norm",
         ],
     ),
+    "deterministic_malformed": (
+        {},
+        {"KCATALOG_DETERMINISTIC": "on"},
+        [
+            "KC604 KCATALOG_DETERMINISTIC='on': expected 1 (deterministic), batch_invariant, or 0 (off); "
+            "see docs/selection.md",
+        ],
+    ),
     "override_malformed": (
         {"overrides": "norm.rms_norm"},
         {},

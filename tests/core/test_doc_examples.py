@@ -74,6 +74,13 @@ def test_the_readme_example_explains_what_it_shows(
     assert capsys.readouterr().out.splitlines() == expected
 
 
+def test_the_deterministic_selection_example_explains_what_it_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/selection.md's explain of a batch-invariant request prints what the page shows, over the shipped catalog."""
+    command, *expected = block("docs/selection.md", "explain-batch-invariant").splitlines()
+    assert main(command.removeprefix("$ kcatalog ").split()) == 0
+    assert capsys.readouterr().out.splitlines() == expected
+
+
 def test_the_layers_example_runs_verbatim(tmp_path: Path) -> None:
     """My ops in my own directory, validated and loaded with `shipped`, each layer's allow-list on its own files."""
     bin_dir = tmp_path / "bin"

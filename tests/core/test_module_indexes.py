@@ -95,6 +95,29 @@ def test_a_damaged_index_is_a_miss(catalog: Path, cache_dir: Path, parses: list[
     written.write_bytes(bytes(data))
     assert diagnostics(catalog) == cold
     assert len(parses) == 2
+    assert diagnostics(catalog) == cold  # the damaged one was removed and written again, whole
+    assert len(parses) == 2
+
+
+def test_a_half_written_index_is_a_miss_and_written_again(catalog: Path, cache_dir: Path, parses: list[str]) -> None:
+    cold = diagnostics(catalog)
+    [written] = indexes(cache_dir)
+    whole = written.read_bytes()
+    written.write_bytes(whole[: len(whole) // 2])  # as a run killed while writing it leaves it
+    assert diagnostics(catalog) == cold
+    assert written.read_bytes() == whole and len(parses) == 2
+
+
+def test_an_index_is_never_written_through_a_link_planted_at_its_name(
+    catalog: Path, cache_dir: Path, tmp_path: Path
+) -> None:
+    diagnostics(catalog)
+    [written] = indexes(cache_dir)
+    written.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    written.symlink_to(elsewhere)
+    diagnostics(catalog)
+    assert not elsewhere.exists() and written.is_symlink()
 
 
 def test_indexes_others_may_write_are_neither_read_nor_written(

@@ -151,14 +151,23 @@ def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bi
         for module_name, module in model.named_modules()
         if type(module).__name__.endswith(mapped_classes)
     }
+    if name != "gemma":  # the residual adds fused into the next norm (test_residual_norm.py)
+        expected |= {
+            module_name: "residual_norm_model" if module_name == "model" else "residual_norm_decoder_layer"
+            for module_name, module in model.named_modules()
+            if type(module).__name__.endswith(("Model", "DecoderLayer"))
+        }
     assert {item.module: item.mapping for item in report.replaced} == expected
     assert report.left == ()
-    assert all(item.ops and all(choice.backend in ("aten", "torch") for choice in item.ops) for item in report.replaced)
+    assert all(
+        item.ops and all(choice.backend in ("aten", "torch", "sdpa_flash") for choice in item.ops)
+        for item in report.replaced
+    )
     if name == "qwen3":  # the per-head norms are RMSNorms too
         assert {"model.layers.0.self_attn.q_norm", "model.layers.1.self_attn.k_norm"} <= set(expected)
     assert {"model.layers.0.self_attn", "model.layers.1.self_attn"} <= set(expected)
     attention = next(item for item in report.replaced if item.mapping.endswith("_attention"))
-    assert [choice.op for choice in attention.ops] == [ROTARY]
+    assert [choice.op for choice in attention.ops] == [ROTARY, "attention.prefill", "attention.decode"]
     for module_name in expected:
         assert "forward" in vars(model.get_submodule(module_name))  # on the instance, never the class
     assert all(cls.forward is forward for cls, forward in class_forwards.items())  # no class was patched
@@ -246,7 +255,12 @@ def test_kernelized_model_compiles_whole_with_the_catalogs_torch_ops(
     norm_op = re.compile(rf"^kcatalog(_\d+)?\.layernorm_{'gemma_' if name == 'gemma' else ''}rms_norm\.")
     act_op = re.compile(rf"^kcatalog(_\d+)?\.activation_{'gelu' if name == 'gemma' else 'silu'}_and_mul\.")
     rope_op = re.compile(r"^kcatalog(_\d+)?\.attention_rotary_embedding\.")
-    assert sum(bool(norm_op.match(target)) for target in calls) == 5  # 2 per layer and the final norm
+    add_norm_op = re.compile(r"^kcatalog(_\d+)?\.layernorm_add_rms_norm\.")
+    # 2 per layer and the final norm; Llama's post-attention norms take the attention's residual add (traced,
+    # the MLP's add stays an add before the next norm)
+    fused = 0 if name == "gemma" else 2
+    assert sum(bool(norm_op.match(target)) for target in calls) == 5 - fused
+    assert sum(bool(add_norm_op.match(target)) for target in calls) == fused
     assert sum(bool(act_op.match(target)) for target in calls) == 2
     assert sum(bool(rope_op.match(target)) for target in calls) == 2
     assert torch.equal(out, eager)
@@ -454,7 +468,7 @@ def test_an_attention_forward_without_the_rope_function_is_left_and_says_why(
     assert not any(
         ATTENTION_FORWARD in vars(m) or "forward" in vars(m) for m in model.model.layers[0].self_attn.modules()
     )
-    assert len(report.replaced) == 7  # the norms and MLPs still
+    assert len(report.replaced) == 10  # the norms, MLPs, decoder layers and the model still
     assert relative_error(logits(model, tokens()), ref) <= 1e-5
     kcatalog.unkernelize(model)
 
@@ -570,6 +584,6 @@ def test_kernelize_after_some_ops_were_registered_traced(build: Callable[..., An
     model, ids = build("llama"), tokens()
     ref = logits(model, ids)
     report = kcatalog.kernelize(model, catalog)
-    assert report.left == () and len(report.replaced) == 9
+    assert report.left == () and len(report.replaced) == 12
     assert relative_error(logits(model, ids), ref) <= 1e-5
     kcatalog.unkernelize(model)

@@ -46,7 +46,8 @@ def test_loading_and_validating_the_mappings_imports_neither_torch_nor_transform
     assert report["code"] == 0
     assert report["cold"] == report["warm"] == [
         "llama_rms_norm", "gemma_rms_norm", "silu_gated_mlp", "llama_attention", "gemma_attention",
-        "gelu_tanh_gated_mlp", "gelu_tanh_gated_mlp_gemma2"
+        "gelu_tanh_gated_mlp", "gelu_tanh_gated_mlp_gemma2", "residual_norm_model", "residual_norm_decoder_layer",
+        "moe_experts"
     ]  # fmt: skip
     assert report["status"] == "hit"
 
@@ -72,6 +73,8 @@ def test_the_shipped_mappings_as_the_catalog_holds_them() -> None:
         "activation.silu_and_mul",
         "activation.gelu_and_mul",
         "attention.rotary_embedding",
+        "moe.fused_experts",
+        "layernorm.add_rms_norm",
     }
     attention = mappings["llama_attention"]
     assert attention.prepare is not None and str(attention.prepare.target).endswith(":bind_rotary")

@@ -34,7 +34,7 @@ def _catalog(workspace: Workspace) -> Path:
         "needs": {"target": "kinds_ok:tag", "requires": [MISSING]},
         "narrow": {"target": "kinds_ok:tag", "dtypes": ["float16"]},
         "manual": {"target": "kinds_ok:tag", "auto": False},
-        "ref": "kinds_ok:tag",
+        "ref": {"target": "kinds_ok:tag", "deterministic": True},
         "gated": {"target": "kinds_ok:tag", "eligible": "kinds_gate:wide_only"},
         "alt": "kinds_ok:tag",
     }
@@ -99,6 +99,15 @@ def test_a_stale_tables_pick_is_a_stale_table_rejection(
     assert _explain(capsys, directory, "--tokens", "4")["alt"] == "stale table"
 
 
+def test_a_backend_that_does_not_promise_what_is_asked_is_not_promised(
+    workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kinds = _explain(capsys, _catalog(workspace), "--deterministic")
+    assert "ref" not in kinds  # the one that promises it is chosen
+    assert {kinds[name] for name in ("broken", "manual", "gated", "alt")} == {"not promised"}
+    assert kinds["cu"] == "capability"  # what cannot run here at all says so first
+
+
 def test_every_kind_has_a_case_here(workspace: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
     """The cases above between them produce every RejectKind: a new kind needs a case."""
     torch = pytest.importorskip("torch")
@@ -107,6 +116,7 @@ def test_every_kind_has_a_case_here(workspace: Workspace, capsys: pytest.Capture
     seen |= set(_explain(capsys, directory, "--backend", "ref").values())
     _stale_table(directory)
     seen |= set(_explain(capsys, directory, "--tokens", "4").values())
+    seen |= set(_explain(capsys, directory, "--deterministic").values())
     catalog = kcatalog.load_catalog(directory, cache=False)
     with catalog.use({"g.tag": "gated"}):
         seen |= {

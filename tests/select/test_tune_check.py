@@ -131,3 +131,15 @@ def test_resume_refuses_a_table_whose_kernels_changed(
         f"error: cannot resume from {table}: the kernel source of tc.scale [slow] changed since it was measured; "
         "--force measures every bucket again"
     )
+
+
+def test_a_tie_does_not_flip_even_when_every_round_says_so() -> None:
+    """One of 32 near-ties loses all five rounds by chance: under TIE at the median it is a tie, not a flip."""
+    from kcatalog.tools.tune_check import TIE, Verdict
+    from kcatalog.tools.tuning import Measured
+
+    bucket = Measured("tc.scale", "float32", 16, ("T=16 H=8",), {"fast": 1.0, "slow": 2.0}, {})
+    tie = Verdict(bucket, (5, None), "slow", ratios=(1.004, 1.012, 1.02, 1.008, 1.03))
+    beyond = Verdict(bucket, (5, None), "slow", ratios=(1.0 + 2 * TIE, 1.01, 1.0 + 3 * TIE, 1.0 + 2 * TIE, 1.05))
+    mixed = Verdict(bucket, (5, None), "slow", ratios=(0.99, 1.2, 1.2, 1.2, 1.2))
+    assert (tie.flipped, beyond.flipped, mixed.flipped) == (False, True, False)

@@ -385,6 +385,26 @@ def test_a_gate_is_asked_once_per_shape_and_its_reason_kept(
     )
 
 
+def test_a_gated_op_keeps_a_bounded_number_of_shapes(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode's key length grows every step: the choices kept per shape are bounded, then asked again."""
+    torch = pytest.importorskip("torch")
+    from kcatalog.runtime import gates
+
+    monkeypatch.setattr(gates, "GATED_SHAPES_KEPT", 3)
+    workspace.module("bound_fast", "def tag(x):\n    return 'fast'\n")
+    workspace.module("bound_ref", "def tag(x):\n    return 'ref'\n")
+    workspace.module("bound_rule", GATE)
+    backends = {"fast": {"target": "bound_fast:tag", "eligible": "bound_rule:narrow"}, "ref": "bound_ref:tag"}
+    directory = workspace.write({"tag": workspace.op(backends, reference="ref")}, backends=["fast", "ref"])
+    handle = kcatalog.load_catalog(directory, cache=False).op("g.tag")
+    widths = (1, 2, 3, 4, 1)
+    assert [handle(torch.zeros(2, w)) for w in widths] == ["fast"] * 5
+    import bound_rule
+
+    # the fourth shape found the cache full and emptied it: width 1 is asked again
+    assert bound_rule.CALLS == [(2, 1), (2, 2), (2, 3), (2, 4), (2, 1)]
+
+
 def test_a_gate_on_an_op_without_a_signature(workspace: Workspace) -> None:
     """An op that takes any arguments dispatches on its first (or declared) one, gated or not."""
     torch = pytest.importorskip("torch")
@@ -495,7 +515,8 @@ def test_ctrl_c_in_tune_keeps_the_finished_buckets_and_resume_times_only_the_res
     timed.clear()
     stop_at[0] = None
     assert main([*argv, "--resume"]) == 0
-    assert sorted(set(timed)) == [("layernorm.rms_norm", "float32", 4), ("layernorm.rms_norm", "float32", 8)]
+    # (op, dtype, table key, token count): an op declaring no table_key has the empty key
+    assert sorted(set(timed)) == [("layernorm.rms_norm", "float32", (), 4), ("layernorm.rms_norm", "float32", (), 8)]
     assert len(timed) == 8
     assert f"resuming from {table}: 2 buckets kept, 8 of 16 jobs to time" in capsys.readouterr().out
     done = kcatalog.load_catalog([shipped_manifest, table], cache=False).tuning.table(

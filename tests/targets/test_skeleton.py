@@ -150,3 +150,20 @@ def test_a_syntax_error_the_compiler_finds_is_found_too(tmp_path: Path, monkeypa
     problem = TargetChecker().check("kcfx_skel:kernel")
     assert problem is not None and problem.code == "KC306"
     assert problem.message.endswith("kcfx_skel.py, line 2: name 'x' is parameter and global")
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("return 1\n\ndef kernel(x):\n    return x\n", "line 1: 'return' outside function"),
+        ("def kernel(x):\n    return x\n\nbreak\n", "line 4: 'break' outside loop"),
+        ("def kernel(x):\n    return x\n\nawait kernel\n", "line 4: 'await' outside function"),
+    ],
+)
+def test_what_only_compiling_finds_is_found(tmp_path: Path, monkeypatch: Any, source: str, message: str) -> None:
+    """Importing the module would reject these; its symbol table alone accepts them."""
+    module(tmp_path, source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    problem = TargetChecker().check("kcfx_skel:kernel")
+    assert problem is not None and problem.code == "KC306"
+    assert problem.message.endswith(message), problem.message

@@ -26,6 +26,7 @@ from ..model import (
     Environment,
     Importable,
     KernelSpec,
+    KeyDim,
     LayerClass,
     LayerCondition,
     LayerMapping,
@@ -35,6 +36,9 @@ from ..model import (
     OpInfo,
     Parameters,
     Policy,
+    Promise,
+    Promised,
+    Required,
     SourceDigests,
     StalePolicy,
     Target,
@@ -68,10 +72,13 @@ MODEL_TYPES: tuple[type, ...] = (
     Parameters,
     Dispatch,
     BrokenOps,
+    Promised,
+    Required,
     Environment,
     SourceDigests,
+    KeyDim,
 )
-ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, StalePolicy)
+ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, StalePolicy, Promise)
 _LOCATION = -1
 _ENUM = -2
 _PLAIN = (str, int, float, bool, type(None))

@@ -4,9 +4,11 @@ syntax whole again (pyresolve/index_record.py says what a key stands for: conten
 
 One file per index, named by its key. Trusted and written as the load cache's entries are (store.py): only in a
 directory private to this user (read/permissions.py), each file starting with a header and a checksum of the rest
-(a file that does not match is a miss), `marshal` data (reading it runs no code), written to a temporary file and
-renamed into place (write/atomic.py); `kcatalog cache --clear` removes them with the entries. (Not through store.py,
-whose import a validate would otherwise pay for.)
+(a file that does not match is a miss, and is removed), `marshal` data (reading it runs no code). Each is created
+under its name, never renamed into place (write/atomic.py's write_new): a fresh check writes one per module it
+reads, hundreds, and the temporary and rename of an atomic write cost it a quarter of a second on SGLang's tree
+(benchmarks/sglang_tree.py); the checksum makes a half-written one a miss. `kcatalog cache --clear` removes them
+with the entries. (Not through store.py, whose import a validate would otherwise pay for.)
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class ModuleIndexes:
             return None
         body = raw[len(MAGIC) + _CHECKSUM_BYTES :]
         if not raw.startswith(MAGIC) or raw[len(MAGIC) : len(MAGIC) + _CHECKSUM_BYTES] != digest(body).encode():
+            try:  # damaged, or half written (by a run that crashed, or one writing it now): `put` writes it again
+                os.unlink(self.directory / f"{key}{SUFFIX}")
+            except OSError:
+                pass
             return None
         return body
 
@@ -61,13 +67,13 @@ class ModuleIndexes:
             self._writable = self._trusted()
         if not self._writable:
             return
-        from ..write.atomic import write_file  # only a run that indexes afresh writes
+        from ..write.atomic import write_new  # only a run that indexes afresh writes
 
-        try:  # never half an index; not synced: one lost is a miss
-            write_file(self.directory / f"{key}{SUFFIX}", MAGIC + digest(data).encode() + data, mode=0o600, sync=False)
+        try:  # not synced: one lost is a miss; one there already (written by a run beside this one) is the same
+            if write_new(self.directory / f"{key}{SUFFIX}", MAGIC + digest(data).encode() + data, mode=0o600):
+                self.written += 1
         except OSError:
             return
-        self.written += 1
 
     def close(self) -> None:
         """Remove the oldest indexes beyond MAX_INDEXES, after a run that wrote some; races are harmless."""

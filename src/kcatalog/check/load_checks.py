@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 
 from .. import codes
 from ..errors import Diagnostic, did_you_mean, listing, nearest
-from ..model import Declared, LinkedCatalog, OverrideSet, TargetChecks, TargetRole, is_under
+from ..model import Declared, LinkedCatalog, OverrideSet, Required, TargetChecks, TargetRole, is_under
 from ..read.files import SETTINGS_FILE
 from ..select.overrides import OverridesArg, check_overrides, process_overrides
+from ..select.promises import process_required
 from .layer_classes import unavailable_class
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ class LoadChecks:
     # The static target checks when they were done afresh and found no error, for the cache to keep;
     # None when the known ones still held, or when they found errors (those are never kept).
     fresh_targets: TargetChecks | None
+    # The promises every selection requires (KCATALOG_DETERMINISTIC, then load_catalog's), strongest source first.
+    required: tuple[Required, ...] = ()
 
 
 def check_linked(
@@ -44,6 +47,8 @@ def check_linked(
     known_targets: TargetChecks | None = None,
     current: Callable[[str], Fingerprint] | None = None,
     indexes: IndexStore | None = None,
+    deterministic: bool = False,
+    batch_invariant: bool = False,
 ) -> LoadChecks:
     """Run every per-load check on a linked catalog; `current(module)` gives a module's fingerprint now (default:
     pyresolve's current_fingerprint), to tell whether the known target checks still hold; `indexes`: where fresh
@@ -57,7 +62,13 @@ def check_linked(
         fresh = _check_targets(linked, wanted, import_targets, known_targets, lists, diagnostics, current, indexes)
     if require is not None:
         _check_require(linked, require, diagnostics)
-    return LoadChecks(diagnostics, _check_overrides(linked, overrides, diagnostics), fresh)
+    sets = _check_overrides(linked, overrides, diagnostics)
+    try:
+        required = process_required(deterministic, batch_invariant)
+    except ValueError as exc:
+        diagnostics.append(Diagnostic(codes.DETERMINISTIC_MALFORMED, str(exc)))
+        required = ()
+    return LoadChecks(diagnostics, sets, fresh, required)
 
 
 class _AllowLists:

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING
 
 from .. import codes
 from ..errors import Diagnostic, Severity
-from ..model import LinkedCatalog, ModuleFingerprint, SourceDigests, StalePolicy, TunedOp
+from ..model import LinkedCatalog, ModuleFingerprint, SourceDigests, StalePolicy, TableKeyValues, TunedOp
 
 if TYPE_CHECKING:
     from ..pyresolve import Fingerprint
 
-Key = tuple[str, str, str]  # op, platform, dtype: a tuned entry
+Key = tuple[str, str, str, TableKeyValues]  # op, platform, dtype, key (() for an op without one): a tuned entry
 
 
 @dataclass(frozen=True)
 class SourceCheck:
-    """The stale entries (what changed since their table was measured, by op x platform x dtype), their
+    """The stale entries (what changed since their table was measured, by op x platform x dtype x key), their
     diagnostics, and the digests compared (the known ones where they held: the cache keeps them; None: no entry
     records any)."""
 
@@ -47,9 +47,9 @@ def check_tuned_sources(
         why = _changed(entry, linked, digests.digests)
         if why is None:
             continue
-        stale[(entry.op, entry.platform, entry.dtype)] = why
+        stale[(entry.op, entry.platform, entry.dtype, entry.key)] = why
         severity = Severity.ERROR if policy is StalePolicy.ERROR else Severity.WARNING
-        message = f"tuned entry {entry.op} {entry.dtype} on {entry.platform} is stale: {why}; {_outcome(policy)}"
+        message = f"tuned entry {entry.described} is stale: {why}; {_outcome(policy)}"
         diagnostics.append(Diagnostic(codes.TUNED_STALE, message, entry.location, severity))
     return SourceCheck(MappingProxyType(stale), diagnostics, digests)
 

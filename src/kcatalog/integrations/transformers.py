@@ -10,6 +10,7 @@ attention layers run their class's own forward, copied with its RoPE function sw
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,6 +31,9 @@ def rms_norm_forward(module: Any, ops: Ops, hidden_states: torch.Tensor) -> torc
     """
     if module.weight.dtype != hidden_states.dtype:
         return type(module).forward(module, hidden_states)  # type: ignore[no-any-return]
+    ahead = _normed_ahead(module, hidden_states)  # computed with the residual add (decoder_layer_forward)
+    if ahead is not None:
+        return ahead
     return ops["layernorm.rms_norm"](hidden_states, module.weight, module.variance_epsilon)  # type: ignore[no-any-return]
 
 
@@ -234,3 +238,81 @@ def _rotary_fits(
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, cos, sin)):
         return False
     return q.transpose(1, 2).is_contiguous() and k.transpose(1, 2).is_contiguous()
+
+
+# ---------------------------------------------------------------- the residual add fused into the next RMSNorm
+
+ADD_RMS_NORM = "layernorm.add_rms_norm"
+NEXT_NORM = "kcatalog_next_norm"  # on a decoder layer (link_decoder_layers): the norm its output goes to next
+NORMED = "_kcatalog_normed"  # on a decoder layer's output: (that norm, the output's version, the norm's output)
+_DECODER_CALLS = frozenset({"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"})
+
+
+def model_forward(module: Any, ops: Ops, *args: Any, **kwargs: Any) -> Any:
+    """The model's own forward, unchanged: its mapping is there for its prepare (link_decoder_layers)."""
+    return type(module).forward(module, *args, **kwargs)
+
+
+def link_decoder_layers(module: Any, ops: Ops) -> Callable[[], None]:
+    """Tell each decoder layer of a Llama-family model which RMSNorm reads its output next: the next layer's
+    input_layernorm, and for the last layer the model's final norm; decoder_layer_forward then computes the
+    residual add and that norm in one kernel (the norm, called next, finds its output ready). The link is an
+    instance attribute, not a submodule (state_dict and named_modules are unchanged). Returns the undo."""
+    layers, final = getattr(module, "layers", None), getattr(module, "norm", None)
+    if not isinstance(layers, torch.nn.ModuleList) or not isinstance(final, torch.nn.Module):
+        raise ValueError("the model has no `layers` list and final `norm`")
+    count = min(len(layers), getattr(getattr(module, "config", None), "num_hidden_layers", len(layers)))
+    targets = [layer.input_layernorm for layer in layers[1:count]] + [final]
+    for layer, target in zip(layers[:count], targets):
+        if hasattr(target, "variance_epsilon") and isinstance(getattr(target, "weight", None), torch.Tensor):
+            layer.__dict__[NEXT_NORM] = target  # (a norm of another kind: that layer's second add stays an add)
+
+    def undo() -> None:
+        for layer in layers:
+            layer.__dict__.pop(NEXT_NORM, None)
+
+    return undo
+
+
+def check_decoder_layer(module: Any, ops: Ops) -> None:
+    """decoder_layer_forward computes what the class's forward does only where that forward calls exactly the
+    input norm, attention, post-attention norm and MLP (as Llama, Mistral, Qwen2 and Qwen3 write it): ValueError
+    for any other, and where the post-attention norm has forward hooks (the fused forward does not call it)."""
+    code = getattr(inspect.unwrap(type(module).forward), "__code__", None)
+    names = set(code.co_names) if code is not None else set()
+    if names != _DECODER_CALLS:
+        raise ValueError(f"its forward's code names {', '.join(sorted(names)) or 'nothing'}, not just "
+                         f"{', '.join(sorted(_DECODER_CALLS))} (the layers the fused forward calls)")  # fmt: skip
+    if len(module.post_attention_layernorm._forward_hooks) or len(module.post_attention_layernorm._forward_pre_hooks):
+        raise ValueError("post_attention_layernorm has hooks, which the fused forward would not call")
+
+
+def decoder_layer_forward(module: Any, ops: Ops, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    """A Llama-family decoder layer with both residual adds fused into the RMSNorm that follows them
+    (layernorm.add_rms_norm): the attention's into the post-attention norm, and the MLP's into the norm that
+    link_decoder_layers says reads this layer's output (whose kernelized forward, rms_norm_forward, then takes
+    the norm's output kept on this one; in eager only: traced by torch.compile the second add stays an add).
+    The output is the residual stream, as the class's forward returns it."""
+    post = module.post_attention_layernorm
+    if args or post.weight.dtype != hidden_states.dtype:
+        return type(module).forward(module, hidden_states, *args, **kwargs)
+    residual = hidden_states
+    attention, _ = module.self_attn(hidden_states=module.input_layernorm(hidden_states), **kwargs)
+    normed, residual = ops[ADD_RMS_NORM](attention, residual, post.weight, post.variance_epsilon)
+    out = module.mlp(normed)
+    norm = module.__dict__.get(NEXT_NORM)
+    if norm is None or torch.compiler.is_compiling() or norm.weight.dtype != out.dtype:
+        return residual + out  # (Dynamo traces no attribute set on a tensor)
+    normed, summed = ops[ADD_RMS_NORM](out, residual, norm.weight, norm.variance_epsilon)
+    setattr(summed, NORMED, (norm, _version(summed), normed))
+    return summed
+
+
+def _normed_ahead(module: Any, hidden_states: torch.Tensor) -> torch.Tensor | None:
+    """The norm's output that the decoder layer which made `hidden_states` computed with it, if unchanged since."""
+    if torch.compiler.is_compiling():  # decoder_layer_forward keeps none there
+        return None
+    kept = getattr(hidden_states, NORMED, None)
+    if kept is None or kept[0] is not module or kept[1] != _version(hidden_states):
+        return None
+    return kept[2]  # type: ignore[no-any-return]

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from .. import codes
 from ..errors import did_you_mean
-from ..model import Capability, Importable, KernelSpec, Target, TargetRole
+from ..model import Capability, Importable, KernelSpec, Promise, Promised, Target, TargetRole
 from ..platform import DEVICES
 from ..validate.schema import FAKE_REFERENCE, BackendDecl, OpDecl, cuda_only_window
 from ..validate.validator import ValidatedFile
@@ -78,11 +78,30 @@ def backend_specs(
             layer=context.layer(file),
             traceable=backend.traceable,
             gate=gate,
+            promises=_promises(context, file, path, backend),
         )
         context.declared.append(specs[name])
         if gate is not None:
             context.declared.append(gate)
     return specs
+
+
+def _promises(
+    context: LinkContext, file: ValidatedFile, path: tuple[str, ...], backend: BackendDecl
+) -> tuple[Promised, ...]:
+    """What the backend promises, strongest first, each on the device kinds it names (checked: KC215)."""
+    found = []
+    for promise, declared in (
+        (Promise.BATCH_INVARIANT, backend.batch_invariant),
+        (Promise.DETERMINISTIC, backend.deterministic),
+    ):
+        if declared is None or declared is False:
+            continue
+        devices = None if declared is True else declared
+        for index, device in enumerate(devices or ()):
+            context.check_device(device, file.locations.value((*path, promise.value, index)))
+        found.append(Promised(promise, devices))
+    return tuple(found)
 
 
 def declare_fake(

@@ -1,4 +1,4 @@
-"""A plan file read, validated and linked against the ops (KC240-KC243)."""
+"""A plan file read, validated and linked against the ops (KC240-KC244)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,23 @@ from types import MappingProxyType
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Diagnostic, Location, Severity, did_you_mean, listing
-from ..model import LockedPlan, OpInfo, PlanEntry, TunedBucket
+from ..model import LockedPlan, OpInfo, PlanEntry, TableKeyValues, TunedBucket
 from ..platform import DEVICES, Platform
 from ..read.files import CatalogFile, PathLike, read_sources
-from .tuned import order_problem
+from ..validate.tables import BucketDecl, KeyedPlanDecl
+from .tuned import key_values, order_problem
+
+_Entry = tuple[tuple[int, ...], Mapping[str, int] | None, str | None, tuple[BucketDecl, ...]]
+
+
+def _entries(chosen: str | tuple[BucketDecl, ...] | tuple[KeyedPlanDecl, ...]) -> list[_Entry]:
+    """(path below the dtype, key or None, backend or None, buckets) of each entry of one op and dtype."""
+    if isinstance(chosen, str):
+        return [((), None, chosen, ())]
+    keyed: list[_Entry] = [
+        ((i,), e.key, e.backend, e.buckets) for i, e in enumerate(chosen) if isinstance(e, KeyedPlanDecl)
+    ]
+    return keyed or [((), None, None, tuple(b for b in chosen if isinstance(b, BucketDecl)))]
 
 
 def read_plan(
@@ -72,7 +85,7 @@ def read_plan(
                 Severity.ERROR if strict else Severity.WARNING,
             )
         )
-    entries: dict[tuple[str, str], PlanEntry] = {}
+    entries: dict[tuple[str, str, TableKeyValues], PlanEntry] = {}
     for op_id, by_dtype in body.ops.items():
         info = ops.get(op_id)
         if info is None:
@@ -80,26 +93,35 @@ def read_plan(
             diagnostics.error(codes.PLAN_UNKNOWN_OP, message, at("ops", op_id, key=True))
             continue
         for dtype, chosen in by_dtype.items():
-            buckets = () if isinstance(chosen, str) else chosen
-            names = [chosen] if isinstance(chosen, str) else [b.backend for b in chosen]
-            for index, name in enumerate(names):
-                if name not in info.backends:
-                    where = at("ops", op_id, dtype) if isinstance(chosen, str) else at("ops", op_id, dtype, index)
-                    message = (
-                        f"plan pins backend '{name}' of op '{op_id}', which has no such backend"
-                        f"{did_you_mean(name, info.backends)}; it has {listing(info.backends)}"
-                    )
-                    diagnostics.error(codes.PLAN_UNKNOWN_BACKEND, message, where)
-            linked = tuple(
-                TunedBucket(b.tokens[0], b.tokens[1], b.backend, MappingProxyType({}), at("ops", op_id, dtype, i))
-                for i, b in enumerate(buckets)
-            )
-            order = order_problem(linked)  # a bucket lookup bisects: out of order, it would silently miss
-            if order is not None:
-                diagnostics.error(codes.PLAN_BUCKETS, order[0], order[1])
-            entries[(op_id, dtype)] = PlanEntry(
-                op_id, dtype, chosen if isinstance(chosen, str) else None, linked, at("ops", op_id, dtype)
-            )
+            for below, key, backend, buckets in _entries(chosen):
+                key_at = at("ops", op_id, dtype, *below, *(("key",) if key is not None else ()))
+                values = key_values(info, key, key_at, diagnostics, codes.PLAN_KEY)
+                if values is None:
+                    continue
+                names = [backend] if backend is not None else [b.backend for b in buckets]
+                for index, name in enumerate(names):
+                    if name not in info.backends:
+                        where = (
+                            at("ops", op_id, dtype, *below, *(("backend",) if key is not None else ()))
+                            if backend is not None
+                            else at("ops", op_id, dtype, *below, *(("buckets",) if key is not None else ()), index)
+                        )
+                        message = (
+                            f"plan pins backend '{name}' of op '{op_id}', which has no such backend"
+                            f"{did_you_mean(name, info.backends)}; it has {listing(info.backends)}"
+                        )
+                        diagnostics.error(codes.PLAN_UNKNOWN_BACKEND, message, where)
+                bucket_at = ("ops", op_id, dtype, *below, *(("buckets",) if key is not None else ()))
+                linked = tuple(
+                    TunedBucket(b.tokens[0], b.tokens[1], b.backend, MappingProxyType({}), at(*bucket_at, i))
+                    for i, b in enumerate(buckets)
+                )
+                order = order_problem(linked)  # a bucket lookup bisects: out of order, it would silently miss
+                if order is not None:
+                    diagnostics.error(codes.PLAN_BUCKETS, order[0], order[1])
+                entries[(op_id, dtype, values)] = PlanEntry(
+                    op_id, dtype, backend, linked, at("ops", op_id, dtype, *below), key=values, key_names=info.key_names
+                )
     if diagnostics.errors_since(start) or platform is None:
         return None
     return LockedPlan(source.shown, str(platform), body.digest, MappingProxyType(entries))

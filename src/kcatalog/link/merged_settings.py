@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 from .. import codes
 from ..diagnostics import Diagnostics
-from ..model import BackendInfo, CatalogLayer, CatalogSettings, LayerPolicy, Policy, StalePolicy
+from ..model import BackendInfo, CatalogLayer, CatalogSettings, LayerPolicy, Policy, Promise, Required, StalePolicy
 from ..validate.schema import PolicyDecl, Settings
 from ..validate.validator import ValidatedFile
 
@@ -66,6 +66,7 @@ def merge_settings(
     devices: list[str] = []
     allow_lists: dict[int, tuple[str, ...] | None] = {}
     policies: dict[int, LayerPolicy] = {}
+    required: list[Required] = []
     stale = StalePolicy.IGNORE
     for file in files:
         settings = file.model
@@ -96,6 +97,7 @@ def merge_settings(
             layer_name(layers, file.layer), _policy(settings.policy), _policy(settings.require_of_all)
         )
         allow_lists[file.layer] = settings.allowed_modules
+        required += _required(settings, layer_name(layers, file.layer))
         if "stale" in settings.tuned.model_fields_set:  # a later layer's word replaces an earlier one's
             stale = StalePolicy(settings.tuned.stale)
     # One layer's list is the catalog's; with several, each spec carries its own layer's, and the catalog has none.
@@ -110,9 +112,17 @@ def merge_settings(
         priorities=MappingProxyType({name: tuple(order) for name, order in priorities.items()}),
         devices=tuple(devices),
         policies=tuple(policies.values()),
+        required=tuple(required),
         stale=stale,
     )
     return MergedSettings(merged, MappingProxyType(allow_lists), MappingProxyType(policies))
+
+
+def _required(settings: Settings, layer: str) -> list[Required]:
+    """The promises one layer's settings require of every backend selected; a later layer cannot lift them."""
+    source = f"the settings of layer '{layer}'" if layer else "the catalog settings"
+    asked = ((Promise.BATCH_INVARIANT, settings.batch_invariant), (Promise.DETERMINISTIC, settings.deterministic))
+    return [Required(promise, source) for promise, on in asked if on]
 
 
 def _policy(decl: PolicyDecl) -> Policy:

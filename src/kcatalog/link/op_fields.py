@@ -14,7 +14,8 @@ from ..errors import Location, did_you_mean
 from ..validate.schema import FAKE_REFERENCE, OpDecl
 from ..validate.validator import ValidatedFile
 from .samples import check_samples
-from .signature import signature_params, signature_positional
+from .signature import dispatch_of, read_parameters, signature_params, signature_positional
+from .table_key import resolve_table_key
 
 
 def check_op_fields(
@@ -31,6 +32,7 @@ def check_op_fields(
     checks.arguments()
     checks.tolerance()
     checks.samples()
+    checks.table_key()
 
 
 @dataclass
@@ -49,7 +51,7 @@ class _OpFields:
         """Where a key of the op's mapping (or below it) is written."""
         return self.file.locations.key((*self.op_path, *path))
 
-    def value(self, *path: str) -> Location:
+    def value(self, *path: str | int) -> Location:
         """Where a value of the op's mapping (or below it) starts."""
         return self.file.locations.value((*self.op_path, *path))
 
@@ -91,6 +93,23 @@ class _OpFields:
             check_samples(op_id, op.signature, op.mutates, op.samples, where, self.diagnostics)
         except ValueError:
             return  # an invalid signature is reported by arguments()
+
+    def table_key(self) -> None:
+        """Each size of the table key must be read from a call: a dimension of a tensor argument of the samples."""
+        op_id, op = self.op_id, self.op
+        if op.table_key is None:
+            return
+        if op.signature is None:
+            message = f"table_key of op '{op_id}' needs the op's signature, to read its sizes from a call's arguments"
+            self.error(codes.TABLE_KEY, message, self.key("table_key"))
+            return
+        try:
+            parameters = read_parameters(op.signature)
+        except ValueError:
+            return  # an invalid signature is reported by arguments()
+        dispatch = dispatch_of(parameters, op.dispatch_arg).name
+        for problem in resolve_table_key(op_id, op.table_key, op.samples, parameters, dispatch).problems:
+            self.error(codes.TABLE_KEY, problem.message, self.value("table_key", problem.index))
 
     def tolerance(self) -> None:
         """Tolerances may only be given for dtypes the op declares."""

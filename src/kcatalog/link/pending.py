@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ..errors import Diagnostic, Location
-from ..model import Importable, KernelSpec, OpInfo, Parameters
+from ..model import Importable, KernelSpec, KeyDim, OpInfo, Parameters
 from ..validate.schema import FAKE_REFERENCE, OpDecl
 from ..validate.validator import ValidatedFile
 from .signature import dispatch_of, read_parameters
+from .table_key import resolve_table_key
 
 
 @dataclass
@@ -32,6 +33,10 @@ class PendingOp:
     def freeze(self, group: str, layer: str) -> OpInfo:
         op = self.op
         parameters = None if op.signature is None else _parameters(op.signature)
+        dispatch = dispatch_of(parameters, op.dispatch_arg)
+        table_key: tuple[KeyDim, ...] = ()
+        if op.table_key is not None and parameters is not None:  # what cannot be resolved op_fields reports (KC236)
+            table_key = resolve_table_key(self.op_id, op.table_key, op.samples, parameters, dispatch.name).dims
         return OpInfo(
             id=self.op_id,
             group=group,
@@ -48,12 +53,13 @@ class PendingOp:
             location=self.location,
             backends=MappingProxyType(dict(self.specs)),
             parameters=parameters,
-            dispatch=dispatch_of(parameters, op.dispatch_arg),
+            dispatch=dispatch,
             fake=self.fake,
             fake_reference=op.fake == FAKE_REFERENCE,
             torch_schema=self.torch_schema,
             torch_problems=tuple(self.torch_problems),
             layer=layer,
+            table_key=table_key,
         )
 
 

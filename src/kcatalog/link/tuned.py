@@ -1,19 +1,21 @@
-"""Tuned tables linked against the ops: each op x platform x dtype's buckets, checked and located (KC230-KC234),
-with what their timings depend on, layered as every file kind is: a later layer's entry replaces an earlier one's."""
+"""Tuned tables linked against the ops: each op x platform x dtype's buckets (per key, for an op keyed by its
+shape: `table_key`), checked and located (KC230-KC234, KC237), with what their timings depend on, layered as every
+file kind is: a later layer's entry replaces an earlier one's."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import Location, did_you_mean, listing
-from ..model import BrokenOps, CatalogLayer, Environment, OpInfo, TunedBucket, TunedOp
+from ..model import BrokenOps, CatalogLayer, Environment, OpInfo, TableKeyValues, TunedBucket, TunedOp, key_text
 from ..platform import DEVICES, Platform
-from ..validate.tables import BucketDecl, ProvenanceDecl, TunedTable
+from ..validate.tables import BucketDecl, KeyedBucketsDecl, ProvenanceDecl, TunedTable
 from ..validate.validator import ValidatedFile
 from .merged_settings import layer_name
 
@@ -39,7 +41,7 @@ def link_tuned(
     return tuple(linked.values())
 
 
-Key = tuple[str, str, str]  # op, platform, dtype
+Key = tuple[str, str, str, TableKeyValues]  # op, platform, dtype, key (() for an op without a table key)
 
 
 class _Seen:
@@ -105,47 +107,111 @@ def _link_table(
                 )
             continue
         kernels = body.kernels.get(op_id)
-        for dtype, buckets in by_dtype.items():
-            where = at("ops", op_id, dtype, key=True)
-            key = (op_id, str(platform), dtype)
-            claimed, replaced = seen.claim(key, file.layer, where)
-            if not claimed:
-                diagnostics.error(
-                    codes.TUNED_BUCKETS,
-                    f"op '{op_id}' on {platform} {dtype} is tuned twice (first at {seen.first[key][1]})",
-                    where,
-                )
-                continue
-            problems = len(diagnostics)
-            if info.dtypes is not None and dtype not in info.dtypes:
-                diagnostics.error(
-                    codes.TUNED_NOT_ELIGIBLE,
-                    f"op '{op_id}' does not declare dtype {dtype} (it has {', '.join(info.dtypes or ())})",
-                    where,
-                )
-                continue
-            kept = []
-            for index, bucket in enumerate(buckets):
-                problem = _bucket_problem(bucket, info, platform, dtype)
-                if problem is not None:
-                    code, message, field = problem
-                    diagnostics.error(code, message, at("ops", op_id, dtype, index, *field))
-                else:
-                    kept.append(_bucket(bucket, at("ops", op_id, dtype, index)))
-            order = order_problem(kept)
-            if order is not None:
-                diagnostics.error(codes.TUNED_BUCKETS, order[0], order[1])
-            if len(diagnostics) == problems:
-                entry = TunedOp(op_id, str(platform), dtype, tuple(kept), where, layer, replaced, environment)
-                timed = entry.timed
-                packages = {"torch"} | {d for name in timed for d in info.backends[name].requires}
-                seen.linked[key] = dataclasses.replace(
-                    entry,
-                    kernels=None
-                    if kernels is None
-                    else MappingProxyType({n: kernels[n] for n in timed if n in kernels}),
-                    packages=tuple(sorted(packages)),
-                )
+        for dtype, listed in by_dtype.items():
+            for entry_path, key, buckets in _entries(listed):
+                where = at("ops", op_id, dtype, *entry_path, key=True)
+                key_at = at("ops", op_id, dtype, *entry_path, *(("key",) if key is not None else ()))
+                values = key_values(info, key, key_at, diagnostics, codes.TUNED_KEY)
+                if values is None:
+                    continue
+                tuned = _Entry(op_id, str(platform), dtype, values)
+                claimed, replaced = seen.claim(tuned.key, file.layer, where)
+                if not claimed:
+                    diagnostics.error(
+                        codes.TUNED_BUCKETS,
+                        f"op '{op_id}' on {tuned.label(info)} is tuned twice (first at {seen.first[tuned.key][1]})",
+                        where,
+                    )
+                    continue
+                problems = len(diagnostics)
+                if info.dtypes is not None and dtype not in info.dtypes:
+                    diagnostics.error(
+                        codes.TUNED_NOT_ELIGIBLE,
+                        f"op '{op_id}' does not declare dtype {dtype} (it has {', '.join(info.dtypes or ())})",
+                        where,
+                    )
+                    continue
+                kept = []
+                for index, bucket in enumerate(buckets):
+                    bucket_path = ("ops", op_id, dtype, *entry_path, *(("buckets",) if key else ()), index)
+                    problem = _bucket_problem(bucket, info, platform, dtype)
+                    if problem is not None:
+                        code, message, field = problem
+                        diagnostics.error(code, message, at(*bucket_path, *field))
+                    else:
+                        kept.append(_bucket(bucket, at(*bucket_path)))
+                order = order_problem(kept)
+                if order is not None:
+                    diagnostics.error(codes.TUNED_BUCKETS, order[0], order[1])
+                if len(diagnostics) == problems:
+                    linked = TunedOp(
+                        op_id, str(platform), dtype, tuple(kept), where, layer, replaced, environment,
+                        key=values, key_names=info.key_names,
+                    )  # fmt: skip
+                    timed = linked.timed
+                    packages = {"torch"} | {d for name in timed for d in info.backends[name].requires}
+                    seen.linked[tuned.key] = dataclasses.replace(
+                        linked,
+                        kernels=None
+                        if kernels is None
+                        else MappingProxyType({n: kernels[n] for n in timed if n in kernels}),
+                        packages=tuple(sorted(packages)),
+                    )
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One entry of a table: op, platform, dtype and key (() for an op without a table key)."""
+
+    op: str
+    platform: str
+    dtype: str
+    values: TableKeyValues
+
+    @property
+    def key(self) -> Key:
+        return (self.op, self.platform, self.dtype, self.values)
+
+    def label(self, info: OpInfo) -> str:
+        return " ".join(part for part in (self.platform, self.dtype, key_text(info.key_names, self.values)) if part)
+
+
+def _entries(
+    listed: tuple[BucketDecl, ...] | tuple[KeyedBucketsDecl, ...],
+) -> list[tuple[tuple[int, ...], Mapping[str, int] | None, tuple[BucketDecl, ...]]]:
+    """(path below the dtype, key or None, buckets) of each entry of one dtype: the dtype's own buckets, or one
+    entry per key."""
+    if listed and isinstance(listed[0], KeyedBucketsDecl):
+        return [((index, ), group.key, group.buckets) for index, group in enumerate(listed)
+                if isinstance(group, KeyedBucketsDecl)]  # fmt: skip
+    return [((), None, tuple(b for b in listed if isinstance(b, BucketDecl)))]
+
+
+def key_values(
+    info: OpInfo, key: Mapping[str, int] | None, where: Location, diagnostics: Diagnostics, code: str
+) -> TableKeyValues | None:
+    """The entry's key as values in the op's `table_key` order (() for an op without one); None, with an error,
+    where the entry gives other sizes than the op's key names, or a key to an op that declares none."""
+    names = info.key_names
+    if key is None and not names:
+        return ()
+    what = "tuned entry" if code == codes.TUNED_KEY else "plan entry"
+    if key is None:
+        message = f"op '{info.id}' is tuned per {', '.join(names)} (its table_key): each {what} gives key: {{...}}"
+        diagnostics.error(code, message, where)
+        return None
+    if not names:
+        message = f"{what} gives a key ({', '.join(key)}), but op '{info.id}' declares no table_key"
+        diagnostics.error(code, message, where)
+        return None
+    if set(key) != set(names):
+        missing, extra = [n for n in names if n not in key], [n for n in key if n not in names]
+        parts = [f"lacks {', '.join(missing)}"] if missing else []
+        parts += [f"gives {', '.join(extra)}, not in it{did_you_mean(extra[0], names)}"] if extra else []
+        message = f"{what} key of op '{info.id}' {' and '.join(parts)} (its table_key: {', '.join(names)})"
+        diagnostics.error(code, message, where)
+        return None
+    return tuple(key[name] for name in names)
 
 
 def _environment(provenance: ProvenanceDecl) -> Environment:

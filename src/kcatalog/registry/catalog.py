@@ -21,6 +21,7 @@ from ..model import (
     LockedPlan,
     OpInfo,
     OverrideSet,
+    Required,
 )
 from ..platform import DEVICES, Platform, PlatformLike
 from ..runtime.room import Runtime
@@ -51,7 +52,9 @@ class Catalog:
     Backend precedence for a call: a backend named in `kernel`/`select`/`resolve(..., backend=)` (op handles take
     only the op's own arguments) > `with catalog.use(...)` > KCATALOG_OVERRIDES
     > KCATALOG_BACKEND > `load_catalog(overrides=...)` > a plan > a tuned table > per-platform priority
-    > per-op priority > catalog default. Every path checks that the backend can run here.
+    > per-op priority > catalog default. Every path checks that the backend can run here, and, where deterministic
+    or batch-invariant outputs are required (use(), KCATALOG_DETERMINISTIC, load_catalog(), the settings), that it
+    promises them.
     """
 
     ops_by_id: Mapping[str, OpInfo]
@@ -60,6 +63,9 @@ class Catalog:
     _: dataclasses.KW_ONLY  # the rest by name: `layers` once meant override sets, now the catalog's layers
     overrides: tuple[OverrideSet, ...] = ()  # the process-wide override sets (KCATALOG_OVERRIDES, ...), strongest first
     strict: bool = False
+    # The promises every selection requires (KCATALOG_DETERMINISTIC, load_catalog(deterministic=...)); the
+    # settings' own are on `settings.required`, a `use()` block's on the request.
+    required: tuple[Required, ...] = ()
     cache_status: CacheStatus = _NOT_LOADED  # whether the load came from the cache, or why not (see load_catalog)
     layers: tuple[CatalogLayer, ...] = ()  # the layers it was read from, in order (read/layer_sources.py)
     layer_mappings: tuple[LayerMapping, ...] = ()  # the layers files' mappings, for kcatalog.kernelize
@@ -130,15 +136,28 @@ class Catalog:
         Given a SelectRequest, a pure function of the catalog and the request. Given an op id, the runtime makes
         the request with what this process knows (the platform, default: this machine; open `use()` blocks;
         imports that failed; with `call` (args, kwargs), what backends' per-call gates say of it): `tokens`
-        (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table, and
+        (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table, `key` (for an op
+        keyed by its shape, its `table_key` sizes in order) the entry, and
         `packages_here=False` takes every backend's `requires` as met (choosing for another machine)."""
         if isinstance(request, str):
             return self.runtime.select(request, platform, dtype, **keywords)
         from ..select.selection import select
 
         info = self.info(request.op)
-        picks = self.tuning.picks(request.op, request.platform, request.dtype, request.tokens, request.environment)
-        return select(self.settings, info, request, overrides=self.overrides, strict=self.strict, picks=picks)
+        key = request.key or ()
+        tuning = self.tuning
+        picks = tuning.picks(request.op, request.platform, request.dtype, request.tokens, request.environment, key)
+        chosen = select(
+            self.settings,
+            info,
+            request,
+            overrides=self.overrides,
+            strict=self.strict,
+            picks=picks,
+            required=self.required,
+        )
+        missed = tuning.key_miss(request.op, request.platform, request.dtype, key) if info.table_key else None
+        return chosen if missed is None else dataclasses.replace(chosen, notes=(*chosen.notes, missed))
 
     # -- the runtime: imports, caches, handles ---------------------------------------------------------------
 
@@ -168,9 +187,17 @@ class Catalog:
         `backend`, `tokens` and `call` as for `select`."""
         return self.runtime.resolve_spec(op, platform, dtype, **keywords).load()
 
-    def use(self, overrides: OverridesArg) -> AbstractContextManager[None]:
-        """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d'."""
-        return self.runtime.use(overrides)
+    def use(
+        self, overrides: OverridesArg = None, *, deterministic: bool = False, batch_invariant: bool = False
+    ) -> AbstractContextManager[None]:
+        """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d'.
+
+        With `deterministic=True`, select only backends that promise deterministic outputs (repeated runs bitwise
+        equal) on the call's device; with `batch_invariant=True`, only those that promise batch-invariant ones
+        (each row bitwise equal alone or in a batch). Every path checks it, overrides, plans and tuned tables
+        included; an op none of whose backends promises it raises NoEligibleBackendError saying so for each.
+        Blocks nest: an inner block adds to what the outer ones require, never lifts it."""
+        return self.runtime.use(overrides, deterministic=deterministic, batch_invariant=batch_invariant)
 
     def trace(self, path: PathLike | None = None) -> Trace:
         """Record what this catalog's op handles and torch ops run while the block is open, in every thread:

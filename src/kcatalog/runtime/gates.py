@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..model import KernelSpec, OpInfo
+from ..model import KernelSpec, OpInfo, TableKeyValues
 from .dispatch import Dispatcher, choice, dtype_name
 from .trace import Chosen, Recording
 from .trace_file import Via
@@ -54,6 +54,9 @@ def _part(value: Any) -> Any:
     return value
 
 
+GATED_SHAPES_KEPT = 4096  # argument shapes a gated op keeps its choice for
+
+
 def make_gated(info: OpInfo, dispatcher: Dispatcher, via: Via) -> Callable[..., Any]:
     """A dispatching callable for a gated op: resolved once per argument shape (uncached inside a `use()` block).
     While a trace is open, each call is counted too (`via`: the handle's or the torch op's), with the choice for
@@ -61,24 +64,31 @@ def make_gated(info: OpInfo, dispatcher: Dispatcher, via: Via) -> Callable[..., 
     dispatch = info.dispatch
     scopes = dispatcher.scopes
     trace = dispatcher.trace
+    key_of = dispatcher.key_of  # a gate's cache is per argument shape: a table key's sizes are among them
     by_key: dict[tuple[Any, ...], Callable[..., Any]] = {}
     lock = threading.Lock()
+    # A decode's key length grows every step: one entry each, so the cache is bounded (emptied when full).
+    bound = GATED_SHAPES_KEPT
     recorded: dict[tuple[Any, ...], tuple[Callable[..., Any], str, int | None, Chosen]] = {}  # of `recording_of`
     recording_of: list[Recording | None] = [None]
 
-    def spec_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[KernelSpec, str, str, int | None]:
+    def spec_for(
+        args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[KernelSpec, str, str, int | None, TableKeyValues | None]:
         index = dispatch.index
         tensor = args[index] if index is not None and index < len(args) else kwargs[dispatch.name]
         tokens = int(tensor.shape[0]) if tensor.dim() else None
         device, dtype = tensor.device.type, dtype_name(tensor.dtype)
-        return dispatcher.resolve(device, dtype, tokens, (args, kwargs)), device, dtype, tokens
+        key = None if key_of is None else key_of(args, kwargs)
+        return dispatcher.resolve(device, dtype, tokens, (args, kwargs), key), device, dtype, tokens, key
 
     def resolve(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any]:
         return spec_for(args, kwargs)[0].load()
 
     def chosen_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Callable[..., Any], str, int | None, Chosen]:
-        spec, device, dtype, tokens = spec_for(args, kwargs)
-        return spec.load(), dtype, tokens, choice(dispatcher, device, dtype, tokens, (args, kwargs), spec.backend)
+        spec, device, dtype, tokens, key = spec_for(args, kwargs)
+        picked = choice(dispatcher, device, dtype, tokens, (args, kwargs), spec.backend, key)
+        return spec.load(), dtype, tokens, picked
 
     def record(recording: Recording, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if scopes.active:
@@ -86,7 +96,7 @@ def make_gated(info: OpInfo, dispatcher: Dispatcher, via: Via) -> Callable[..., 
         else:
             key = shape_key(args, kwargs)
             with lock:
-                if recording_of[0] is not recording:  # a new recording asks afresh
+                if recording_of[0] is not recording or len(recorded) >= bound:  # a new recording asks afresh
                     recorded.clear()
                     recording_of[0] = recording
                 found = recorded.get(key) or recorded.setdefault(key, chosen_for(args, kwargs))
@@ -106,6 +116,8 @@ def make_gated(info: OpInfo, dispatcher: Dispatcher, via: Via) -> Callable[..., 
             with lock:
                 fn = by_key.get(key)
                 if fn is None:
+                    if len(by_key) >= bound:
+                        by_key.clear()
                     fn = by_key[key] = resolve(args, kwargs)
         return fn(*args, **kwargs)
 

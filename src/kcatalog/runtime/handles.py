@@ -11,17 +11,19 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..model import OpInfo, Parameters
+from ..model import OpInfo, Parameters, TableKeyValues
 from ..select.buckets import BucketDispatch, dispatch_for, segments
-from .dispatch import Dispatcher, dtype_name, resolve_once, scoped_call, site_for
+from .dispatch import Dispatcher, choice, dtype_name, resolve_once, scoped_call, site_for
 from .gates import is_gated, make_gated
 from .trace import (
+    Chosen,
     Recording,
     Swap,
     is_capturing,
     is_compiling,
     is_dynamo,
     tensor_length,
+    tokens_of,
     torch_check,
     twin_code,
 )
@@ -61,6 +63,26 @@ _BUCKETED = (
     )
     .replace("return _kc_resolve({tensor})({call})", "return _kc_resolve({tensor}, {tensor}.shape[0])({call})")
 )
+
+# An op keyed by its shape (`table_key`) and tuned or planned: the call's key read from its arguments' shapes, then
+# one lookup on (dtype, key...) for the key's BucketDispatch and the bisect, as for a bucketed op; a key no entry
+# has resolves once by priority and is cached the same way.
+_KEYED = """\
+def handle({params}):
+    {bind}if _kc_torch_op is not None and _kc_compiling():
+        return _kc_torch_op({call})
+    if _kc_scopes.active:  # a `with catalog.use(...)` is open somewhere: honour it, uncached
+        return _kc_resolve({tensor}, {tensor}.shape[0], ({key},))({call})
+    if {tensor}.is_cuda:
+        _kc_b = _kc_by_cuda.get(({tensor}.dtype, {key}))
+    elif {tensor}.is_cpu:
+        _kc_b = _kc_by_cpu.get(({tensor}.dtype, {key}))
+    else:
+        _kc_b = _kc_by_device.get(({tensor}.device.type, {tensor}.dtype, {key}))
+    if _kc_b is None:
+        _kc_b = _kc_first_keyed({tensor}, ({key},))
+    return _kc_b.fns[_kc_bisect(_kc_b.edges, {tensor}.shape[0])]({call})
+"""
 
 # An op with a per-call gate (`eligible:`): resolved per argument shape by runtime/gates.py, in plain Python.
 _GATED = """\
@@ -113,6 +135,13 @@ def handle({params}):
     {bind}if _kc_compiling_now():
         return _kc_plain({call})
 """
+# An op keyed by its shape: counted the slow way (runtime/handles.py's count_keyed), then the handle's own code.
+_RECORDING_KEYED = (
+    _RECORDING_HEAD
+    + """    _kc_count_keyed({tensor}, ({key},))
+    return _kc_plain({call})
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -185,9 +214,27 @@ def _exact_code(parameters: Parameters, dispatch: str) -> CallCode:
     return CallCode(", ".join(params), ", ".join(call), dispatch, "", defaults)
 
 
-def generate(template: str, code: CallCode, namespace: dict[str, Any], name: str, filename: str) -> Callable[..., Any]:
-    """Compile `template` (with {params}, {bind}, {tensor}, {call}) in `namespace`; the function `name` it defines."""
-    source = template.format(params=code.params, bind=code.bind, tensor=code.tensor, call=code.call)
+def key_code(info: OpInfo, code: CallCode) -> str:
+    """The expressions of a call's table key in generated code, comma-separated ('gate_up.shape[0], x.shape[1]'):
+    each size read from its argument, by name where the parameters are taken exactly, else from args or kwargs."""
+    parts = []
+    for dim in info.table_key:
+        if code.params == "*args, **kwargs":
+            found = f"kwargs[{dim.arg!r}]"
+            if dim.index is not None:
+                found = f"(args[{dim.index}] if len(args) > {dim.index} else {found})"
+        else:
+            found = dim.arg
+        parts.append(f"{found}.shape[{dim.dim}]")
+    return ", ".join(parts)
+
+
+def generate(
+    template: str, code: CallCode, namespace: dict[str, Any], name: str, filename: str, key: str = ""
+) -> Callable[..., Any]:
+    """Compile `template` (with {params}, {bind}, {tensor}, {call}, and {key} for a keyed op) in `namespace`; the
+    function `name` it defines."""
+    source = template.format(params=code.params, bind=code.bind, tensor=code.tensor, call=code.call, key=key)
     namespace.update(code.defaults)
     exec(compile(source, filename, "exec"), namespace)
     function: Callable[..., Any] = namespace[name]
@@ -216,12 +263,12 @@ def make_handle(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
     by_cpu: dict[Any, Callable[..., Any]] = {}
     by_device: dict[tuple[str, Any], Callable[..., Any]] = {}
 
-    def resolve(tensor: Any, tokens: int | None = None) -> Callable[..., Any]:
-        return resolve_spec(tensor.device.type, dtype_name(tensor.dtype), tokens, None).load()
+    def resolve(tensor: Any, tokens: int | None = None, key: TableKeyValues | None = None) -> Callable[..., Any]:
+        return resolve_spec(tensor.device.type, dtype_name(tensor.dtype), tokens, None, key).load()
 
-    def resolve_locked(tensor: Any, tokens: int | None = None) -> Callable[..., Any]:
+    def resolve_locked(tensor: Any, tokens: int | None = None, key: TableKeyValues | None = None) -> Callable[..., Any]:
         with lock:
-            return resolve(tensor, tokens)
+            return resolve(tensor, tokens, key)
 
     def slot(tensor: Any) -> tuple[dict[Any, Any], Any]:
         """The table the template looks the tensor up in, and its key there."""
@@ -237,6 +284,11 @@ def make_handle(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
     def first_bucketed(tensor: Any) -> Any:
         return resolve_once(lock, *slot(tensor), lambda: bucket_dispatch(dispatcher, tensor.device.type, tensor))
 
+    def first_keyed(tensor: Any, key: TableKeyValues) -> Any:
+        table, where = slot(tensor)
+        found = (*where, *key) if isinstance(where, tuple) else (where, *key)
+        return resolve_once(lock, table, found, lambda: bucket_dispatch(dispatcher, tensor.device.type, tensor, key))
+
     namespace: dict[str, Any] = {
         "_kc_scopes": dispatcher.scopes,
         "_kc_resolve": resolve_locked,
@@ -248,23 +300,29 @@ def make_handle(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
         "_kc_compiling": _not_compiling,
         "_kc_no_dispatch_arg": _no_dispatch_arg(op_id, info.dispatch_arg),
         "_kc_first_bucketed": first_bucketed,
+        "_kc_first_keyed": first_keyed,
         "_kc_bisect": bisect.bisect_left,
     }
+    code = call_code(info)
     template = _BUCKETED if dispatcher.bucketed else _TEMPLATE
+    if dispatcher.key_of is not None:
+        template = _KEYED
     recording = _RECORDING_HEAD + (RECORDING_BUCKETED_BODY if dispatcher.bucketed else RECORDING_BODY)
+    if template is _KEYED:
+        recording = _RECORDING_KEYED
     gated = is_gated(info)
     if gated:  # a gated op records in its gate's dispatch (runtime/gates.py): the handle has no twin
         template, namespace["_kc_gated"] = _GATED, make_gated(info, dispatcher, Via.HANDLE)
-    code = call_code(info)
+    key = key_code(info, code) if template is _KEYED else ""
     filename = f"<kcatalog op handle {op_id}>"
-    handle = generate(template, code, namespace, "handle", filename)
+    handle = generate(template, code, namespace, "handle", filename, key)
     handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")
     signature = info.signature or "(*args, **kwargs)"
     handle.__doc__ = f"{op_id}{signature}: {info.description or 'no description'} (dispatching op handle)"
     if not gated:
         namespace.update(recording_names(dispatcher, namespace, lock, Via.HANDLE))
         namespace["_kc_plain"] = twin(handle)
-        source = recording.format(params=code.params, bind=code.bind, tensor=code.tensor, call=code.call)
+        source = recording.format(params=code.params, bind=code.bind, tensor=code.tensor, call=code.call, key=key)
         swap = Swap(handle, twin_code(source, namespace, "handle", filename), lambda rec: begin(namespace, rec))
         dispatcher.trace.register(swap)
     return handle
@@ -304,12 +362,32 @@ def recording_names(
         with lock:
             return scoped_call(dispatcher, namespace["_kc_recording"], tensor, via)
 
-    return {"_kc_first_site": first_site, "_kc_scoped": scoped}
+    def count_keyed(tensor: Any, key: TableKeyValues) -> None:
+        """Count a call of an op keyed by its shape, the slow way: its choice asked once per dtype, key and leading
+        dimension (each call inside a `use()` block)."""
+        recording: Recording = namespace["_kc_recording"]
+        if dispatcher.scopes.active:
+            with lock:
+                scoped_call(dispatcher, recording, tensor, via, key)
+            return
+        seen: dict[tuple[Any, ...], tuple[str, int | None, Chosen]] = namespace["_kc_keyed"]
+        where = (tensor.device.type, tensor.dtype, key, tokens_of(tensor))
+        found = seen.get(where)
+        if found is None:
+            device, dtype, _, tokens = where
+            name = dtype_name(dtype)
+            spec = dispatcher.resolve(device, name, tokens, None, key)
+            found = seen[where] = (name, tokens, choice(dispatcher, device, name, tokens, None, spec.backend, key))
+        name, tokens, picked = found
+        recording.count(dispatcher.op, name, via, picked, tokens)
+
+    return {"_kc_first_site": first_site, "_kc_scoped": scoped, "_kc_count_keyed": count_keyed}
 
 
 def begin(namespace: dict[str, Any], recording: Recording) -> None:
     """A new recording: fresh sites, and the checks bound to torch's where torch is imported."""
     namespace.update(_kc_recording=recording, _kc_sites_cuda={}, _kc_captured={}, _kc_sites_cpu={}, _kc_sites_device={})
+    namespace["_kc_keyed"] = {}
     # The twin hands the call to the handle's own code wherever that code would differ: where torch.compile (or
     # torch.export) traces it once the op is a torch op, as that code checks; else only where Dynamo traces it,
     # whose check costs half as much per call.
@@ -318,9 +396,11 @@ def begin(namespace: dict[str, Any], recording: Recording) -> None:
     tensor_length(namespace, "_kc_len")
 
 
-def bucket_dispatch(dispatcher: Dispatcher, device: str, tensor: Any) -> BucketDispatch[Callable[..., Any]]:
-    """The boundary lookup for one (device, dtype): every segment of the plan's and the tuned table's buckets
-    resolved (and imported) now, so that a call only bisects."""
+def bucket_dispatch(
+    dispatcher: Dispatcher, device: str, tensor: Any, key: TableKeyValues | None = None
+) -> BucketDispatch[Callable[..., Any]]:
+    """The boundary lookup for one (device, dtype) (and key, for an op keyed by its shape): every segment of the
+    plan's and the tuned table's buckets resolved (and imported) now, so that a call only bisects."""
     dtype = dtype_name(tensor.dtype)
-    lists = dispatcher.bucket_lists(device, dtype)
-    return dispatch_for(segments(lists), lambda tokens: dispatcher.resolve(device, dtype, tokens, None).load())
+    lists = dispatcher.bucket_lists(device, dtype, key or ())
+    return dispatch_for(segments(lists), lambda tokens: dispatcher.resolve(device, dtype, tokens, None, key).load())

@@ -7,14 +7,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import CatalogError
-from ..model import LockedPlan, TunedBucket
+from ..model import LockedPlan, TableKeyValues, TunedBucket, key_text
 from ..platform import Platform
 from ..select.buckets import segments
-from ..write.yaml_text import Flow
+from ..write.yaml_text import Flow, Rows
 from .room import Runtime
 
-# One op and dtype: a backend for every call, or (low, high, backend) per bucket of token counts.
-Choice = str | tuple[tuple[int, int | None, str], ...]
+# One op and dtype (or key): a backend for every call, or (low, high, backend) per bucket of token counts.
+Plain = str | tuple[tuple[int, int | None, str], ...]
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """An op keyed by its shape (`table_key`), for one dtype: its key's size names, and a choice per key that a
+    tuned table or the loaded plan has (a call of another key is left to priority)."""
+
+    names: tuple[str, ...]
+    choices: tuple[tuple[TableKeyValues, Plain], ...]
+
+
+Choice = Plain | Keyed
 
 
 @dataclass(frozen=True)
@@ -54,9 +66,23 @@ def resolve_plan(
 
 
 def _choice(runtime: Runtime, op: str, platform: Platform, dtype: str, here: bool) -> Choice | None:
-    lists = runtime.value.tuning.bucket_lists(op, platform, dtype)
+    info = runtime.value.info(op)
+    keys = runtime.value.tuning.keys(op, platform, dtype) if info.table_key else ()
+    if not any(keys):
+        return _plain(runtime, op, platform, dtype, here, ())
+    choices = []
+    for key in keys:
+        choice = _plain(runtime, op, platform, dtype, here, key)
+        if choice is None:
+            return None
+        choices.append((key, choice))
+    return Keyed(info.key_names, tuple(choices))
+
+
+def _plain(runtime: Runtime, op: str, platform: Platform, dtype: str, here: bool, key: TableKeyValues) -> Plain | None:
+    lists = runtime.value.tuning.bucket_lists(op, platform, dtype, key)
     if not lists:
-        return _backend(runtime, op, platform, dtype, None, here)
+        return _backend(runtime, op, platform, dtype, None, here, key)
     cut = segments(lists)
     rows: list[tuple[int, int | None, str]] = []
     for index, probe in enumerate(cut.probes):
@@ -64,7 +90,7 @@ def _choice(runtime: Runtime, op: str, platform: Platform, dtype: str, here: boo
         high = cut.edges[index] if index < len(cut.edges) else None
         if high is not None and high < 1:
             continue  # no call has fewer than one token in the leading dimension
-        backend = _backend(runtime, op, platform, dtype, probe, here)
+        backend = _backend(runtime, op, platform, dtype, probe, here, key)
         if backend is None:
             return None
         if rows and rows[-1][2] == backend:
@@ -74,11 +100,14 @@ def _choice(runtime: Runtime, op: str, platform: Platform, dtype: str, here: boo
     return rows[0][2] if len(rows) == 1 else tuple(rows)
 
 
-def _backend(runtime: Runtime, op: str, platform: Platform, dtype: str, tokens: int | None, here: bool) -> str | None:
+def _backend(
+    runtime: Runtime, op: str, platform: Platform, dtype: str, tokens: int | None, here: bool, key: TableKeyValues
+) -> str | None:
+    keyed = key or None
     try:
-        if here:
-            return runtime.resolve_spec(op, platform, dtype, tokens=tokens).backend  # imported: a fallback shows
-        return runtime.select(op, platform, dtype, tokens=tokens, packages_here=False).backend
+        if here:  # imported: a fallback shows
+            return runtime.resolve_spec(op, platform, dtype, tokens=tokens, key=keyed).backend
+        return runtime.select(op, platform, dtype, tokens=tokens, key=keyed, packages_here=False).backend
     except CatalogError:
         return None
 
@@ -101,6 +130,12 @@ def plan_text(plan: ResolvedPlan, command: str, *, comments: Sequence[str] = ())
 
 
 def _choice_data(choice: Choice) -> object:
+    if isinstance(choice, Keyed):
+        rows = []
+        for key, plain in choice.choices:
+            given = "backend" if isinstance(plain, str) else "buckets"
+            rows.append(Flow({"key": dict(zip(choice.names, key)), given: _choice_data(plain)}))
+        return Rows(rows)
     if isinstance(choice, str):
         return choice
     return [Flow({"tokens": [low, high], "backend": backend}) for low, high, backend in choice]
@@ -109,9 +144,17 @@ def _choice_data(choice: Choice) -> object:
 def locked_choices(plan: LockedPlan) -> dict[str, dict[str, Choice]]:
     """A loaded plan's entries in the form resolve_plan gives, to compare the two."""
     choices: dict[str, dict[str, Choice]] = {}
-    for (op, dtype), entry in plan.entries.items():
-        choice: Choice = entry.backend if entry.backend is not None else _rows(entry.buckets)
-        choices.setdefault(op, {})[dtype] = choice
+    keyed: dict[tuple[str, str], list[tuple[TableKeyValues, Plain]]] = {}
+    names: dict[tuple[str, str], tuple[str, ...]] = {}
+    for (op, dtype, key), entry in plan.entries.items():
+        choice: Plain = entry.backend if entry.backend is not None else _rows(entry.buckets)
+        if key:
+            keyed.setdefault((op, dtype), []).append((key, choice))
+            names[(op, dtype)] = entry.key_names
+        else:
+            choices.setdefault(op, {})[dtype] = choice
+    for (op, dtype), found in keyed.items():
+        choices.setdefault(op, {})[dtype] = Keyed(names[(op, dtype)], tuple(sorted(found)))
     return choices
 
 
@@ -134,6 +177,8 @@ def differences(locked: Mapping[str, Mapping[str, Choice]], here: ResolvedPlan) 
 def _shown(choice: Choice | None) -> str:
     if choice is None:
         return "nothing"
+    if isinstance(choice, Keyed):
+        return "; ".join(f"{key_text(choice.names, key)}: {_shown(plain)}" for key, plain in choice.choices)
     if isinstance(choice, str):
         return choice
     return ", ".join(f"{b} for T∈[{low}, {'∞' if high is None else high}]" for low, high, b in choice)

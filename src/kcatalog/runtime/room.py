@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import CatalogError, KernelImportError, UnknownBackendError, printable
-from ..model import CatalogSettings, Environment, KernelSpec, OpInfo, TunedBucket
+from ..model import CatalogSettings, Environment, KernelSpec, OpInfo, TableKeyValues, TunedBucket
 from ..platform import Platform, PlatformLike
 from .scopes import OverrideScopes
 
@@ -110,6 +110,7 @@ class Runtime:
             platform = Platform.parse(platform, value.devices)
         info = value.info(op)
         backend, tokens, call = keywords.get("backend"), keywords.get("tokens"), keywords.get("call")
+        key = keywords.get("key")
         if backend is not None and backend not in info.backends:  # before detecting the platform imports torch
             raise UnknownBackendError(op, backend, list(info.backends), info.location)
         here = platform or self.platform()
@@ -126,11 +127,13 @@ class Runtime:
             dtype,
             backend=backend,
             tokens=tokens,
+            key=key,
             scoped=self.scopes.current(),
             failed=MappingProxyType(dict(self._failed)) if self._failed else None,  # a snapshot: the request is a value
             gates=gates,
             packages_here=keywords.get("packages_here", True),
             environment=self.environment(here) if keywords.get("packages_here", True) else None,
+            required=self.scopes.required(),
         )
         selection = value.select(request)
         for note in selection.notes:
@@ -205,27 +208,35 @@ class Runtime:
 
     def dispatcher(self, op: str, device: str | None = None) -> Dispatcher:
         """What a handle (or a torch op's implementation for `device`) of `op` needs from the runtime."""
-        from .dispatch import Dispatcher
+        from .dispatch import Dispatcher, key_reader
 
         tuning = self.value.tuning
 
-        def resolve(device_type: str, dtype: str, tokens: int | None, call: Call | None) -> KernelSpec:
-            return self.resolve_spec(op, self.platform(device or device_type), dtype, tokens=tokens, call=call)
+        def resolve(
+            device_type: str, dtype: str, tokens: int | None, call: Call | None, key: TableKeyValues | None
+        ) -> KernelSpec:
+            where = self.platform(device or device_type)
+            return self.resolve_spec(op, where, dtype, tokens=tokens, call=call, key=key)
 
-        def bucket_lists(device_type: str, dtype: str) -> Sequence[Sequence[Any]]:
-            return tuning.bucket_lists(op, self.platform(device or device_type), dtype)
+        def bucket_lists(device_type: str, dtype: str, key: TableKeyValues) -> Sequence[Sequence[Any]]:
+            return tuning.bucket_lists(op, self.platform(device or device_type), dtype, key)
 
-        def select(device_type: str, dtype: str, tokens: int | None, call: Call | None) -> Selection:
-            return self.select(op, self.platform(device or device_type), dtype, tokens=tokens, call=call)
+        def select(
+            device_type: str, dtype: str, tokens: int | None, call: Call | None, key: TableKeyValues | None
+        ) -> Selection:
+            return self.select(op, self.platform(device or device_type), dtype, tokens=tokens, call=call, key=key)
 
-        def tuned_bucket(device_type: str, dtype: str, tokens: int) -> TunedBucket | None:
+        def tuned_bucket(device_type: str, dtype: str, tokens: int, key: TableKeyValues) -> TunedBucket | None:
             from ..select.buckets import covering
 
-            table = tuning.table(op, self.platform(device or device_type), dtype)
+            table = tuning.table(op, self.platform(device or device_type), dtype, key)
             return None if table is None else covering(table.buckets, tokens)
 
         bucketed = op in tuning.bucketed
-        return Dispatcher(op, resolve, bucket_lists, self.scopes, bucketed, select, tuned_bucket, self.traces())
+        # Only an op keyed by its shape and tuned or planned somewhere reads its key per call: others as before.
+        key_of = key_reader(self.value.info(op)) if bucketed else None
+        traces = self.traces()
+        return Dispatcher(op, resolve, bucket_lists, self.scopes, bucketed, select, tuned_bucket, traces, key_of)
 
     def traces(self) -> TraceState:
         """The runtime's traces (made on first use)."""
@@ -246,9 +257,13 @@ class Runtime:
         return Trace(self.traces(), self.value.digest, path)
 
     @contextlib.contextmanager
-    def use(self, overrides: OverridesArg) -> Iterator[None]:
-        """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d'."""
+    def use(
+        self, overrides: OverridesArg = None, *, deterministic: bool = False, batch_invariant: bool = False
+    ) -> Iterator[None]:
+        """Within the block (this thread or task), prefer these backends: {'layernorm.*': 'triton'} or 'a=b,c=d';
+        with `deterministic` (or `batch_invariant`), select only backends that promise it."""
         from ..select.overrides import check_overrides, parse_overrides
+        from ..select.promises import asked
 
         try:
             scoped = parse_overrides(overrides, "use()")
@@ -257,7 +272,7 @@ class Runtime:
         problems = check_overrides(scoped, self.value.ops(), self.value.settings.backends)
         if problems:
             raise CatalogError("; ".join(problem.message for problem in problems), problems)
-        with self.scopes.open(scoped):
+        with self.scopes.open(scoped, asked(deterministic, batch_invariant, "use")):
             yield
 
     def torch_ops(self) -> TorchOps:

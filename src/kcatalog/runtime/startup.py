@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import CatalogError, InconsistentSelectionError, RejectKind
-from ..model import KernelSpec
+from ..model import KernelSpec, TableKeyValues, key_text
 from ..platform import Platform
 from .room import Runtime
 
@@ -23,8 +23,9 @@ def prepare(runtime: Runtime, platform: Platform | str | None, ops: Iterable[str
     value = runtime.value
     for op in value.ops() if ops is None else ops:
         for dtype in value.info(op).dtypes or (None,):  # an op without dtypes: any, resolved once
-            for tokens in value.tuning.token_probes(op, here, dtype):  # each bucket's backend, where tuned or planned
-                runtime.resolve_spec(op, here, dtype, tokens=tokens)
+            for key in value.tuning.keys(op, here, dtype) or ((),):  # each key of an op keyed by its shape
+                for tokens in value.tuning.token_probes(op, here, dtype, key):  # each bucket's backend, where tuned
+                    runtime.resolve_spec(op, here, dtype, tokens=tokens, key=key or None)
         chosen[op] = runtime.select(op, platform).require()
     return chosen
 
@@ -37,20 +38,26 @@ def resolved_selection(runtime: Runtime, platform: Platform | None = None) -> di
     summary = {}
     for op in value.ops():
         parts = []
+        names = value.info(op).key_names
         for dtype in value.info(op).dtypes or (None,):  # an op without dtypes: any, resolved once
-            for tokens in value.tuning.token_probes(op, platform, dtype):  # each bucket of a table or the plan
-                where = (dtype or "any dtype") + ("" if tokens is None else f" T={tokens}")
-                parts.append(f"{where}: {_chosen(runtime, op, platform, dtype, tokens)}")
+            for key in value.tuning.keys(op, platform, dtype) or ((),):  # each key of an op keyed by its shape
+                for tokens in value.tuning.token_probes(op, platform, dtype, key):  # each bucket of a table or plan
+                    where = " ".join(part for part in (dtype or "any dtype", key_text(names, key)) if part) + (
+                        "" if tokens is None else f" T={tokens}"
+                    )
+                    parts.append(f"{where}: {_chosen(runtime, op, platform, dtype, tokens, key)}")
         summary[op] = "; ".join(parts)
     return summary
 
 
-def _chosen(runtime: Runtime, op: str, platform: Platform, dtype: str | None, tokens: int | None) -> str:
+def _chosen(
+    runtime: Runtime, op: str, platform: Platform, dtype: str | None, tokens: int | None, key: TableKeyValues = ()
+) -> str:
     try:
-        runtime.resolve_spec(op, platform, dtype, tokens=tokens)
+        runtime.resolve_spec(op, platform, dtype, tokens=tokens, key=key or None)
     except CatalogError as exc:
         return f"nothing ({exc})"
-    selection = runtime.select(op, platform, dtype, tokens=tokens)
+    selection = runtime.select(op, platform, dtype, tokens=tokens, key=key or None)
     chosen = selection.chosen.backend if selection.chosen else "nothing"
     fell_back = [r for r in selection.rejected if r.kind is RejectKind.IMPORT_FAILED]
     fallback = "".join(f", after {r.backend} {r.reason}" for r in fell_back)

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import CatalogError, Diagnostic, NamespaceTakenError
 from ..link.torch_schema import torch_op_name
-from ..model import Importable, OpInfo
+from ..model import Importable, OpInfo, TableKeyValues
 from ..platform import Platform
 from .dispatch import Dispatcher, choice, dtype_name, resolve_once
 from .gates import is_gated, make_gated
@@ -30,7 +30,9 @@ from .handles import (
     bucket_dispatch,
     call_code,
     generate,
+    key_code,
     recording_names,
+    twin,
 )
 from .trace import Swap, tokens_of, twin_code
 from .trace_file import Via
@@ -60,6 +62,16 @@ def impl({params}):
 _IMPL_BUCKETED = (
     _IMPL.replace("_kc_resolve({tensor}.dtype)", "_kc_resolve({tensor}.dtype, {tensor}.shape[0])")
     .replace("_kc_first_call({tensor}.dtype)", "_kc_first_bucketed({tensor})")
+    .replace(
+        "    return _kc_fn({call})\n", "    return _kc_fn.fns[_kc_bisect(_kc_fn.edges, {tensor}.shape[0])]({call})\n"
+    )
+)
+
+# For an op keyed by its shape (`table_key`): the call's key read from its arguments picks the entry, then the bucket.
+_IMPL_KEYED = (
+    _IMPL.replace("_kc_resolve({tensor}.dtype)", "_kc_resolve({tensor}.dtype, {tensor}.shape[0], ({key},))")
+    .replace("_kc_by_dtype.get({tensor}.dtype)", "_kc_by_dtype.get(({tensor}.dtype, {key}))")
+    .replace("_kc_first_call({tensor}.dtype)", "_kc_first_keyed({tensor}, ({key},))")
     .replace(
         "    return _kc_fn({call})\n", "    return _kc_fn.fns[_kc_bisect(_kc_fn.edges, {tensor}.shape[0])]({call})\n"
     )
@@ -200,15 +212,21 @@ class TorchOps:
         lock = threading.Lock()
         by_dtype: dict[Any, Callable[..., Any]] = {}
 
-        def resolve(dtype: Any, tokens: int | None = None) -> Callable[..., Any]:
-            return dispatcher.resolve(device, dtype_name(dtype), tokens, None).load()
+        def resolve(dtype: Any, tokens: int | None = None, key: TableKeyValues | None = None) -> Callable[..., Any]:
+            return dispatcher.resolve(device, dtype_name(dtype), tokens, None, key).load()
 
-        def resolve_locked(dtype: Any, tokens: int | None = None) -> Callable[..., Any]:
+        def resolve_locked(
+            dtype: Any, tokens: int | None = None, key: TableKeyValues | None = None
+        ) -> Callable[..., Any]:
             with lock:
-                return resolve(dtype, tokens)
+                return resolve(dtype, tokens, key)
 
         def first_bucketed(tensor: Any) -> Any:
             return resolve_once(lock, by_dtype, tensor.dtype, lambda: bucket_dispatch(dispatcher, device, tensor))
+
+        def first_keyed(tensor: Any, key: TableKeyValues) -> Any:
+            found = (tensor.dtype, *key)
+            return resolve_once(lock, by_dtype, found, lambda: bucket_dispatch(dispatcher, device, tensor, key))
 
         def first_call(dtype: Any) -> Callable[..., Any]:
             return resolve_once(lock, by_dtype, dtype, lambda: resolve(dtype))
@@ -219,22 +237,31 @@ class TorchOps:
             "_kc_first_call": first_call,
             "_kc_by_dtype": by_dtype,
             "_kc_first_bucketed": first_bucketed,
+            "_kc_first_keyed": first_keyed,
             "_kc_bisect": bisect.bisect_left,
         }
         template = _IMPL_BUCKETED if dispatcher.bucketed else _IMPL
+        if dispatcher.key_of is not None:
+            template = _IMPL_KEYED
         gated = is_gated(info)
         if gated:
             template, namespace["_kc_gated"] = (
                 "def impl({params}):\n    return _kc_gated({call})\n",
                 make_gated(info, dispatcher, Via.TORCH_OP),
             )
+        key = key_code(info, code) if template is _IMPL_KEYED else ""
         filename = f"<kcatalog torch op {op_id} {device}>"
-        impl = generate(template, code, namespace, "impl", filename)
+        impl = generate(template, code, namespace, "impl", filename, key)
         impl.__name__ = impl.__qualname__ = f"{torch_op_name(op_id)}_{device}"
         if not gated:  # while a trace is open, the implementation counts its calls as a handle does
             namespace.update(recording_names(dispatcher, namespace, lock, Via.TORCH_OP))
             body = RECORDING_BUCKETED_BODY if dispatcher.bucketed else RECORDING_BODY
-            source = ("def impl({params}):\n" + body).format(params=code.params, tensor=code.tensor, call=code.call)
+            if template is _IMPL_KEYED:  # counted the slow way, then the implementation's own code
+                namespace["_kc_plain"] = twin(impl)
+                body = "    _kc_count_keyed({tensor}, ({key},))\n    return _kc_plain({call})\n"
+            source = ("def impl({params}):\n" + body).format(
+                params=code.params, tensor=code.tensor, call=code.call, key=key
+            )
             swap = Swap(impl, twin_code(source, namespace, "impl", filename), lambda rec: begin(namespace, rec))
             dispatcher.trace.register(swap)
         return impl
@@ -255,6 +282,7 @@ class TorchOps:
         index = info.dispatch.index if info.dispatch.index is not None else len(info.parameters.positional)
         plain = (torch.Tensor, FunctionalTensor)
         bucketed = dispatcher.bucketed
+        key_of = dispatcher.key_of
         gated = is_gated(info)
 
         def rule(mode: Any, func: Any, types: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -262,11 +290,13 @@ class TorchOps:
             tokens = None
             if gated:  # a per-call gate is asked about real arguments, at run time: the op stays one node
                 return mode.__torch_dispatch__(func, types, args, kwargs)
+            key = None
             if bucketed:  # a static leading dimension traces its bucket's backend; a symbolic one stays opaque,
                 tokens = tensor.shape[0] if tensor.dim() else None  # and the node dispatches by bucket per call
-                if not isinstance(tokens, int):
+                key = None if key_of is None else key_of(args, kwargs)  # a table key's sizes likewise
+                if not isinstance(tokens, int) or not all(isinstance(size, int) for size in key or ()):
                     return mode.__torch_dispatch__(func, types, args, kwargs)
-            spec = dispatcher.resolve(tensor.device.type, dtype_name(tensor.dtype), tokens, None)
+            spec = dispatcher.resolve(tensor.device.type, dtype_name(tensor.dtype), tokens, None, key)
             # torch.export keeps custom ops whole, and so does a tensor subclass that is not torch's own.
             whole = custom_triton_ops_decomposition_disabled() or any(  # type: ignore[no-untyped-call]
                 not issubclass(t, FakeTensor) and t not in plain for t in types

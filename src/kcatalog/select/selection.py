@@ -6,9 +6,19 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import NoEligibleBackendError, Rejected, RejectKind, UnknownBackendError
-from ..model import CatalogSettings, Environment, KernelSpec, OpInfo, Override, OverrideSet
+from ..model import (
+    CatalogSettings,
+    Environment,
+    KernelSpec,
+    OpInfo,
+    Override,
+    OverrideSet,
+    Required,
+    TableKeyValues,
+)
 from ..platform import Platform, is_installed
 from .buckets import Pick
+from .promises import strongest, unkept
 
 
 @dataclass(frozen=True)
@@ -40,14 +50,17 @@ class SelectRequest:
     """Everything one selection depends on besides the catalog: the op, where and for what it runs, and what the
     runtime knows at that moment (its open `use()` scopes, the imports that failed, the per-call gates' verdicts).
 
-    `tokens` (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table;
-    `packages_here=False` takes every backend's `requires` as met (choosing for another machine)."""
+    `tokens` (the dispatch argument's leading dimension) picks the bucket of a plan or tuned table, and for an op
+    keyed by its shape (`table_key`), `key` (its sizes in the op's key order) the entry;
+    `packages_here=False` takes every backend's `requires` as met (choosing for another machine); `required`: the
+    promises (deterministic, batch-invariant outputs) the open `use()` blocks ask of every backend selected."""
 
     op: str
     platform: Platform
     dtype: str | None = None
     backend: str | None = None
     tokens: int | None = None
+    key: TableKeyValues | None = None
     scoped: tuple[OverrideSet, ...] = ()  # `use()` blocks open in this context, innermost first
     failed: Mapping[tuple[str, str], str] | None = None  # (op, backend) -> why its import failed
     gates: Mapping[str, str] | None = None  # backend -> why its gate refuses this call
@@ -55,6 +68,7 @@ class SelectRequest:
     # This machine's device and versions, where the call runs on it: what tuned entries are compared with (None:
     # choosing for another machine, or no table records an environment).
     environment: Environment | None = None
+    required: tuple[Required, ...] = ()  # `use(deterministic=True)` blocks open in this context, innermost first
 
 
 def matches_by_strength(sets: Iterable[OverrideSet], op: str) -> Iterator[Override]:
@@ -115,24 +129,30 @@ def select(
     overrides: Sequence[OverrideSet] = (),
     strict: bool = False,
     picks: Sequence[Pick] = (),
+    required: Sequence[Required] = (),
 ) -> Selection:
     """Pick the backend for one call: the request's `backend` > its scoped override sets, then the process's
     `overrides` (strongest first) > `picks` (a plan's, then a tuned table's) > priority.
 
     Every path checks eligibility. An explicit backend that cannot run raises; an override that
     cannot be honoured gives way to the next weaker one, then to priority, with a note (or raises
-    when `strict`).
+    when `strict`). Where a promise is required (the request's `required`, the process's, the settings'), a
+    backend that does not promise it cannot run, whichever path names it.
     """
     platform, dtype = request.platform, request.dtype
     failed = request.failed or {}
     gates = request.gates or {}  # backend -> why its per-call gate refuses this call (runtime/gates.py)
+    needed = strongest((*request.required, *required, *settings.required))
     order = priority_order(settings, info, platform)
     backends, decided_by, label = order.backends, order.source, order.label
 
     def reason_for(name: str) -> Rejected | None:
         if (info.id, name) in failed:
             return Rejected(name, f"import failed on first use: {failed[(info.id, name)]}", RejectKind.IMPORT_FAILED)
-        found = ineligibility(info.backends[name], platform, dtype, packages_here=request.packages_here)
+        spec = info.backends[name]
+        found = ineligibility(spec, platform, dtype, packages_here=request.packages_here)
+        if found is None and needed is not None:
+            found = unkept(spec, platform.device, needed)
         gate = gates.get(name)
         return found or (None if gate is None else Rejected(name, gate, RejectKind.GATE))
 
@@ -178,7 +198,8 @@ def select(
         for pick in picks:
             if pick.stale is not None:
                 outcome = "ignored: priority decides" if pick.ignored else "used all the same (tuned: {stale: use})"
-                notes.append(f"tuned entry {info.id} {dtype} on {platform} is stale: {pick.stale}; {outcome}")
+                entry = pick.entry or f"{info.id} {dtype} on {platform}"
+                notes.append(f"tuned entry {entry} is stale: {pick.stale}; {outcome}")
             if pick.ignored:
                 passed_over = pick
                 continue
@@ -191,6 +212,8 @@ def select(
             if why is not None:
                 if strict and pick.pinned:
                     raise refused(why)
+                if why.kind is RejectKind.NOT_PROMISED and not pick.pinned:
+                    continue  # a measurement, not a request: the rejection below says why, without a warning a bucket
                 notes.append(f"{pick.why} not honoured for op '{info.id}': {pick.backend} cannot run ({why.reason})")
                 continue
             backends = (pick.backend, *(n for n in backends if n != pick.backend))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import shlex
 import zlib
@@ -55,6 +56,7 @@ class CaseResult:
     tolerance: float
     passed: bool
     message: str
+    skipped: bool = False  # the backend's per-call gate refuses these inputs: selection never sends it such a call
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
@@ -79,11 +81,21 @@ def case_seed(base_seed: int, op: str, dtype: str, index: int) -> int:
     return zlib.crc32(f"{base_seed}:{op}:{dtype}:{index}".encode())
 
 
+INTERPRETED = Platform("cuda", "9.0")  # what a Triton kernel run by the interpreter on the CPU stands in for
+
+
+def tested_as(spec: KernelSpec, platform: Platform, dtype: str, interpret: bool) -> Platform:
+    """The platform the spec is tested as: under --interpret, a Triton kernel that cannot run on the CPU is tested
+    as on cuda 9.0 (still honouring its requires and dtypes), the interpreter running it on the CPU."""
+    if interpret and platform.device == "cpu" and "triton" in spec.requires:
+        if ineligibility(spec, platform, dtype) is not None:
+            return INTERPRETED
+    return platform
+
+
 def runnable(spec: KernelSpec, platform: Platform, dtype: str, interpret: bool) -> str | None:
     """Why the spec cannot be tested here, or None. Under --interpret, Triton kernels run on the CPU."""
-    why = ineligibility(spec, platform, dtype)
-    if why is not None and interpret and platform.device == "cpu" and "triton" in spec.requires:
-        why = ineligibility(spec, Platform("cuda", "9.0"), dtype)  # still honour requires and dtypes
+    why = ineligibility(spec, tested_as(spec, platform, dtype, interpret), dtype)
     return None if why is None else why.reason
 
 
@@ -165,6 +177,12 @@ def check(case: Case, reference: KernelSpec, device: str) -> CaseResult:
         call = build_call(info, samples, case.sizes, case.dtype, device, case.seed)
     except Exception as exc:  # an empty range or a negative size: this check fails, the run goes on
         return result(False, f"could not build the inputs: {type(exc).__name__}: {exc}")
+    if case.spec.gate is not None:
+        from ..runtime.gates import gate_reasons
+
+        refused = call.invoke(lambda *args, **kwargs: gate_reasons(info, args, kwargs)).get(case.spec.backend)
+        if refused is not None:
+            return dataclasses.replace(result(True, refused), skipped=True)
     expected_call = call.clone(upcast_from=case.dtype)  # the reference runs in higher precision
     native_call = call.clone()  # ...and once in the dtype under test, for the dtypes outputs must have
     try:
@@ -262,7 +280,7 @@ def format_table(results: Sequence[CaseResult]) -> str:
                 "-" if r.max_abs_error is None else f"{r.max_abs_error:.2e}",
                 "-" if r.relative_error is None else f"{r.relative_error:.2e}",
                 f"{r.tolerance:.0e}",
-                "ok" if r.passed else "FAIL",
+                "skipped" if r.skipped else "ok" if r.passed else "FAIL",
             ]
         )
     return text_table(rows)
@@ -272,10 +290,18 @@ def failure_line(
     r: CaseResult, base_seed: int, *, catalogs: Sequence[str] = (), device: str = "cpu", interpret: bool = False
 ) -> str:
     """A failure with its figures and the command that reproduces it (same catalogs, device and interpreter)."""
+    again = reproduce(r.op, r.backend, r.dtype, base_seed, catalogs=catalogs, device=device, interpret=interpret)
+    return (
+        f"FAIL {r.op} [{r.backend}] {r.dtype} {r.sizes}: {r.message} (seed {base_seed}; case seed {r.seed}; "
+        f"reproduce: {again})"
+    )
+
+
+def reproduce(
+    op: str, backend: str, dtype: str, base_seed: int, *, catalogs: Sequence[str], device: str, interpret: bool
+) -> str:
+    """The `kcatalog test` command that runs one backend's checks of one op and dtype again."""
     extra = "".join(f" --catalog {shlex.quote(str(path))}" for path in catalogs)
     extra += f" --device {device}" if device != "cpu" else ""
     extra += " --interpret" if interpret else ""
-    return (
-        f"FAIL {r.op} [{r.backend}] {r.dtype} {r.sizes}: {r.message} (seed {base_seed}; case seed {r.seed}; "
-        f"reproduce: kcatalog test {r.op} --backend {r.backend} --dtype {r.dtype} --seed {base_seed}{extra})"
-    )
+    return f"kcatalog test {op} --backend {backend} --dtype {dtype} --seed {base_seed}{extra}"

@@ -166,6 +166,7 @@ def render(
         out.append("</tr>")
     out.append("</tbody></table>")
     out += _policy(catalog)
+    out += _tuned(catalog, links)
     out += _layers(catalog)
     out.append("</body></html>")
     return "\n".join(out) + "\n"
@@ -215,6 +216,31 @@ def _policy(catalog: Catalog) -> list[str]:
         out.append("</ul>")
     else:
         out.append("<p>The catalog loaded with no warnings: every rule is met.</p>")
+    return out
+
+
+def _tuned(catalog: Catalog, links: Links) -> list[str]:
+    """The tuned entries: op, platform, dtype, key (for an op keyed by its shape, `table_key`), buckets, staleness."""
+    e = html.escape
+    tuning = catalog.tuning
+    entries = sorted(tuning.tables.values(), key=lambda t: (t.op, t.platform, t.dtype, t.key))
+    if not entries:
+        return ["<h2>Tuned tables</h2><p>No tuned table.</p>"]
+    out = [
+        '<h2>Tuned tables</h2><table id="tuned"><tr><th>op</th><th>platform</th><th>dtype</th><th>key</th>'
+        "<th>buckets</th><th>stale</th></tr>"
+    ]
+    for table in entries:
+        buckets = ", ".join(f"{b.span} {b.backend}" for b in table.buckets)
+        href = links.href(table.location) if table.location else None
+        op = f'<a href="{e(href)}">{e(table.op)}</a>' if href else e(table.op)
+        stale = tuning.staleness(table, None) or "no"  # the kernels' source; the machine is compared where it runs
+        key = e(table.key_text) or "—"
+        out.append(
+            f'<tr data-tuned-op="{e(table.op)}" data-key="{e(table.key_text)}"><td>{op}</td>'
+            f"<td>{e(table.platform)}</td><td>{e(table.dtype)}</td><td>{key}</td><td>{e(buckets)}</td><td>{e(stale)}</td></tr>"
+        )
+    out.append("</table>")
     return out
 
 

@@ -46,11 +46,15 @@ def with_samples(
             yield info, samples
 
 
-def size_sets(samples: SamplesDecl, shapes: str = "test") -> list[dict[str, Any]]:
-    """Every combination of sizes: `sizes` alone for tests, overridden by `decode`/`prefill` for benchmarks."""
+def size_sets(
+    samples: SamplesDecl, shapes: str = "test", extra: Mapping[str, Sequence[Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Every combination of sizes: `sizes` alone for tests, overridden by `decode`/`prefill` for benchmarks, then
+    by `extra` (a measurement's own values, for the size names the samples declare)."""
     sizes = dict(samples.sizes)
     if shapes in ("decode", "prefill"):
         sizes.update(getattr(samples, shapes))
+    sizes.update({name: tuple(values) for name, values in (extra or {}).items() if name in sizes})
     names = list(sizes)
     return [dict(zip(names, combo)) for combo in itertools.product(*(sizes[n] for n in names))]
 

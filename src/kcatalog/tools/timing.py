@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from ..registry.catalog import Catalog
 
 GRAPH_INPUT_SETS = 8  # decode shapes fit in L2: rotate input sets so replays do not measure the cache
+# Prefill shapes rotate enough input sets that one replay reads this much (the H200's L2 is 50 MiB), 2 at least.
+ROTATED_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,8 @@ def run(
 
 
 def time_job(job: Job, device: str, copy_gbps: float, seed: int) -> BenchResult:
-    """Time one job (CUDA-graph replays for decode shapes on cuda, CUDA events for the rest); errors recorded."""
+    """Time one job (CUDA-graph replays over rotating input sets on cuda, the wall clock on the CPU); errors
+    recorded."""
     untimed = BenchResult(
         job.info.id,
         job.spec.backend,
@@ -149,10 +152,13 @@ def time_job(job: Job, device: str, copy_gbps: float, seed: int) -> BenchResult:
 
 
 def method_of(job: Job, device: str) -> str:
-    """How the job is timed: 'cuda-graph' (decode shapes on cuda), 'cuda-events' (the rest on cuda), 'wall-clock'."""
-    if device != "cuda":
-        return "wall-clock"
-    return "cuda-graph" if job.shapes == "decode" else "cuda-events"
+    """How the job is timed: 'cuda-graph' on cuda, 'wall-clock' on the CPU.
+
+    Every shape is timed by CUDA-graph replay, prefill too: timed by CUDA events, a 20-90 us kernel behind a
+    Triton launch of 30-50 us timed the host as well, by an amount that changed from one process to the next
+    (H200, 2026-12-02), so that the table's choice and `tune --check`'s disagreed. A model's step pays the
+    kernel's GPU time when the GPU runs ahead of Python; the host's cost per call is dispatch_overhead's."""
+    return "cuda-graph" if device == "cuda" else "wall-clock"
 
 
 @dataclass(frozen=True)
@@ -169,17 +175,54 @@ def prepare(job: Job, device: str, seed: int = 0) -> Prepared:
     """The job's inputs and kernel, warmed up; raises what building the inputs, importing or the first call raise."""
     samples = samples_of(job.info)
     assert samples is not None  # plan() only makes jobs for ops with samples
-    graphed = method_of(job, device) == "cuda-graph"
-    calls = [
-        build_call(job.info, samples, job.sizes, job.dtype, device, seed + i)
-        for i in range(GRAPH_INPUT_SETS if graphed else 1)
-    ]
+    calls = [build_call(job.info, samples, job.sizes, job.dtype, device, seed)]
     fn = job.spec.load()
     result = calls[0].invoke(fn)  # warm-up: imports, JIT and torch.compile stay out of the timing
-    if graphed:
-        return Prepared(calls[0], result, lambda: _time_graph(fn, calls))
+    if method_of(job, device) == "cuda-graph":
+        calls += more_sets(job, calls[0], result, lambda i: build_call(job.info, samples, job.sizes, job.dtype,
+                                                                      device, seed + i))  # fmt: skip
+        return Prepared(calls[0], result, graphed_timer(fn, calls))
     timer = _time_cuda if device == "cuda" else _time_cpu
     return Prepared(calls[0], result, lambda: timer(lambda: calls[0].invoke(fn)))
+
+
+def input_sets(job: Job, moved: int) -> int:
+    """How many input sets one graph replay rotates through, so that no call finds its inputs in the L2."""
+    if job.shapes == "decode":
+        return GRAPH_INPUT_SETS
+    return max(2, min(GRAPH_INPUT_SETS, -(-ROTATED_BYTES // max(moved, 1))))
+
+
+def more_sets(job: Job, first: Call, result: Any, build: Callable[[int], Call]) -> list[Call]:
+    """The input sets after `first` that a graph replay rotates through: decode's built from their own seeds,
+    prefill's copied on the device (its inputs are large: building them on the CPU took most of a tuning run)."""
+    sets = input_sets(job, bytes_moved(first, result, job.info.mutates))
+    if job.shapes == "decode":
+        return [build(i) for i in range(1, sets)]
+    return [first.clone() for _ in range(1, sets)]
+
+
+def graphed_timer(fn: Callable[..., Any], calls: Sequence[Call]) -> Callable[[], float]:
+    """Seconds per call by CUDA-graph replay; for a backend that cannot be captured (one that synchronises with
+    the host), by CUDA events on the first set instead, the host's launch included."""
+    captured: list[bool] = []
+
+    def seconds() -> float:
+        if not captured or captured[0]:
+            try:
+                value = _time_graph(fn, calls)
+                captured[:] = [True]
+                return value
+            except RuntimeError:
+                if captured:  # it was captured before: a real failure
+                    raise
+                captured[:] = [False]
+                import torch
+
+                torch.cuda.synchronize()  # the capture that failed is over: the next timing starts clean
+        return _time_cuda(lambda: calls[0].invoke(fn))
+
+    return seconds
 
 
 def interleaved(timers: Sequence[Callable[[], float]], rounds: int) -> list[list[float]]:

@@ -1,6 +1,7 @@
 """`kcatalog tune --check TABLE`: whether each bucket's choice still holds on this machine. Each bucket's winner and
 runner-up are timed again at the shapes the table recorded, in interleaved rounds (tools/timing.py); the choice has
-flipped when the runner-up is faster in every round, the rounds' spread being the measured noise. `--update`
+flipped when the runner-up is faster in every round, the rounds' spread being the measured noise, and by more than
+a tie (`TIE`: either choice is right). `--update`
 measures the flipped buckets again, every candidate, and rewrites only those (tools/commands/tune.py)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .inputs import describe
 from .timing import Job, interleaved, prepare
-from .tuning import KeptTable, Measured, bucket_edges, tokens_of, tune_jobs
+from .tuning import Bucket, KeptTable, Measured, bucket_edges, bucket_of, tune_jobs
 
 if TYPE_CHECKING:
     from ..model import OpInfo
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from ..registry.catalog import Catalog
 
 ROUNDS = 5  # a tie flips in every round once in 2**5 = 32 buckets; a real flip of a few percent flips in all five
+# Below this the two are tied, whatever the rounds say: a table of 44 buckets has near-ties (ATen and Triton within
+# 1-2% at one bucket), and one of 32 such would flip in all five rounds by chance.
+TIE = 0.03
 
 
 @dataclass(frozen=True)
@@ -36,22 +40,24 @@ class Verdict:
 
     @property
     def flipped(self) -> bool:
-        """Whether the runner-up was faster in every round: beyond the noise the rounds measured."""
-        return bool(self.ratios) and min(self.ratios) > 1.0
+        """Whether the runner-up was faster in every round (beyond the noise the rounds measured), by more than a
+        tie at the median."""
+        return bool(self.ratios) and min(self.ratios) > 1.0 and statistics.median(self.ratios) > 1.0 + TIE
 
     @property
     def label(self) -> str:
-        """'layernorm.rms_norm bfloat16 T∈[513, 8192]'."""
+        """'layernorm.rms_norm bfloat16 T∈[513, 8192]' ('moe.experts bfloat16 E=8 T∈[1, 2]' keyed)."""
         low, high = self.span
-        return f"{self.bucket.op} {self.bucket.dtype} T∈[{low}, {'∞' if high is None else high}]"
+        key = "".join(f" {n}={v}" for n, v in self.bucket.key)
+        return f"{self.bucket.op} {self.bucket.dtype}{key} T∈[{low}, {'∞' if high is None else high}]"
 
 
-def spans(measured: Sequence[Measured]) -> dict[tuple[str, str, int], tuple[int, int | None]]:
-    """Each bucket's token counts, as table_text cuts them from the token counts measured."""
-    found: dict[tuple[str, str, int], tuple[int, int | None]] = {}
-    for op, dtype in dict.fromkeys((m.op, m.dtype) for m in measured):
-        counts = sorted(m.tokens for m in measured if (m.op, m.dtype) == (op, dtype))
-        found.update({(op, dtype, t): span for t, span in zip(counts, bucket_edges(counts))})
+def spans(measured: Sequence[Measured]) -> dict[Bucket, tuple[int, int | None]]:
+    """Each bucket's token counts, as table_text cuts them from the token counts measured (per op, dtype, key)."""
+    found: dict[Bucket, tuple[int, int | None]] = {}
+    for group in dict.fromkeys(m.group for m in measured):
+        counts = sorted(m.tokens for m in measured if m.group == group)
+        found.update({(*group, t): span for t, span in zip(counts, bucket_edges(counts))})
     return found
 
 
@@ -77,12 +83,12 @@ def bucket_jobs(
     for buckets in (None, [bucket.tokens]):
         made, _ = tune_jobs(catalog, [bucket.op], platform=platform, dtypes=[bucket.dtype], buckets=buckets,
                             backends=backends)  # fmt: skip
-        jobs += [job for job in made if job.dtype == bucket.dtype and tokens_of(job) == bucket.tokens]
+        jobs += [job for job in made if bucket_of(job) == bucket.slot]
     unique = {(job.spec.backend, describe(job.sizes)): job for job in jobs}
     recorded = [job for (_, shape), job in unique.items() if shape in bucket.shapes]
     if recorded or not bucket.shapes:
         return recorded
-    notes.append(f"{bucket.op} {bucket.dtype} T={bucket.tokens}: the shapes recorded are no longer the manifest's")
+    notes.append(f"{bucket.where}: the shapes recorded are no longer the manifest's")
     return list(unique.values())
 
 
@@ -106,8 +112,8 @@ def check(
     verdicts = []
     for index, bucket in enumerate(wanted):
         if progress:
-            progress(index, len(wanted), f"{bucket.op} {bucket.dtype} T={bucket.tokens}")
-        span = cut[(bucket.op, bucket.dtype, bucket.tokens)]
+            progress(index, len(wanted), bucket.where)
+        span = cut[bucket.slot]
         verdicts.append(_check_bucket(catalog, bucket, span, platform, device, backends, rounds, notes))
     if progress:
         progress(len(wanted), len(wanted), "done")
@@ -159,11 +165,11 @@ def retimed(verdicts: Sequence[Verdict], measured_again: Sequence[Measured]) -> 
     """The (op, backend) pairs timed again in every bucket of the op's entries: as winner or runner-up of a bucket
     that was checked, or among the candidates of a bucket measured again whole. Their recorded kernel digests can
     be brought up to date; another backend's keeps what was measured."""
-    again = {(m.op, m.dtype, m.tokens): set(m.medians_us) for m in measured_again}
+    again = {m.slot: set(m.medians_us) for m in measured_again}
     per_op: dict[str, set[str]] = {}
     for verdict in verdicts:
         b = verdict.bucket
-        timed = again.get((b.op, b.dtype, b.tokens))
+        timed = again.get(b.slot)
         if timed is None:
             timed = {n for n in (b.choice, verdict.runner_up) if n is not None} if verdict.ratios else set()
         per_op[b.op] = per_op[b.op] & timed if b.op in per_op else set(timed)

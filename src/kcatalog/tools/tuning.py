@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from ..model import OpInfo
     from ..platform import Platform
     from ..registry.catalog import Catalog
+    from ..validate.tables import BucketDecl, KeyedBucketsDecl
+    from ..write.yaml_text import Rows
 
 DECODE_MAX = 512  # token counts up to this are launch-bound: timed as CUDA-graph replays, like `bench --shapes decode`
 
@@ -36,6 +38,23 @@ class Measured:
     medians_us: dict[str, float]
     errors: dict[str, str]
     chosen: str | None = None  # read back from a table: the backend it chose (by hand, it may not be the fastest)
+    # For an op keyed by its shape (`table_key`): its key's sizes as measured, (name, value) in the op's key order.
+    key: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def group(self) -> tuple[str, str, tuple[tuple[str, int], ...]]:
+        """(op, dtype, key): the buckets cut together into one entry of the table."""
+        return self.op, self.dtype, self.key
+
+    @property
+    def slot(self) -> Bucket:
+        """(op, dtype, key, token count): what one row of a table holds."""
+        return self.op, self.dtype, self.key, self.tokens
+
+    @property
+    def where(self) -> str:
+        """'g.op float32 E=8 T=16', as progress and notes name the bucket."""
+        return " ".join([self.op, self.dtype, *(f"{n}={v}" for n, v in self.key), f"T={self.tokens}"])
 
     @property
     def best(self) -> str | None:
@@ -67,9 +86,11 @@ def tune_jobs(
     dtypes: Sequence[str],
     buckets: Sequence[int] | None = None,
     backends: Sequence[str] = (),
+    shape: Mapping[str, int] | None = None,
 ) -> tuple[list[Job], list[str]]:
     """Every (op, backend, dtype, shape) to time: the manifest's decode and prefill sizes, or with `buckets`
-    the decode sizes with the leading dimension set to each bucket's token count."""
+    the decode sizes with the leading dimension set to each bucket's token count; `shape` (`--shape E=8,H=64`)
+    sets those sizes wherever an op's samples have them: for an op keyed by its shape, the key measured."""
     jobs: list[Job] = []
     notes: list[str] = []
     for info, samples in with_samples(catalog, ops, "tune", notes):
@@ -77,9 +98,10 @@ def tune_jobs(
         if name is None:
             notes.append(f"{info.id}: skipped, its dispatch argument's leading dimension is not a size name")
             continue
-        size_list = [(kind, sizes) for kind in ("decode", "prefill") for sizes in size_sets(samples, kind)]
+        fixed = {name: (value,) for name, value in (shape or {}).items()}
+        size_list = [(kind, sizes) for kind in ("decode", "prefill") for sizes in size_sets(samples, kind, fixed)]
         if buckets is not None:
-            decode = size_sets(samples, "decode")
+            decode = size_sets(samples, "decode", fixed)
             seen: list[dict[str, Any]] = []
             for tokens in buckets:
                 for sizes in decode:
@@ -108,12 +130,18 @@ def tokens_of(job: Job) -> int:
     return int(job.sizes[name])
 
 
-Bucket = tuple[str, str, int]  # op, dtype, token count: what one row of a table holds
+def key_of(job: Job) -> tuple[tuple[str, int], ...]:
+    """The job's table key, for an op keyed by its shape: each size of its `table_key` as the job sets it (a name
+    of its samples' shapes, which `sizes` defines); () for an op without one."""
+    return tuple((dim.name, int(job.sizes[dim.name])) for dim in job.info.table_key)
+
+
+Bucket = tuple[str, str, tuple[tuple[str, int], ...], int]  # op, dtype, key, token count: one row of a table
 
 
 def bucket_of(job: Job) -> Bucket:
     """The bucket a job's timing goes into."""
-    return job.info.id, job.dtype, tokens_of(job)
+    return job.info.id, job.dtype, key_of(job), tokens_of(job)
 
 
 def measure(
@@ -146,12 +174,13 @@ def measure(
 
 
 def gather(results: Sequence[tuple[Job, BenchResult]]) -> list[Measured]:
-    """Per (op, dtype, token count): each backend's geometric mean over the shapes where it ran at all of them."""
-    groups: dict[tuple[str, str, int], list[tuple[Job, BenchResult]]] = {}
+    """Per (op, dtype, key, token count): each backend's geometric mean over the shapes where it ran at all of
+    them."""
+    groups: dict[Bucket, list[tuple[Job, BenchResult]]] = {}
     for job, result in results:
-        groups.setdefault((job.info.id, job.dtype, tokens_of(job)), []).append((job, result))
+        groups.setdefault(bucket_of(job), []).append((job, result))
     measured = []
-    for (op, dtype, tokens), rows in sorted(groups.items()):
+    for (op, dtype, key, tokens), rows in sorted(groups.items()):
         shapes = tuple(dict.fromkeys(r.sizes for _, r in rows))
         times: dict[str, list[float]] = {}
         errors: dict[str, str] = {}
@@ -165,7 +194,7 @@ def gather(results: Sequence[tuple[Job, BenchResult]]) -> list[Measured]:
             for backend, values in times.items()
             if backend not in errors and len(values) == len(shapes)
         }
-        measured.append(Measured(op, dtype, tokens, shapes, medians, errors))
+        measured.append(Measured(op, dtype, tokens, shapes, medians, errors, key=key))
     return measured
 
 
@@ -274,6 +303,7 @@ def table_text(
     for m in measured:
         if m.choice is not None:
             by_op.setdefault(m.op, {}).setdefault(m.dtype, []).append(m)
+    keyed = {m.op for m in measured if m.key}
     recorded = {
         op: Flow({b: kernels[(op, b)] for b in sorted(_timed(by_dtype.values())) if (op, b) in kernels})
         for op, by_dtype in by_op.items()
@@ -281,23 +311,14 @@ def table_text(
     ops: dict[str, dict[str, Rows]] = {}
     for op, by_dtype in by_op.items():
         for dtype, rows in by_dtype.items():
-            ordered = sorted(rows, key=lambda r: r.tokens)
+            if op not in keyed:
+                ops.setdefault(op, {})[dtype] = _bucket_rows(rows)
+                continue
+            by_key: dict[tuple[tuple[str, int], ...], list[Measured]] = {}
+            for m in rows:
+                by_key.setdefault(m.key, []).append(m)
             ops.setdefault(op, {})[dtype] = Rows(
-                [
-                    Flow(
-                        {
-                            "tokens": [low, high],
-                            "backend": m.choice,
-                            "at": m.tokens,
-                            # Two decimals, as timings are read; a median below 0.005 us kept whole (a table's are > 0).
-                            "medians_us": {
-                                b: float(f"{t:.2f}") or t for b, t in sorted(m.medians_us.items(), key=_time)
-                            },
-                            "shapes": list(m.shapes),
-                        }
-                    )
-                    for (low, high), m in zip(bucket_edges([r.tokens for r in ordered]), ordered)
-                ]
+                [{"key": Flow(dict(key)), "buckets": _bucket_rows(group)} for key, group in sorted(by_key.items())]
             )
     provenance = {key: value for key, value in dataclasses.asdict(prov).items() if value not in (None, {})}
     comments = [
@@ -310,6 +331,28 @@ def table_text(
         body["kernels"] = {op: digests for op, digests in recorded.items() if digests}
     body["ops"] = ops
     return document({"kcatalog": 1, "tuned": body}, comments=comments)
+
+
+def _bucket_rows(rows: Sequence[Measured]) -> Rows:
+    """One entry's buckets, one flow mapping a line, cut around the token counts measured."""
+    from ..write.yaml_text import Flow, Rows
+
+    ordered = sorted(rows, key=lambda r: r.tokens)
+    return Rows(
+        [
+            Flow(
+                {
+                    "tokens": [low, high],
+                    "backend": m.choice,
+                    "at": m.tokens,
+                    # Two decimals, as timings are read; a median below 0.005 us kept whole (a table's are > 0).
+                    "medians_us": {b: float(f"{t:.2f}") or t for b, t in sorted(m.medians_us.items(), key=_time)},
+                    "shapes": list(m.shapes),
+                }
+            )
+            for (low, high), m in zip(bucket_edges([r.tokens for r in ordered]), ordered)
+        ]
+    )
 
 
 def _time(item: tuple[str, float]) -> float:
@@ -351,28 +394,49 @@ def read_kept(path: Path, diagnostics: Diagnostics) -> KeptTable | None:
         return None
     measured = []
     for op, by_dtype in table.tuned.ops.items():
-        for dtype, buckets in by_dtype.items():
-            for index, bucket in enumerate(buckets):
-                if bucket.at is None:  # without the token count measured, the bucket cannot be told from a new one
-                    where = files[0].locations.value(("tuned", "ops", op, dtype, index))
-                    message = "missing field 'at': the bucket records no token count (not written by `kcatalog tune`)"
-                    diagnostics.error(codes.MISSING_FIELD, message, where)
-                    continue
-                medians = dict(bucket.medians_us)
-                measured.append(Measured(op, dtype, bucket.at, bucket.shapes, medians, {}, bucket.backend))
+        for dtype, listed in by_dtype.items():
+            for below, key, buckets in _kept_entries(listed):
+                for index, bucket in enumerate(buckets):
+                    if bucket.at is None:  # without the token count measured, it cannot be told from a new one
+                        where = files[0].locations.value(("tuned", "ops", op, dtype, *below, index))
+                        message = (
+                            "missing field 'at': the bucket records no token count (not written by `kcatalog tune`)"
+                        )
+                        diagnostics.error(codes.MISSING_FIELD, message, where)
+                        continue
+                    medians = dict(bucket.medians_us)
+                    row = Measured(op, dtype, bucket.at, bucket.shapes, medians, {}, bucket.backend, key=key)
+                    measured.append(row)
     if diagnostics.errors_since(start):
         return None
     kernels = {(op, b): d for op, digests in table.tuned.kernels.items() for b, d in digests.items()}
     return KeptTable(table.tuned.platform, table.tuned.provenance.device, tuple(measured), kernels)
 
 
+def _kept_entries(
+    listed: tuple[BucketDecl, ...] | tuple[KeyedBucketsDecl, ...],
+) -> list[tuple[tuple[int | str, ...], tuple[tuple[str, int], ...], tuple[BucketDecl, ...]]]:
+    """(path below the dtype, key, buckets) of each entry of a dtype read back: its buckets, or one per key (in
+    the order the key's sizes are written, which is the op's: tune writes them so)."""
+    from ..validate.tables import BucketDecl, KeyedBucketsDecl
+
+    entries: list[tuple[tuple[int | str, ...], tuple[tuple[str, int], ...], tuple[BucketDecl, ...]]] = []
+    for index, item in enumerate(listed):
+        if isinstance(item, KeyedBucketsDecl):
+            entries.append(((index, "buckets"), tuple(item.key.items()), item.buckets))
+    plain = tuple(item for item in listed if isinstance(item, BucketDecl))
+    return entries if entries else [((), (), plain)]
+
+
 def format_table(measured: Sequence[Measured]) -> str:
-    """Op, dtype, token count, the chosen backend and each candidate's median."""
+    """Op, dtype, key (for ops keyed by their shape), token count, the chosen backend and each candidate's median."""
     from .formats import text_table
 
-    rows = [["op", "dtype", "T", "chosen", "medians (us)"]]
+    keyed = any(m.key for m in measured)
+    rows = [["op", "dtype", *(["key"] if keyed else []), "T", "chosen", "medians (us)"]]
     for m in measured:
         medians = ", ".join(f"{b} {t:.1f}" for b, t in sorted(m.medians_us.items(), key=lambda kv: kv[1]))
         errors = "".join(f"; {b} failed: {e}" for b, e in m.errors.items())
-        rows.append([m.op, m.dtype, str(m.tokens), m.choice or "-", medians + errors])
+        key = [" ".join(f"{n}={v}" for n, v in m.key) or "-"] if keyed else []
+        rows.append([m.op, m.dtype, *key, str(m.tokens), m.choice or "-", medians + errors])
     return text_table(rows)

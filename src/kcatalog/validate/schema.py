@@ -11,12 +11,15 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainValidator,
     StrictBool,
     StrictFloat,
     StrictInt,
+    WithJsonSchema,
     model_validator,
 )
 
+from ..errors import did_you_mean
 from ..platform import DEVICES
 
 FORMAT_VERSION = 1
@@ -145,6 +148,37 @@ class CapabilityDecl(_Strict):
         return self
 
 
+def _promise(value: object) -> bool | tuple[str, ...]:
+    # One message for every wrong value: a union's would name each member it tried ('bool': ..., 'tuple': ...).
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(
+            f"should be true, false or a list of device kinds such as [cpu, cuda], got {type(value).__name__} {shown}"
+        )
+    for item in value:
+        if not re.fullmatch(NAME_PATTERN, item):
+            raise ValueError(f"device kind {item!r} should be a lower_snake_case name{did_you_mean(item, DEVICES)}")
+    return tuple(value)
+
+
+# A backend's promise: true (on every device it runs on), false (or []), or the device kinds it holds on; each
+# device kind is checked when linking, against the built-in and declared ones (KC215).
+PromiseDecl = Annotated[
+    Union[bool, tuple[str, ...]],
+    PlainValidator(_promise),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "boolean"},
+                {"type": "array", "items": {"type": "string", "pattern": NAME_PATTERN}, "description": "device kinds"},
+            ]
+        }
+    ),
+]
+
+
 class BackendDecl(_Strict):
     """One implementation of an op."""
 
@@ -171,6 +205,26 @@ class BackendDecl(_Strict):
     auto: StrictBool | None = Field(
         None, description="false: never chosen by priority, only when named; default: the settings' value"
     )
+    deterministic: PromiseDecl | None = Field(
+        None,
+        description="it promises deterministic outputs: repeated runs on the same inputs are bitwise equal; true "
+        "(wherever it runs), or the device kinds it holds on; `kcatalog test` checks it. Implied by batch_invariant",
+    )
+    batch_invariant: PromiseDecl = Field(
+        False,
+        description="it promises batch-invariant outputs: each row's output (along the dispatch argument's leading "
+        "dimension) is bitwise equal whether the row is computed alone or inside a larger batch, and repeated runs "
+        "are bitwise equal; true (wherever it runs), or the device kinds it holds on; `kcatalog test` checks it",
+    )
+
+    @model_validator(mode="after")
+    def _batch_invariant_is_deterministic(self) -> BackendDecl:
+        if self.deterministic is False and self.batch_invariant is not False:
+            raise ValueError(
+                "batch_invariant implies deterministic: a row computed alone and inside a batch can only be bitwise "
+                "equal if repeated runs are; drop 'deterministic: false'"
+            )
+        return self
 
 
 SizeValue = Union[StrictBool, StrictInt, StrictFloat, str]
@@ -192,10 +246,13 @@ ArgValue = Annotated[
 ]
 
 
+SizeName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
 class SamplesDecl(_Strict):
     """How to build an op's inputs and which outputs to compare: the basis of `kcatalog test` and `bench`."""
 
-    sizes: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], tuple[SizeValue, ...]] = Field(
+    sizes: dict[SizeName, tuple[SizeValue, ...]] = Field(
         default_factory=dict, description="size name -> values; tests take every combination"
     )
     args: dict[str, ArgValue] = Field(
@@ -244,6 +301,13 @@ class OpDecl(_Strict):
         "position (default: the first)",
     )
     samples: SamplesDecl | None = Field(None, description="test and benchmark inputs for this op")
+    table_key: tuple[SizeName, ...] | None = Field(
+        None,
+        min_length=1,
+        description="sizes that key its tuned tables and plans beside the token count (e.g. [E, H, I, K] for "
+        "experts, hidden, intermediate, top-k): names of dimensions of its samples' tensor arguments, read from "
+        "each call's arguments; left out: one table per platform and dtype",
+    )
     fake: Fake | None = None
     backends: dict[BackendName, BackendDecl] = Field(min_length=1)
 
@@ -357,6 +421,18 @@ class Settings(_Strict):
     )
     tuned: TunedSettingsDecl = Field(
         default_factory=TunedSettingsDecl, description="how stale tuned entries are treated ({stale: ignore})"
+    )
+    deterministic: StrictBool = Field(
+        False,
+        description="select only backends that promise deterministic outputs (their manifests' `deterministic` or "
+        "`batch_invariant`), for every op the catalog loads: an op none of whose backends promises it fails to "
+        "resolve, naming why for each; as KCATALOG_DETERMINISTIC=1 or use(deterministic=True)",
+    )
+    batch_invariant: StrictBool = Field(
+        False,
+        description="select only backends that promise batch-invariant outputs (their manifests' "
+        "`batch_invariant`), for every op the catalog loads; as KCATALOG_DETERMINISTIC=batch_invariant or "
+        "use(batch_invariant=True)",
     )
     allowed_modules: tuple[Annotated[str, Field(pattern=rf"^{_IDENT}(\.{_IDENT})*$")], ...] | None = Field(
         None,

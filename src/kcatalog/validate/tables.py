@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Discriminator, Field, StrictInt, Tag, model_validator
 
-from .schema import PLATFORM_PATTERN, BackendName, DType, OpId, _Strict
+from .schema import PLATFORM_PATTERN, BackendName, DType, OpId, SizeName, _Strict
 
 # A device kind known to the catalog, checked when linking (it may declare more kinds than the built-in ones).
 Platform = Annotated[str, Field(pattern=PLATFORM_PATTERN, description="'cuda:9.0', 'hip:gfx942', 'cpu'")]
@@ -35,6 +35,41 @@ class BucketDecl(_Strict):
         if high is not None and low > high:
             raise ValueError(f"bucket [{low}, {high}] is empty: low is above high")
         return self
+
+
+# An op's table key as an entry gives it: each size its `table_key` names, and its value.
+KeyDecl = Annotated[
+    dict[SizeName, Annotated[int, Field(ge=1, strict=True)]],
+    Field(min_length=1, description="the sizes of the op's table_key, e.g. {E: 128, H: 2048, I: 768, K: 8}"),
+]
+
+
+class KeyedBucketsDecl(_Strict):
+    """The buckets of one key of an op keyed by its shape (`table_key:`): measured for these sizes."""
+
+    key: KeyDecl
+    buckets: tuple[BucketDecl, ...] = Field(min_length=1)
+
+
+def _keyed(value: object) -> bool:
+    """Whether a dtype's list holds keyed entries ({key: ..., ...}) rather than buckets: told apart by shape, so
+    that a mistake in one is reported as one, not also as "not the other"."""
+    first = value[0] if isinstance(value, (list, tuple)) and value else None
+    return isinstance(first, dict) and "key" in first
+
+
+def _tuned_kind(value: object) -> str:
+    return "keyed" if _keyed(value) else "buckets"
+
+
+# One op and dtype of a tuned table: its buckets, or for an op keyed by its shape, one list of buckets per key.
+TunedEntry = Annotated[
+    Union[
+        Annotated[tuple[BucketDecl, ...], Tag("buckets")],
+        Annotated[tuple[KeyedBucketsDecl, ...], Tag("keyed")],
+    ],
+    Discriminator(_tuned_kind),
+]
 
 
 class ProvenanceDecl(_Strict):
@@ -65,7 +100,7 @@ class TunedTableBodyDecl(_Strict):
         "its package that it imports): an entry whose digest differs here is stale; a table without any is not "
         "compared",
     )
-    ops: dict[OpId, dict[DType, tuple[BucketDecl, ...]]] = Field(min_length=1)
+    ops: dict[OpId, dict[DType, TunedEntry]] = Field(min_length=1)
 
 
 class TunedTable(_Strict):
@@ -75,14 +110,35 @@ class TunedTable(_Strict):
     tuned: TunedTableBodyDecl
 
 
+class KeyedPlanDecl(_Strict):
+    """What a plan pins for one key of an op keyed by its shape: one backend, or buckets."""
+
+    key: KeyDecl
+    backend: BackendName | None = None
+    buckets: tuple[BucketDecl, ...] = ()
+
+    @model_validator(mode="after")
+    def _backend_or_buckets(self) -> KeyedPlanDecl:
+        if (self.backend is None) == (not self.buckets):
+            raise ValueError("a keyed plan entry gives 'backend' or 'buckets', one of the two")
+        return self
+
+
 def _entry_kind(value: object) -> str:
-    return "buckets" if isinstance(value, (list, tuple)) else "backend"
+    if not isinstance(value, (list, tuple)):
+        return "backend"
+    return "keyed" if _keyed(value) else "buckets"
 
 
-# One op and dtype of a plan: a backend for every call, or buckets; told apart by shape, so that a mistake in a
+# One op and dtype of a plan: a backend for every call, buckets, or (an op keyed by its shape) one of those per key;
+# told apart by shape, so that a mistake in a
 # bucket is reported as one, not also as "not a backend name".
 PlanEntry = Annotated[
-    Union[Annotated[BackendName, Tag("backend")], Annotated[tuple[BucketDecl, ...], Tag("buckets")]],
+    Union[
+        Annotated[BackendName, Tag("backend")],
+        Annotated[tuple[BucketDecl, ...], Tag("buckets")],
+        Annotated[tuple[KeyedPlanDecl, ...], Tag("keyed")],
+    ],
     Discriminator(_entry_kind),
 ]
 

@@ -6,6 +6,10 @@ link planted at any name there is never followed, and no name is predictable. On
 written are they renamed over their names, so a reader sees each file old or new, never half of one; when a
 change of several files fails part way, the files already renamed are put back as they were and every temporary
 is removed, so a catalog directory never holds half of an import.
+
+`write_new` is the one exception, for files that check themselves (a checksum the reader verifies, such as the
+module indexes): written straight under their name, never replacing one, so that a run writing hundreds of them
+pays for no temporary and no rename.
 """
 
 from __future__ import annotations
@@ -30,6 +34,25 @@ TEMPORARY = re.compile(rf"{re.escape(_PREFIX)}[0-9a-f]{{16}}{re.escape(_SUFFIX)}
 def write_file(path: Path, data: str | bytes, *, mode: int = 0o666, sync: bool = True) -> None:
     """Replace `path` with `data` (text as UTF-8), whole or not at all; the OSError that stops it is raised."""
     replace_files(path.parent, {path.name: data}, mode=mode, sync=sync)
+
+
+def write_new(path: Path, data: bytes, *, mode: int = 0o600) -> bool:
+    """Create `path` holding `data`, unless a file (or a link) is there already: False then, nothing written.
+    Not atomic: a reader may see it half written, or a crash may leave it so; only for data whose reader checks it
+    whole (and removes what fails the check, so that a later write can put it back)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        descriptor = os.open(path, flags, mode)
+    except FileExistsError:
+        return False
+    try:
+        with open(descriptor, "wb") as handle:
+            handle.write(data)
+    except BaseException:  # a full disk: no half file left behind where it can be helped
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    return True
 
 
 def replace_files(

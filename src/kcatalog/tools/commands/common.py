@@ -147,6 +147,21 @@ def dtype(text: str) -> str:
     return text
 
 
+def shape_sizes(text: str) -> dict[str, int]:
+    """An argparse type: `E=128,H=2048` as sizes by name (an op's table key, the sizes to tune at), else a usage
+    error saying which part is wrong."""
+    sizes: dict[str, int] = {}
+    for part in text.split(","):
+        name, equals, value = part.strip().partition("=")
+        name, value = name.strip(), value.strip()
+        if not equals or not name.isidentifier() or not value.isdigit() or int(value) < 1:
+            raise argparse.ArgumentTypeError(f"'{part}' is not NAME=SIZE (sizes by name, e.g. E=128,H=2048)")
+        if name in sizes:
+            raise argparse.ArgumentTypeError(f"'{name}' is given twice")
+        sizes[name] = int(value)
+    return sizes
+
+
 class UsageError(Exception):
     """A command's arguments cannot work here: printed as `error: ...` with the command's usage, exit 2."""
 

@@ -96,7 +96,7 @@ def _check(options: argparse.Namespace, catalog: Catalog, platform: Platform) ->
         lines = [f"plan is for {locked.platform}; this machine is {platform}"]
         left_out = None
     else:
-        covered = sorted({dtype for _, dtype in locked.entries})
+        covered = sorted({dtype for _, dtype, _ in locked.entries})
         compared = options.dtype or covered  # asked, else what the plan was made for (`plan --dtype ...`)
         pinned = {op: {d: c for d, c in by.items() if d in compared} for op, by in locked_choices(locked).items()}
         here = _runs_here(platform, catalog.platform())

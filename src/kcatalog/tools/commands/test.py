@@ -1,4 +1,5 @@
-"""`kcatalog test`: every eligible backend checked against the op's reference on its declared samples."""
+"""`kcatalog test`: every eligible backend checked against the op's reference on its declared samples, and every
+promise a backend makes of its outputs here (deterministic, batch_invariant) checked on the same samples."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from .common import UsageError, add_op_arguments, load_ops, require_module
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = sub.add_parser(
-        "test", help="check every eligible backend against the reference on declared samples"
+        "test",
+        help="check every eligible backend against the reference on declared samples, and the promises backends make",
     )
     add_op_arguments(
         parser, device="cpu", dtype_help="only this dtype (repeatable)", backend_help="only this backend (repeatable)"
@@ -26,7 +28,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(options: argparse.Namespace) -> int:
-    from .. import conformance
+    from .. import conformance, promises
 
     if options.interpret:
         if options.device != "cpu":
@@ -47,22 +49,45 @@ def run(options: argparse.Namespace) -> int:
         base_seed=seed,
         interpret=options.interpret,
     )
+    promise_cases, promise_notes = promises.plan_promises(
+        catalog,
+        ops,
+        device=options.device,
+        backends=options.backend,
+        dtypes=options.dtype,
+        base_seed=seed,
+        interpret=options.interpret,
+    )
+    notes += promise_notes
     results = list(conformance.run(cases, catalog, options.device))
+    kept = list(promises.run_promises(promise_cases, options.device))
     failed = [r for r in results if not r.passed]
+    broken = [r for r in kept if not r.passed]
+    checks, failures = len(results) + len(kept), len(failed) + len(broken)
     if options.output_format == "json":
-        summary = {"checks": len(results), "failed": len(failed)}
-        document = {"seed": seed, "results": [r.as_dict() for r in results], "notes": notes, "summary": summary}
+        summary = {"checks": checks, "failed": failures}
+        document = {
+            "seed": seed,
+            "results": [r.as_dict() for r in results],
+            "promises": [r.as_dict() for r in kept],
+            "notes": notes,
+            "summary": summary,
+        }
         print(json.dumps(document, indent=2))
     else:
         print(f"seed {seed}")
         if results:
             print(conformance.format_table(results))
+        if kept:
+            print(promises.format_promises(kept))
         for note in notes:
             print(printable(f"note: {note}"))
+        where = {"catalogs": paths or (), "device": options.device, "interpret": options.interpret}
         for r in failed:
-            line = conformance.failure_line(
-                r, seed, catalogs=paths or (), device=options.device, interpret=options.interpret
-            )
-            print(printable(line))  # it quotes what the kernel raised
-        print(f"{plural(len(results), 'check')}, {len(failed)} failed.")
-    return 1 if failed or not results else 0
+            print(printable(conformance.failure_line(r, seed, **where)))  # it quotes what the kernel raised
+        for p in broken:
+            print(printable(promises.promise_failure_line(p, seed, **where)))
+        skipped = sum(r.skipped for r in results)
+        refused = f", {skipped} refused by a backend's gate (skipped)" if skipped else ""
+        print(f"{plural(checks, 'check')}, {failures} failed{refused}.")
+    return 1 if failures or not checks else 0

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..formats import plural
-from .common import INTERRUPTED, UsageError, add_op_arguments, command_line, load_ops, write_output
+from .common import INTERRUPTED, UsageError, add_op_arguments, command_line, load_ops, shape_sizes, write_output
 
 if TYPE_CHECKING:
     from ...platform import Platform
@@ -41,6 +41,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="time exactly the shapes (op, dtype, token count) that ran untuned on this device in the trace "
         "(repeatable: merged); ops and --dtype narrow them",
     )
+    parser.add_argument(
+        "--shape",
+        type=shape_sizes,
+        metavar="K=V,...",
+        help="sizes to time at, e.g. E=128,H=2048,I=768,K=8 (over the samples' sizes that have these names): for an "
+        "op keyed by its shape (table_key), the key measured",
+    )
     parser.add_argument("--out", type=Path, metavar="DIR", help="where to write <platform>.yaml (after each bucket)")
     again = parser.add_mutually_exclusive_group()
     again.add_argument(
@@ -53,7 +60,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         type=Path,
         metavar="TABLE",
         help="time each bucket's winner and runner-up again, in interleaved rounds; exit 1 listing the buckets "
-        "whose choice flipped (the runner-up faster in every round)",
+        "whose choice flipped (the runner-up faster in every round, by more than 3%% at the median)",
     )
     checking.add_argument(
         "--update",
@@ -90,7 +97,7 @@ class _Table:
 
     @property
     def measured(self) -> list[Measured]:
-        return sorted([*self.kept, *self.new], key=lambda m: (m.op, m.dtype, m.tokens))
+        return sorted([*self.kept, *self.new], key=lambda m: m.slot)
 
     def add(self, bucket: Measured) -> None:
         from ..tuning import table_text
@@ -114,6 +121,8 @@ def run(options: argparse.Namespace) -> int:
         raise UsageError("give --out DIR (where to write the table), or --check/--update TABLE")
     if table_given is not None and (options.out is not None or options.resume or options.force):
         raise UsageError("--check and --update work on the TABLE given: no --out, --resume or --force")
+    if options.from_trace and options.shape:
+        raise UsageError("--from-trace times the shapes the trace ran: no --shape")
     if table_given is not None and (options.from_trace or options.buckets):
         raise UsageError("--check and --update time the TABLE's own buckets: no --from-trace or --buckets")
     if options.rounds < 1:
@@ -153,8 +162,9 @@ def run(options: argparse.Namespace) -> int:
             dtypes=options.dtype or ["bfloat16"],
             buckets=buckets,
             backends=options.backend,
+            shape=options.shape,
         )
-    done = {(m.op, m.dtype, m.tokens) for m in kept.measured} if kept else set()
+    done = {m.slot for m in kept.measured} if kept else set()
     todo = [job for job in jobs if tuning.bucket_of(job) not in done]
     if kept:
         kept_buckets = plural(len(kept.measured), "bucket")
@@ -313,8 +323,8 @@ def _update(
     now = tuning.kernel_digests(catalog, ops)
     kernels = dict(kept.kernels)
     kernels.update({key: now[key] for key in tune_check.retimed(verdicts, again) if key in now})
-    replaced = {(m.op, m.dtype, m.tokens): m for m in again}
-    measured = [replaced.get((m.op, m.dtype, m.tokens), m) for m in kept.measured]
+    replaced = {m.slot: m for m in again}
+    measured = [replaced.get(m.slot, m) for m in kept.measured]
     if not again and kernels == dict(kept.kernels):
         print(f"{path}: nothing to update")
         return 1 if any(v.problem for v in verdicts) else 0

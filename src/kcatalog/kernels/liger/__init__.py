@@ -1,0 +1,1 @@
+"""Wrappers over Liger-Kernel's Triton kernels."""

@@ -1,0 +1,1 @@
+"""Wrappers over implementations that transformers ships (its experts functions)."""

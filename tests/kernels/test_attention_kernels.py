@@ -1,0 +1,57 @@
+"""attention.prefill and attention.decode backends on the CPU against the reference, on what the declared samples
+cannot hold: masks (bool and additive, with a fully masked row) and FlexAttention (CUDA-only in the catalog; its
+unfused CPU path computes the same)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kcatalog.kernels.aten import attention as sdpa
+from kcatalog.kernels.torch.sdpa import decode, prefill
+
+
+def inputs(batch: int = 2, queries: int = 3, keys: int = 12) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(batch * queries, 4, 16, generator=generator)
+    k, v = (torch.randn(batch, 2, keys, 16, generator=generator) for _ in range(2))
+    return q, k, v
+
+
+@pytest.mark.parametrize("kernel", [sdpa.math, sdpa.flash])
+@pytest.mark.parametrize("causal, window", [(True, 0), (True, 5), (False, 0)])
+def test_masks_bool_and_additive_combine_with_causal_and_window(kernel: object, causal: bool, window: int) -> None:
+    q, k, v = inputs()
+    padding = torch.ones(2, 1, 3, 12, dtype=torch.bool)
+    padding[1, :, :, :4] = False  # the second sequence's first keys are padding
+    padding[1, :, 0, :] = False  # and its first query sees no key at all: zeros
+    additive = torch.where(padding, 0.0, float("-inf"))
+    for mask in (padding, additive):
+        expected = decode(q, k, v, mask, 0.3, causal, window)
+        assert torch.equal(expected[3], torch.zeros_like(expected[3]))
+        got = kernel(q, k, v, mask, 0.3, causal, window)  # type: ignore[operator]
+        torch.testing.assert_close(got, expected, atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_computes_the_reference_with_its_block_masks() -> None:
+    from kcatalog.kernels.compiled.flex_attention import flex
+
+    q, k, v = inputs()
+    for causal, window in [(True, 0), (True, 4), (False, 4), (False, 0)]:
+        torch.testing.assert_close(flex(q, k, v, None, 0.3, causal, window), decode(q, k, v, None, 0.3, causal, window))
+
+
+def test_gates_say_why_a_kernel_cannot_take_a_call() -> None:
+    q, k, v = (t.to(torch.bfloat16).to("meta") for t in inputs())
+    assert sdpa.cudnn_eligible(q.float(), k, v) == "cuDNN attention takes float16 and bfloat16, not torch.float32"
+    wide = torch.empty(6, 4, 320, device="meta")
+    assert sdpa.cudnn_eligible(wide.bfloat16(), torch.empty(2, 2, 12, 320, device="meta").bfloat16(), v) == (
+        "head dims [16, 320]; this kernel takes one head dim, a multiple of 8, at most 256"
+    )
+
+
+def test_prefill_refuses_a_cache_longer_than_the_query() -> None:
+    q, k, v = inputs(queries=3, keys=12)
+    with pytest.raises(ValueError, match=r"^attention.prefill: 12 keys per sequence for 6 queries in all$"):
+        prefill(q, k, v)
