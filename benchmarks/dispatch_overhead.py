@@ -36,7 +36,7 @@ import torch
 import kcatalog
 
 RESULTS = Path(__file__).parent / "results" / "dispatch_overhead.json"
-BEFORE = "e117f35"  # the last commit before tracing (runtime/handles.py)
+BEFORE = "5a1aa38"  # main as merged last: its runtime/handles.py, without tracing
 
 SETTINGS = "kcatalog: 1\nbackends: {torch: {description: reference}}\npriority: [torch]\n"
 MANIFEST = """\
