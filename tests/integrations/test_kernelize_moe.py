@@ -232,3 +232,28 @@ def test_kernelize_twice_keeps_the_first_implementation_and_an_unbound_module_ru
     with torch.no_grad():
         assert torch.equal(out, model(ids).logits)  # the class's own loop
     assert relative_error(out, ref) <= default_catalog().info(moe.FUSED_EXPERTS).tolerance["float32"] * 10
+
+
+def test_calls_with_weights_of_another_dtype_go_to_the_implementation_the_config_named_before(
+    build: Callable[[str], Any],
+) -> None:
+    """bfloat16 experts in a float32 model: not the op's call; grouped_mm (the config's) casts the hidden states."""
+    model = build("mixtral")
+    model.config._experts_implementation = "grouped_mm"
+    for module in model.modules():
+        if type(module).__name__ == EXPERTS["mixtral"]:
+            module.to(torch.bfloat16)
+    ids = tokens()
+    with torch.no_grad():
+        ref = model(ids).logits
+    report = kcatalog.kernelize(model)
+    calls: list[str] = []
+    for item in experts_of(report):
+        module = model.get_submodule(item.module)
+        bound = vars(module)[moe.OPS]
+        module.__dict__[moe.OPS] = dataclasses.replace(bound, fused_experts=counted(bound.fused_experts, calls))
+    assert model.config._experts_implementation == moe.IMPLEMENTATION
+    with torch.no_grad():
+        out = model(ids).logits
+    assert calls == [] and torch.equal(out, ref)
+    kcatalog.unkernelize(model)

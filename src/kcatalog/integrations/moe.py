@@ -65,10 +65,11 @@ def experts(
     weights are of another dtype than the hidden states (autocast) go to the implementation the config named
     before; a module never kernelized (its config set to 'kcatalog' by hand) to its class's own loop."""
     bound: _Bound | None = module.__dict__.get(OPS)
+    if bound is None:  # any experts class may name it: its weights need not be the op's
+        return _implementation(module, None)(module, hidden_states, top_k_index, top_k_weights)
     gate_up, down = module.gate_up_proj, module.down_proj
-    if bound is None or gate_up.dtype != hidden_states.dtype or down.dtype != hidden_states.dtype:
-        previous = _implementation(module, None if bound is None else bound.previous)
-        return previous(module, hidden_states, top_k_index, top_k_weights)
+    if gate_up.dtype != hidden_states.dtype or down.dtype != hidden_states.dtype:
+        return _implementation(module, bound.previous)(module, hidden_states, top_k_index, top_k_weights)
     return bound.fused_experts(hidden_states, top_k_index, top_k_weights, gate_up, down)
 
 
