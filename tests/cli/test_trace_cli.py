@@ -218,4 +218,6 @@ def test_tune_from_trace_resumes_and_refuses_check(
     assert out.splitlines()[-1] == "tuned/cpu.yaml already holds every bucket; nothing timed"
     code, _, err = run("tune", str(tagged), "--from-trace", "t.json", "--device", "cpu", "--check", "tuned/cpu.yaml")
     assert code == 2
-    assert err.splitlines()[-1] == "error: --check and --update time the TABLE's own buckets: no --from-trace or --buckets"
+    assert (
+        err.splitlines()[-1] == "error: --check and --update time the TABLE's own buckets: no --from-trace or --buckets"
+    )
