@@ -250,7 +250,7 @@ def whole_model(
     def use(impl: str) -> None:
         kcatalog.unkernelize(model)
         if impl == "kcatalog":
-            model.set_experts_implementation("grouped_mm")  # the default, underneath the replaced forwards
+            model.set_experts_implementation("grouped_mm")  # the default: what unkernelize puts back
             report = kcatalog.kernelize(model)
             results.setdefault("kernelize", {})[shape.name] = str(report).splitlines()[:4]
         else:

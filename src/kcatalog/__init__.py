@@ -40,6 +40,7 @@ from .registry.catalog import Catalog
 __version__: str
 
 _KERNELIZE = ("KernelizeReport", "kernelize", "unkernelize")
+_TRACE = ("Trace", "TraceEntry", "TraceRecord")
 
 
 def __getattr__(name: str) -> object:
@@ -52,6 +53,10 @@ def __getattr__(name: str) -> object:
         from .select import selection
 
         return getattr(selection, name)
+    if name in _TRACE:  # what a trace records: loaded by the first trace, never by `import kcatalog`
+        from .runtime import trace, trace_file
+
+        return getattr(trace if name == "Trace" else trace_file, name)
     if name in _KERNELIZE:  # model integration: loaded by its first use, never by `import kcatalog`
         from .integrations import kernelize
 
@@ -85,6 +90,9 @@ __all__ = [
     "Selection",
     "Severity",
     "Target",
+    "Trace",
+    "TraceEntry",
+    "TraceRecord",
     "UnknownBackendError",
     "UnknownOpError",
     "check_catalog",

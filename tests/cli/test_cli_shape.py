@@ -148,6 +148,7 @@ def test_unrecognized_arguments_show_the_subcommand_usage(run: Callable[..., Res
             "import-registry": ["--out", "x"],
             "dump-registry": ["m:o"],
             "tune": ["--out", "x"],
+            "trace": ["show", "x.json"],
         }.get(command, [])
         code, out, err = run(command, *required, "--bogus-option")
         assert (code, out) == (2, ""), command

@@ -84,6 +84,7 @@ def test_committed_schemas_match_the_models_byte_for_byte(tmp_path: Path) -> Non
         "manifest.v1.json",
         "plan.v1.json",
         "settings.v1.json",
+        "trace.v1.json",
         "tuned.v1.json",
     ]
     for name, content in schemas.items():

@@ -284,3 +284,21 @@ def test_the_report_lists_keyed_entries(mixed: Path, tmp_path: Path) -> None:
     html = page.read_text()
     assert '<tr data-tuned-op="g.mix" data-key="E=2 H=8">' in html
     assert "<td>E=4 H=8</td><td>T∈[1, ∞] b</td><td>no</td>" in html
+
+
+def test_a_trace_counts_a_keyed_op_per_key_with_its_choice(mixed: Path) -> None:
+    """catalog.trace() records a keyed op's calls (the slow way: its choice asked once per dtype, key and leading
+    dimension) with the backend each key and token count ran and the keyed bucket that covered it."""
+    torch = pytest.importorskip("torch")
+    catalog = kcatalog.load_catalog(mixed, cache=False)
+    mix = catalog.op("g.mix")
+    with catalog.trace() as trace:
+        for tokens, experts in ((1, 2), (1, 2), (5, 2), (3, 4), (1, 3)):
+            assert mix(torch.zeros(tokens, 8), torch.zeros(experts, 8)) == {2: "a" if tokens < 5 else "b", 4: "b"}.get(
+                experts, "ref"
+            )
+    found = {(e.backend, s.tokens, s.bucket): s.calls for e in trace.record.entries for s in e.shapes}
+    assert found == {("a", 1, (1, 4)): 2, ("b", 5, (5, None)): 1, ("b", 3, (1, None)): 1, ("ref", 1, None): 1}
+    decided = {e.backend: e.decided_by for e in trace.record.entries if e.backend == "b" and e.shapes[0].tokens == 5}
+    assert decided == {"b": "tuned table for cpu float32 E=2 H=8 T∈[5, ∞]: b 1.0 µs vs a 2.0 µs"}
+    assert mix.__code__ is not None and "_kc_count_keyed" not in mix.__code__.co_names  # off: its own code again

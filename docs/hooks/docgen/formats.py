@@ -81,7 +81,9 @@ def _table(definition: dict[str, Any]) -> str:
 
 
 def _title(stem: str) -> str:
-    return {"tuned": "Tuned tables", "plan": "Plans", "layers": "Layers files"}.get(stem, f"{stem.title()} files")
+    return {"tuned": "Tuned tables", "plan": "Plans", "layers": "Layers files", "trace": "Traces"}.get(
+        stem, f"{stem.title()} files"
+    )
 
 
 def _stem(name: str) -> str:

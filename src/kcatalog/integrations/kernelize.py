@@ -1,9 +1,12 @@
 """kernelize: a catalog's layer mappings applied to one model's module instances, and undone by unkernelize.
 
-Only instance attributes change: each matching module gets its own `forward` (the class, and every other model
-in the process, are untouched), and a mapping's `prepare` may re-lay out the module's weights in place (same
-Parameters, same values). Which mapping applies is decided per instance by its exact class and the mapping's
-conditions; what was replaced, by which op and backend, and what was left and why, is the KernelizeReport.
+Only the model changes (beside an implementation registered once per process with transformers): each matching
+module gets its own `forward` (the class, and every other model in the process, are untouched), and a mapping's
+`prepare` may re-lay out the module's weights in place (same Parameters, same values), or bind the ops through
+the library's own extension point instead, the module then keeping its class's forward and its config naming
+the implementation (`Prepared`; transformers' experts interface). Which mapping applies is decided per instance
+by its exact class and the mapping's conditions; what was replaced, by which op and backend, and what was left
+and why, is the KernelizeReport.
 """
 
 from __future__ import annotations
@@ -46,6 +49,18 @@ class Replaced:
     layer_class: str  # 'package.module:Class'
     mapping: str
     ops: tuple[OpChoice, ...]
+    note: str = ""  # how the ops are reached, where the mapping's prepare says (Prepared.note)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a mapping's prepare may return instead of its undo: the undo, whether kernelize then replaces the
+    instance's forward (False: the prepare bound the ops through the library's own extension point, and the
+    module keeps its class's forward), and a note for the report saying which way, and why."""
+
+    undo: Callable[[], None] | None
+    replace_forward: bool = True
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,7 +85,8 @@ class KernelizeReport:
         lines = [f"kernelize: {len(self.replaced)} modules replaced, {len(self.left)} left"]
         for item in self.replaced:
             ops = ", ".join(f"{choice.op} ({choice.backend})" for choice in item.ops)
-            lines.append(f"  {item.module or '<model>'}: {item.layer_class} -> {item.mapping}: {ops}")
+            note = f"; {item.note}" if item.note else ""
+            lines.append(f"  {item.module or '<model>'}: {item.layer_class} -> {item.mapping}: {ops}{note}")
         for left in self.left:
             lines.append(f"  {left.module or '<model>'}: {left.layer_class} left: {left.reason}")
         if self.unmapped:
@@ -81,7 +97,7 @@ class KernelizeReport:
 
 @dataclass
 class _Applied:
-    """One module whose forward was replaced (it had none of its own before), and its prepare's undo."""
+    """One module kernelize changed (it had no forward of its own before), and its prepare's undo."""
 
     module: Any
     undo: Callable[[], None] | None
@@ -162,13 +178,16 @@ class _Run:
                 forward = mapping.forward.load()  # before prepare changes anything
                 ops = {op: self.catalog.op(op) for op in mapping.ops}
                 try:
-                    undo = mapping.prepare.load()(module, ops) if mapping.prepare is not None else None
+                    prepared = mapping.prepare.load()(module, ops) if mapping.prepare is not None else None
                 except ValueError as exc:  # the layer cannot take this forward: the reason says why
                     reasons.append(f"{mapping.name}: {exc}")
                     continue
-                self.applied.append(_Applied(module, undo))
-                module.forward = functools.partial(forward, module, ops)
-                self.replaced.append(Replaced(name, label, mapping.name, choices))
+                if not isinstance(prepared, Prepared):  # an undo, or None
+                    prepared = Prepared(prepared)
+                self.applied.append(_Applied(module, prepared.undo))
+                if prepared.replace_forward:
+                    module.forward = functools.partial(forward, module, ops)
+                self.replaced.append(Replaced(name, label, mapping.name, choices, prepared.note))
                 return
             reasons.append(f"{mapping.name}: {reason}")
         self.left.append(Left(name, label, "; ".join(reasons)))
@@ -202,7 +221,8 @@ def _register(catalog: Catalog, ops: list[str]) -> None:
 
 
 def unkernelize(model: torch.nn.Module) -> int:
-    """Restore every forward kernelize replaced in `model` (and undo its weight layouts); returns how many."""
+    """Restore every forward kernelize replaced in `model` (and undo its weight layouts and the implementations it
+    set through the library's extension points); returns how many modules it had changed."""
     with _LOCK:
         return _undo(model)
 
@@ -215,7 +235,7 @@ def _undo(model: Any) -> int:
 
 def _restore(applied: list[_Applied]) -> None:
     for item in reversed(applied):
-        item.module.__dict__.pop("forward", None)  # the instance attribute: the class's forward shows again
+        item.module.__dict__.pop("forward", None)  # the instance attribute (if set): the class's forward shows again
         if item.undo is not None:
             item.undo()
 

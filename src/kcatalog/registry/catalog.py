@@ -30,8 +30,10 @@ from ..select.buckets import Tuning
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from ..read.files import PathLike
     from ..runtime.dispatch import CallKeywords
     from ..runtime.torch_ops import TorchOpReport
+    from ..runtime.trace import Trace
     from ..select.overrides import OverridesArg
     from ..select.selection import Selection, SelectRequest
 
@@ -196,6 +198,20 @@ class Catalog:
         included; an op none of whose backends promises it raises NoEligibleBackendError saying so for each.
         Blocks nest: an inner block adds to what the outer ones require, never lifts it."""
         return self.runtime.use(overrides, deterministic=deterministic, batch_invariant=batch_invariant)
+
+    def trace(self, path: PathLike | None = None) -> Trace:
+        """Record what this catalog's op handles and torch ops run while the block is open, in every thread:
+        `with catalog.trace() as trace: ...`, then `trace.record` (a TraceRecord): per op, platform, dtype and
+        backend, the calls at each leading dimension of the dispatch argument, the fallbacks and their reasons,
+        and the shapes no tuned bucket covered. With `path` (`{pid}` and `{rank}` are filled in), the record is
+        also written there as JSON (`kcatalog trace show`), merged with the trace the file holds; KCATALOG_TRACE
+        does the same for a whole process.
+
+        Off, tracing costs a handle's call nothing: while a trace is open, handles and torch ops run a recording
+        twin of their code. Under torch.compile, a torch op's node records each run, a backend traced into the graph
+        once per compilation; a CUDA graph records its capture, not its replays. `kernel()` returns the kernel
+        itself: its calls are not recorded."""
+        return self.runtime.trace(path)
 
     def register_torch_ops(
         self, namespace: str = "kcatalog", ops: Iterable[str] | str | None = None, *, traced: bool = False

@@ -7,13 +7,27 @@ import ast
 import bisect
 import keyword
 import threading
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..model import OpInfo, Parameters, TableKeyValues
 from ..select.buckets import BucketDispatch, dispatch_for, segments
-from .dispatch import Dispatcher, dtype_name, resolve_once
+from .dispatch import Dispatcher, choice, dtype_name, resolve_once, scoped_call, site_for
 from .gates import is_gated, make_gated
+from .trace import (
+    Chosen,
+    Recording,
+    Swap,
+    is_capturing,
+    is_compiling,
+    is_dynamo,
+    tensor_length,
+    tokens_of,
+    torch_check,
+    twin_code,
+)
+from .trace_file import Via
 
 # The handle is generated with the op's own parameter list, because forwarding through
 # *args/**kwargs costs more than everything else the handle does. Only identifiers of the parsed
@@ -77,6 +91,57 @@ def handle({params}):
         return _kc_torch_op({call})
     return _kc_gated({call})
 """
+
+# While a trace is open (runtime/trace.py), the handle runs a twin of its code, swapped in as its __code__: the same
+# choice, each call counted at its site (device, dtype, CUDA graph capture) and leading dimension. torch.compile
+# traces the handle's own code (`_kc_plain`), so that a graph holds the same nodes, traced or not. A torch op's
+# implementation records with the same body (runtime/torch_ops.py).
+RECORDING_BODY = """\
+    if _kc_scopes.active:
+        return _kc_scoped({tensor})({call})
+    try:  # a site's row: its counts, what it calls, the Site (runtime/trace.py)
+        if {tensor}.is_cuda:
+            _kc_c, _kc_f, _kc_s = (_kc_captured if _kc_capturing() else _kc_sites_cuda)[{tensor}.dtype]
+        elif {tensor}.is_cpu:
+            _kc_c, _kc_f, _kc_s = _kc_sites_cpu[{tensor}.dtype]
+        else:
+            _kc_c, _kc_f, _kc_s = _kc_sites_device[({tensor}.device.type, {tensor}.dtype)]
+    except KeyError:
+        _kc_c, _kc_f, _kc_s = _kc_first_site({tensor})
+    try:  # counts: a list indexed by the leading dimension, C len() of the tensor
+        _kc_c[_kc_len({tensor})] += 1
+    except (IndexError, TypeError):  # 0, past the list, 0-dimensional
+        _kc_s.count_slow({tensor})
+    return _kc_f({call})
+"""
+# Chosen by token count: the leading dimension picks the bucket segment, as in _BUCKETED (read as it reads it).
+RECORDING_BUCKETED_BODY = RECORDING_BODY.replace("_kc_c, _kc_f, _kc_s =", "_kc_c, _kc_f, _kc_e, _kc_s =").replace(
+    """    try:  # counts: a list indexed by the leading dimension, C len() of the tensor
+        _kc_c[_kc_len({tensor})] += 1
+    except (IndexError, TypeError):  # 0, past the list, 0-dimensional
+        _kc_s.count_slow({tensor})
+    return _kc_f({call})
+""",
+    """    _kc_n = {tensor}.shape[0]
+    try:
+        _kc_c[_kc_n] += 1
+    except (IndexError, TypeError):
+        _kc_s.count_slow({tensor})
+    return _kc_f[_kc_bisect(_kc_e, _kc_n)]({call})
+""",
+)
+_RECORDING_HEAD = """\
+def handle({params}):
+    {bind}if _kc_compiling_now():
+        return _kc_plain({call})
+"""
+# An op keyed by its shape: counted the slow way (runtime/handles.py's count_keyed), then the handle's own code.
+_RECORDING_KEYED = (
+    _RECORDING_HEAD
+    + """    _kc_count_keyed({tensor}, ({key},))
+    return _kc_plain({call})
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -184,6 +249,8 @@ def bind_torch_op(handle: Callable[..., Any], torch_op: Any, is_compiling: Calla
     """Route the handle through `torch_op` while torch.compile traces it (set once it is registered)."""
     namespace: dict[str, Any] = handle.__globals__
     namespace["_kc_compiling"] = is_compiling  # first: a concurrent call must never see the op without it
+    if "_kc_compiling_now" in namespace:  # the recording twin's check, as the handle's own (see `begin`)
+        namespace["_kc_compiling_now"] = is_compiling
     namespace["_kc_torch_op"] = torch_op
 
 
@@ -240,19 +307,98 @@ def make_handle(info: OpInfo, dispatcher: Dispatcher) -> Callable[..., Any]:
     template = _BUCKETED if dispatcher.bucketed else _TEMPLATE
     if dispatcher.key_of is not None:
         template = _KEYED
-    if is_gated(info):
-        template, namespace["_kc_gated"] = _GATED, make_gated(info, dispatcher)
+    recording = _RECORDING_HEAD + (RECORDING_BUCKETED_BODY if dispatcher.bucketed else RECORDING_BODY)
+    if template is _KEYED:
+        recording = _RECORDING_KEYED
+    gated = is_gated(info)
+    if gated:  # a gated op records in its gate's dispatch (runtime/gates.py): the handle has no twin
+        template, namespace["_kc_gated"] = _GATED, make_gated(info, dispatcher, Via.HANDLE)
     key = key_code(info, code) if template is _KEYED else ""
-    handle = generate(template, code, namespace, "handle", f"<kcatalog op handle {op_id}>", key)
+    filename = f"<kcatalog op handle {op_id}>"
+    handle = generate(template, code, namespace, "handle", filename, key)
     handle.__name__ = handle.__qualname__ = op_id.replace(".", "_")
     signature = info.signature or "(*args, **kwargs)"
     handle.__doc__ = f"{op_id}{signature}: {info.description or 'no description'} (dispatching op handle)"
+    if not gated:
+        namespace.update(recording_names(dispatcher, namespace, lock, Via.HANDLE))
+        namespace["_kc_plain"] = twin(handle)
+        source = recording.format(params=code.params, bind=code.bind, tensor=code.tensor, call=code.call, key=key)
+        swap = Swap(handle, twin_code(source, namespace, "handle", filename), lambda rec: begin(namespace, rec))
+        dispatcher.trace.register(swap)
     return handle
+
+
+def twin(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Another function of the same code, globals and defaults: the untraced handle, while its twin records."""
+    assert isinstance(function, types.FunctionType)
+    copy = types.FunctionType(function.__code__, function.__globals__, function.__name__, function.__defaults__)
+    copy.__kwdefaults__ = function.__kwdefaults__
+    return copy
+
+
+def recording_names(
+    dispatcher: Dispatcher, namespace: dict[str, Any], lock: threading.Lock, via: Via
+) -> dict[str, Any]:
+    """What a recording twin calls besides its sites: the first call at a site, and a call inside `use()`."""
+
+    def first_site(tensor: Any) -> tuple[Any, ...]:
+        recording: Recording = namespace["_kc_recording"]
+        device, key = tensor.device.type, tensor.dtype
+        if tensor.is_cuda and namespace["_kc_capturing"]():
+            table, kind = namespace["_kc_captured"], Via.CAPTURED
+        elif tensor.is_cuda:
+            table, kind = namespace["_kc_sites_cuda"], via
+        elif tensor.is_cpu:
+            table, kind = namespace["_kc_sites_cpu"], via
+        else:
+            table, kind, key = namespace["_kc_sites_device"], via, (device, key)
+
+        def made() -> tuple[Any, ...]:
+            return recording.add(site_for(dispatcher, device, tensor.dtype, kind)).row
+
+        return resolve_once(lock, table, key, made)
+
+    def scoped(tensor: Any) -> Callable[..., Any]:
+        with lock:
+            return scoped_call(dispatcher, namespace["_kc_recording"], tensor, via)
+
+    def count_keyed(tensor: Any, key: TableKeyValues) -> None:
+        """Count a call of an op keyed by its shape, the slow way: its choice asked once per dtype, key and leading
+        dimension (each call inside a `use()` block)."""
+        recording: Recording = namespace["_kc_recording"]
+        if dispatcher.scopes.active:
+            with lock:
+                scoped_call(dispatcher, recording, tensor, via, key)
+            return
+        seen: dict[tuple[Any, ...], tuple[str, int | None, Chosen]] = namespace["_kc_keyed"]
+        where = (tensor.device.type, tensor.dtype, key, tokens_of(tensor))
+        found = seen.get(where)
+        if found is None:
+            device, dtype, _, tokens = where
+            name = dtype_name(dtype)
+            spec = dispatcher.resolve(device, name, tokens, None, key)
+            found = seen[where] = (name, tokens, choice(dispatcher, device, name, tokens, None, spec.backend, key))
+        name, tokens, picked = found
+        recording.count(dispatcher.op, name, via, picked, tokens)
+
+    return {"_kc_first_site": first_site, "_kc_scoped": scoped, "_kc_count_keyed": count_keyed}
+
+
+def begin(namespace: dict[str, Any], recording: Recording) -> None:
+    """A new recording: fresh sites, and the checks bound to torch's where torch is imported."""
+    namespace.update(_kc_recording=recording, _kc_sites_cuda={}, _kc_captured={}, _kc_sites_cpu={}, _kc_sites_device={})
+    namespace["_kc_keyed"] = {}
+    # The twin hands the call to the handle's own code wherever that code would differ: where torch.compile (or
+    # torch.export) traces it once the op is a torch op, as that code checks; else only where Dynamo traces it,
+    # whose check costs half as much per call.
+    torch_check(namespace, "_kc_compiling_now", is_compiling if namespace.get("_kc_torch_op") else is_dynamo)
+    torch_check(namespace, "_kc_capturing", is_capturing)
+    tensor_length(namespace, "_kc_len")
 
 
 def bucket_dispatch(
     dispatcher: Dispatcher, device: str, tensor: Any, key: TableKeyValues | None = None
-) -> BucketDispatch:
+) -> BucketDispatch[Callable[..., Any]]:
     """The boundary lookup for one (device, dtype) (and key, for an op keyed by its shape): every segment of the
     plan's and the tuned table's buckets resolved (and imported) now, so that a call only bisects."""
     dtype = dtype_name(tensor.dtype)

@@ -6,13 +6,14 @@ pure selection); handles, gates and torch ops get narrow callables (`Dispatcher`
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import CatalogError, KernelImportError, UnknownBackendError, printable
-from ..model import CatalogSettings, Environment, KernelSpec, OpInfo, TableKeyValues
+from ..model import CatalogSettings, Environment, KernelSpec, OpInfo, TableKeyValues, TunedBucket
 from ..platform import Platform, PlatformLike
 from .scopes import OverrideScopes
 
@@ -24,8 +25,11 @@ if TYPE_CHECKING:
     from ..select.selection import Selection, SelectRequest
     from .dispatch import Call, CallKeywords, Dispatcher
     from .torch_ops import TorchOps
+    from .trace import Trace, TraceState
 
 # What selects, dispatches or registers is imported by its first use, not by a load: a warm load stays lean.
+
+_TRACES_LOCK = threading.Lock()
 
 
 class CatalogValue(Protocol):
@@ -61,6 +65,12 @@ class Runtime:
         self._torch_ops: TorchOps | None = None  # made with the first op handle or torch op registration
         self._when_compiling: Callable[[str], Any] | None = None  # set once torch ops are registered
         self._environment: tuple[Environment | None] | None = None  # this machine's, for tuned entries (once)
+        self._traces: TraceState | None = None  # made with the first dispatcher or trace
+        target = os.environ.get("KCATALOG_TRACE")
+        if target:  # the whole process, from this load to its exit (runtime/trace.py)
+            from .trace import process_trace
+
+            process_trace(target).attach(self.traces(), value.digest)
 
     # -- where, and what runs there ---------------------------------------------------------------------
 
@@ -211,10 +221,40 @@ class Runtime:
         def bucket_lists(device_type: str, dtype: str, key: TableKeyValues) -> Sequence[Sequence[Any]]:
             return tuning.bucket_lists(op, self.platform(device or device_type), dtype, key)
 
+        def select(
+            device_type: str, dtype: str, tokens: int | None, call: Call | None, key: TableKeyValues | None
+        ) -> Selection:
+            return self.select(op, self.platform(device or device_type), dtype, tokens=tokens, call=call, key=key)
+
+        def tuned_bucket(device_type: str, dtype: str, tokens: int, key: TableKeyValues) -> TunedBucket | None:
+            from ..select.buckets import covering
+
+            table = tuning.table(op, self.platform(device or device_type), dtype, key)
+            return None if table is None else covering(table.buckets, tokens)
+
         bucketed = op in tuning.bucketed
         # Only an op keyed by its shape and tuned or planned somewhere reads its key per call: others as before.
         key_of = key_reader(self.value.info(op)) if bucketed else None
-        return Dispatcher(op, resolve, bucket_lists, self.scopes, bucketed, key_of)
+        traces = self.traces()
+        return Dispatcher(op, resolve, bucket_lists, self.scopes, bucketed, select, tuned_bucket, traces, key_of)
+
+    def traces(self) -> TraceState:
+        """The runtime's traces (made on first use)."""
+        traces = self._traces
+        if traces is None:
+            from .trace import TraceState
+
+            with _TRACES_LOCK:  # not self._lock: `op()` makes dispatchers holding it
+                if self._traces is None:
+                    self._traces = TraceState()
+                traces = self._traces
+        return traces
+
+    def trace(self, path: Any = None) -> Trace:
+        """See Catalog.trace."""
+        from .trace import Trace
+
+        return Trace(self.traces(), self.value.digest, path)
 
     @contextlib.contextmanager
     def use(

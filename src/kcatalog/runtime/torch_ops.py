@@ -19,9 +19,23 @@ from ..errors import CatalogError, Diagnostic, NamespaceTakenError
 from ..link.torch_schema import torch_op_name
 from ..model import Importable, OpInfo, TableKeyValues
 from ..platform import Platform
-from .dispatch import Dispatcher, dtype_name, resolve_once
+from .dispatch import Dispatcher, choice, dtype_name, resolve_once
 from .gates import is_gated, make_gated
-from .handles import CallCode, bind_torch_op, bucket_dispatch, call_code, generate, key_code
+from .handles import (
+    RECORDING_BODY,
+    RECORDING_BUCKETED_BODY,
+    CallCode,
+    begin,
+    bind_torch_op,
+    bucket_dispatch,
+    call_code,
+    generate,
+    key_code,
+    recording_names,
+    twin,
+)
+from .trace import Swap, tokens_of, twin_code
+from .trace_file import Via
 
 # The dispatch keys an op gets an implementation for, and the device type each one means. Torch's ROCm build
 # dispatches HIP tensors through the CUDA key too; the detected platform says which of the two this is.
@@ -229,14 +243,27 @@ class TorchOps:
         template = _IMPL_BUCKETED if dispatcher.bucketed else _IMPL
         if dispatcher.key_of is not None:
             template = _IMPL_KEYED
-        if is_gated(info):
+        gated = is_gated(info)
+        if gated:
             template, namespace["_kc_gated"] = (
                 "def impl({params}):\n    return _kc_gated({call})\n",
-                make_gated(info, dispatcher),
+                make_gated(info, dispatcher, Via.TORCH_OP),
             )
         key = key_code(info, code) if template is _IMPL_KEYED else ""
-        impl = generate(template, code, namespace, "impl", f"<kcatalog torch op {op_id} {device}>", key)
+        filename = f"<kcatalog torch op {op_id} {device}>"
+        impl = generate(template, code, namespace, "impl", filename, key)
         impl.__name__ = impl.__qualname__ = f"{torch_op_name(op_id)}_{device}"
+        if not gated:  # while a trace is open, the implementation counts its calls as a handle does
+            namespace.update(recording_names(dispatcher, namespace, lock, Via.TORCH_OP))
+            body = RECORDING_BUCKETED_BODY if dispatcher.bucketed else RECORDING_BODY
+            if template is _IMPL_KEYED:  # counted the slow way, then the implementation's own code
+                namespace["_kc_plain"] = twin(impl)
+                body = "    _kc_count_keyed({tensor}, ({key},))\n    return _kc_plain({call})\n"
+            source = ("def impl({params}):\n" + body).format(
+                params=code.params, tensor=code.tensor, call=code.call, key=key
+            )
+            swap = Swap(impl, twin_code(source, namespace, "impl", filename), lambda rec: begin(namespace, rec))
+            dispatcher.trace.register(swap)
         return impl
 
     def _decomposition(self, torch: Any, info: OpInfo, dispatch: str) -> Callable[..., Any]:
@@ -275,6 +302,12 @@ class TorchOps:
                 not issubclass(t, FakeTensor) and t not in plain for t in types
             )
             if spec.traceable and not whole:
+                recording = dispatcher.trace.recording
+                if recording is not None:  # traced into the graph: recorded once, here, for every run of the graph
+                    dtype = dtype_name(tensor.dtype)
+                    shape = tokens_of(tensor)
+                    picked = choice(dispatcher, tensor.device.type, dtype, shape, None, spec.backend)
+                    recording.count(op_id, dtype, Via.COMPILED, picked, shape)
                 try:
                     with mode, tracing.tracing():
                         return spec.load()(*args, **kwargs)

@@ -7,7 +7,7 @@ import bisect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Generic, TypeVar
 
 from ..errors import CatalogError
 from ..model import Environment, LockedPlan, PlanEntry, StalePolicy, TableKeyValues, TunedBucket, TunedOp, key_text
@@ -227,18 +227,22 @@ def _backends_at(buckets: Sequence[TunedBucket], probes: Sequence[int]) -> list[
     return found
 
 
+_F = TypeVar("_F")
+
+
 @dataclass(frozen=True)
-class BucketDispatch:
-    """What a handle calls for one (device, dtype): `fns[bisect_left(edges, T)]`, T the leading dimension."""
+class BucketDispatch(Generic[_F]):
+    """What a handle calls for one (device, dtype): `fns[bisect_left(edges, T)]`, T the leading dimension (a trace
+    keeps the specs the same way)."""
 
     edges: tuple[int, ...]
-    fns: tuple[Callable[..., Any], ...]
+    fns: tuple[_F, ...]
 
 
-def dispatch_for(cut: Segments, resolve: Callable[[int], Callable[..., Any]]) -> BucketDispatch:
+def dispatch_for(cut: Segments, resolve: Callable[[int], _F]) -> BucketDispatch[_F]:
     """Resolve each distinct segment once, through a probe token count; neighbours that resolve alike are merged.
     Selecting is far dearer than a bisect, so 30,000 buckets naming two backends cost two selections, not 30,000."""
-    resolved: dict[tuple[str | None, ...], Callable[..., Any]] = {}
+    resolved: dict[tuple[str | None, ...], _F] = {}
     fns = []
     for probe, chooser in zip(cut.probes, cut.choosers):
         fn = resolved.get(chooser)

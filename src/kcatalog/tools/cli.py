@@ -25,6 +25,7 @@ from .commands import (
     plan,
     report,
     test,
+    trace,
     tune,
     validate,
 )
@@ -40,6 +41,7 @@ COMMANDS: dict[str, Command] = {
     "bench": bench,
     "tune": tune,
     "plan": plan,
+    "trace": trace,
     "report": report,
     "cache": cache,
     "schema": json_schemas,

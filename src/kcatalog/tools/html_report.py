@@ -4,9 +4,10 @@ matrix, each cell's reason on hover and a link to its manifest line, the policy'
 from __future__ import annotations
 
 import html
+import math
 import os
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +37,8 @@ td.cell a { color: inherit; text-decoration: none; display: block; }
 .missing { background: #f7f7f9; color: #9a9aa2; }
 .legend span { display: inline-block; padding: 2px 8px; margin-right: 6px; border: 1px solid #d0d0d5; }
 code { font-size: 12px; }
+td.ran { outline: 3px solid #0b5cad; outline-offset: -3px; }
+tr.idle th, tr.idle td { opacity: 0.45; }
 """
 
 
@@ -99,13 +102,23 @@ class Links:
         return f"{urllib.parse.quote(Path(relative_to_page).as_posix())}#L{location.line}"
 
 
+def use_style(calls: int, most: int) -> str:
+    """A cell's background by how much it ran, on a log scale up to the most-called cell: pale to deep blue."""
+    share = math.log1p(calls) / math.log1p(most) if most > 0 else 1.0
+    lightness = round(88 - 50 * share)
+    return f"background: hsl(212, 75%, {lightness}%); color: {'#fff' if lightness < 60 else '#1d1d1f'}"
+
+
 def render(
     catalog: Catalog,
     platforms: Sequence[Platform],
     links: Links,
     title: str = "kcatalog support matrix",
+    *,
+    usage: Mapping[tuple[str, str, str], int] | None = None,
 ) -> str:
-    """The page, as text, its manifest links made by `links`."""
+    """The page, as text, its manifest links made by `links`; with `usage` ((op, backend, platform) -> calls, from a
+    trace), each cell that ran is coloured by its calls and the rows of ops that never ran are faded."""
     e = html.escape
     backends = [b for b in catalog.backends if any(b in catalog.info(op).backends for op in catalog)]
     by_key = {(c.op, c.backend, c.platform): c for c in cells(catalog, platforms)}
@@ -118,26 +131,37 @@ def render(
         f"{plural(len(catalog.layers), 'layer')}. "
         "Hover a cell for the reason <code>kcatalog explain</code> gives; click it for the manifest line.</p>",
         '<p class="legend">' + "".join(f'<span class="{s}">{_MARK[s]}: {s}</span>' for s in _MARK) + "</p>",
+        *_trace_legend(usage),
         '<h2>Support matrix</h2><table id="matrix"><thead><tr><th rowspan="2">op</th>',
     ]
     out += [f'<th colspan="{len(backends)}">{e(str(p))}</th>' for p in platforms]
     out.append("</tr><tr>")
     out += [f"<th>{e(b)}</th>" for _ in platforms for b in backends]
     out.append("</tr></thead><tbody>")
+    most = max(usage.values(), default=0) if usage else 0
+    ran_ops = {op for op, _, _ in usage} if usage else set()
     for op in catalog:
         info = catalog.info(op)
         href = links.href(info.location)
         name = f'<a href="{e(href)}" title="{e(str(info.location))}">{e(op)}</a>' if href else e(op)
-        out.append(f'<tr data-op="{e(op)}"><th>{name}</th>')
+        idle = ' class="idle"' if usage is not None and op not in ran_ops else ""
+        out.append(f'<tr data-op="{e(op)}"{idle}><th>{name}</th>')
         for platform in platforms:
             for backend in backends:
                 cell = by_key[(op, backend, str(platform))]
                 mark = e(_MARK[cell.state])
+                calls = usage.get((op, backend, cell.platform), 0) if usage else 0
+                classes, reason, style = f"cell {cell.state}", cell.reason, ""
+                if calls:
+                    mark += f" · {calls:,}"
+                    classes += " ran"
+                    reason += f"; ran {plural(calls, 'call')} in the trace"
+                    style = f' style="{use_style(calls, most)}"'
                 href = links.href(cell.location) if cell.location else None
                 link = f'<a href="{e(href)}" data-location="{e(str(cell.location))}">{mark}</a>' if href else mark
                 out.append(
-                    f'<td class="cell {cell.state}" data-backend="{e(backend)}" data-platform="{e(cell.platform)}" '
-                    f'title="{e(cell.reason)}">{link}</td>'
+                    f'<td class="{classes}" data-backend="{e(backend)}" data-platform="{e(cell.platform)}" '
+                    f'title="{e(reason)}"{style}>{link}</td>'
                 )
         out.append("</tr>")
     out.append("</tbody></table>")
@@ -146,6 +170,18 @@ def render(
     out += _layers(catalog)
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def _trace_legend(usage: Mapping[tuple[str, str, str], int] | None) -> list[str]:
+    if usage is None:
+        return []
+    calls = sum(usage.values())
+    ops = len({op for op, _, _ in usage})
+    return [
+        f'<p class="legend" id="trace">From the trace: {plural(calls, "call")} to {plural(ops, "op")}. '
+        '<span class="ran" style="background: hsl(212, 75%, 60%); color: #fff">runs · calls</span>a backend that '
+        'ran, the deeper the more calls; <span class="idle">faded</span>an op that never ran.</p>'
+    ]
 
 
 def _policy(catalog: Catalog) -> list[str]:

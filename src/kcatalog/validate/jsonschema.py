@@ -11,6 +11,7 @@ from ..write.atomic import write_file
 from .mappings_schema import LayersFile
 from .schema import Manifest, Settings
 from .tables import Plan, TunedTable
+from .trace_schema import TraceFile
 
 _MODELS: dict[str, type[BaseModel]] = {
     "manifest.v1.json": Manifest,
@@ -18,6 +19,7 @@ _MODELS: dict[str, type[BaseModel]] = {
     "layers.v1.json": LayersFile,
     "tuned.v1.json": TunedTable,
     "plan.v1.json": Plan,
+    "trace.v1.json": TraceFile,
 }
 
 

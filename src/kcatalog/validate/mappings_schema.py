@@ -43,7 +43,9 @@ class LayerMappingDecl(_Strict):
         None,
         description="called once per instance, as prepare(module, ops), before its forward is replaced (e.g. to "
         "lay out two weights as views of one buffer, or to store a copy of the class's forward calling the ops); "
-        "returns an undo callable for unkernelize, or None; raises "
+        "returns an undo callable for unkernelize, or None, or a kcatalog.integrations.kernelize.Prepared (its undo, "
+        "and replace_forward=False where it bound the ops through the library's own extension point, the layer "
+        "keeping its class's forward); raises "
         "ValueError, with the reason, where the layer cannot take the forward",
         examples=["kcatalog.integrations.transformers:fuse_gate_up"],
     )

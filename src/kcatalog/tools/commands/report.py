@@ -25,7 +25,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--platform",
         action="append",
         default=[],
-        help="a column group (repeatable; default: the platforms the policies require, else cpu)",
+        help="a column group (repeatable; default: the platforms the policies require, else cpu; with --trace, "
+        "the trace's platforms too)",
+    )
+    parser.add_argument(
+        "--trace",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="colour the matrix by what ran in this trace (repeatable: merged); see `kcatalog trace show`",
     )
     return parser
 
@@ -36,9 +44,18 @@ def run(options: argparse.Namespace) -> int:
     catalog = load_or_report(catalog_paths(options))
     if catalog is None:
         return 1
-    texts = options.platform or catalog.settings.required_platforms or ("cpu",)
-    platforms = [platform_of_catalog(catalog, text) for text in texts]
+    usage = None
+    texts = list(options.platform or catalog.settings.required_platforms or ("cpu",))
+    if options.trace:
+        from ..traces import read_traces
+        from ..traces import usage as usage_of
+
+        record = read_traces(options.trace)
+        usage = usage_of(record)
+        if not options.platform:  # the columns where something ran
+            texts += [e.platform for e in record.entries if e.platform not in texts]
+    platforms = [platform_of_catalog(catalog, text) for text in dict.fromkeys(texts)]
     links = Links(Path(options.html).parent, options.link_base)
-    write_output(options.html, render(catalog, platforms, links))
+    write_output(options.html, render(catalog, platforms, links, usage=usage))
     print(f"wrote {options.html} ({len(catalog)} ops x {len(platforms)} platforms)")
     return 0

@@ -14,7 +14,9 @@ from ..formats import plural
 from .common import INTERRUPTED, UsageError, add_op_arguments, command_line, load_ops, shape_sizes, write_output
 
 if TYPE_CHECKING:
+    from ...platform import Platform
     from ...registry.catalog import Catalog
+    from ..timing import Job
     from ..tune_check import Verdict
     from ..tuning import KeptTable, Measured, Provenance
 
@@ -29,7 +31,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         dtype_help="dtype (repeatable; default: bfloat16)",
         backend_help="only these candidates (repeatable)",
     )
-    parser.add_argument("--buckets", help="token counts to time, e.g. 1,2,4,...,32768 (default: decode and prefill)")
+    shapes = parser.add_mutually_exclusive_group()
+    shapes.add_argument("--buckets", help="token counts to time, e.g. 1,2,4,...,32768 (default: decode and prefill)")
+    shapes.add_argument(
+        "--from-trace",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="time exactly the shapes (op, dtype, token count) that ran untuned on this device in the trace "
+        "(repeatable: merged); ops and --dtype narrow them",
+    )
     parser.add_argument(
         "--shape",
         type=shape_sizes,
@@ -110,6 +121,10 @@ def run(options: argparse.Namespace) -> int:
         raise UsageError("give --out DIR (where to write the table), or --check/--update TABLE")
     if table_given is not None and (options.out is not None or options.resume or options.force):
         raise UsageError("--check and --update work on the TABLE given: no --out, --resume or --force")
+    if options.from_trace and options.shape:
+        raise UsageError("--from-trace times the shapes the trace ran: no --shape")
+    if table_given is not None and (options.from_trace or options.buckets):
+        raise UsageError("--check and --update time the TABLE's own buckets: no --from-trace or --buckets")
     if options.rounds < 1:
         raise UsageError("--rounds: at least 1")
     asked = load_ops(options)
@@ -132,15 +147,23 @@ def run(options: argparse.Namespace) -> int:
     provenance = tuning.provenance(options.device, command, tuning.required(catalog, asked.ops))
     kernels = tuning.kernel_digests(catalog, asked.ops)
     kept = _kept(path, options, str(platform), provenance.device, kernels)
-    jobs, notes = tuning.tune_jobs(
-        catalog,
-        asked.ops,
-        platform=platform,
-        dtypes=options.dtype or ["bfloat16"],
-        buckets=buckets,
-        backends=options.backend,
-        shape=options.shape,
-    )
+    if options.from_trace:
+        jobs, notes = _trace_jobs(options, catalog, asked.ops, platform)
+        if not jobs:
+            for note in notes:
+                print(f"note: {note}")
+            print(f"the trace ran no shape untuned on {platform} that can be timed: nothing to tune")
+            return 0
+    else:
+        jobs, notes = tuning.tune_jobs(
+            catalog,
+            asked.ops,
+            platform=platform,
+            dtypes=options.dtype or ["bfloat16"],
+            buckets=buckets,
+            backends=options.backend,
+            shape=options.shape,
+        )
     done = {m.slot for m in kept.measured} if kept else set()
     todo = [job for job in jobs if tuning.bucket_of(job) not in done]
     if kept:
@@ -165,6 +188,21 @@ def run(options: argparse.Namespace) -> int:
         return 1
     print(f"wrote {path}" if table.saved else f"{path} already holds every bucket; nothing timed")
     return 0 if all(m.best for m in measured) else 1
+
+
+def _trace_jobs(
+    options: argparse.Namespace, catalog: Catalog, ops: list[str], platform: Platform
+) -> tuple[list[Job], list[str]]:
+    """The jobs of the shapes the trace ran untuned on this platform (tools/traces.py), and what it left out."""
+    from ..traces import jobs_from_trace, read_traces
+
+    record = read_traces(options.from_trace)
+    found = jobs_from_trace(catalog, record, ops, platform=platform, dtypes=options.dtype, backends=options.backend)
+    shapes = sum(len(tokens) for tokens in found.wanted.values())
+    if found.jobs:
+        jobs = plural(len(found.jobs), "job")
+        print(f"from the trace: {plural(shapes, 'shape')} that ran untuned on {platform}, {jobs}")
+    return found.jobs, found.notes
 
 
 def _kept(
