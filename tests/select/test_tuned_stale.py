@@ -323,24 +323,24 @@ def test_an_environment_differing_where_the_catalog_runs_warns_once_or_fails(
 def test_a_later_layers_table_replaces_an_earlier_ones_and_explain_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The shipped table sends rms_norm at 4096 tokens to aten; a user's table for cuda:9.0 in DIR says triton."""
+    """The shipped table sends rms_norm at 4096 tokens to triton; a user's table for cuda:9.0 in DIR says aten."""
     user = tmp_path / "DIR"
     (user / "tuned").mkdir(parents=True)
     (user / "tuned" / "cuda_9.0.yaml").write_text(
         'kcatalog: 1\ntuned:\n  platform: "cuda:9.0"\n  provenance: {device: NVIDIA H200, capability: "9.0"}\n'
         "  ops:\n    layernorm.rms_norm:\n      bfloat16:\n"
-        "        - {tokens: [513, 8192], backend: triton, at: 4096, medians_us: {triton: 28.9, aten: 39.8}}\n"
+        "        - {tokens: [513, 8192], backend: aten, at: 4096, medians_us: {aten: 25.1, triton: 26.6}}\n"
     )
     shipped = kcatalog.load_catalog(["shipped"], cache=False).tuning.table("layernorm.rms_norm", "cuda:9.0", "bfloat16")
-    assert shipped is not None and shipped.buckets[3].backend == "aten"  # what the user's table replaces
+    assert shipped is not None and shipped.buckets[3].backend == "triton"  # what the user's table replaces
     assert (
         main(["explain", "layernorm.rms_norm", "shipped", str(user), "--platform", "cuda:9.0", "--tokens", "4096"]) == 0
     )
     first, note, *_ = capsys.readouterr().out.splitlines()
     assert first == (
-        "layernorm.rms_norm on cuda:9.0: triton (kcatalog.kernels.triton.layernorm:rms_norm) [layer shipped], by "
+        "layernorm.rms_norm on cuda:9.0: aten (kcatalog.kernels.aten.layernorm:rms_norm) [layer shipped], by "
         f"tuned table for cuda:9.0 bfloat16 T∈[513, 8192] (from layer {user}'s table, replacing layer shipped's): "
-        "triton 28.9 µs vs aten 39.8 µs"
+        "aten 25.1 µs vs triton 26.6 µs"
     )
     assert note == "  note: --dtype not given: bfloat16, the dtype of the op's tuned table for cuda:9.0"
     # The whole entry is the user's: the shipped buckets below 513 tokens are not kept.
@@ -355,8 +355,8 @@ def test_a_later_layers_table_replaces_an_earlier_ones_and_explain_says_so(
     assert capsys.readouterr().out.splitlines()[0] == first
     plan = tmp_path / "plan.yaml"
     for tuned, rms_norm in (
-        ([], "[{tokens: [1, 512], backend: triton}, {tokens: [513, 8192], backend: aten}, {tokens: [8193, null], "),
-        (["--tuned", str(user)], "triton\n"),  # the user's entry and priority choose triton alike: one backend
+        ([], "triton\n"),  # the shipped table chooses triton in every bucket: one backend
+        (["--tuned", str(user)], "[{tokens: [1, 512], backend: triton}, {tokens: [513, 8192], backend: aten}, "),
     ):
         assert main(["plan", *tuned, "--platform", "cuda:9.0", "--dtype", "bfloat16", "--out", str(plan)]) == 0
         assert f"    layernorm.rms_norm:\n      bfloat16: {rms_norm}" in plan.read_text()
