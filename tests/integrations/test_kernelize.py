@@ -43,7 +43,7 @@ LLAMA_LIKE = {
     "layernorm": "llama_rms_norm",
     "norm": "llama_rms_norm",
     "mlp": "silu_gated_mlp",
-    "attn": "llama_attention",
+    "attn": "llama_attention_fused_qkv",
 }
 MAPPED = {
     "llama": LLAMA_LIKE,
@@ -461,8 +461,9 @@ def test_an_attention_forward_without_the_rope_function_is_left_and_says_why(
     report = kcatalog.kernelize(model)
     left = {item.module: item.reason for item in report.left}
     assert set(left) == {"model.layers.0.self_attn", "model.layers.1.self_attn"}
-    assert left["model.layers.0.self_attn"] == (
-        "llama_attention: test_an_attention_forward_without_the_rope_function_is_left_and_says_why.<locals>."
+    assert left["model.layers.0.self_attn"].startswith("llama_attention_fused_qkv: ")
+    assert left["model.layers.0.self_attn"].endswith(
+        "; llama_attention: test_an_attention_forward_without_the_rope_function_is_left_and_says_why.<locals>."
         "own_forward does not call the module-level apply_rotary_pos_emb (its code names no such global)"
     )
     assert not any(
@@ -483,8 +484,10 @@ def test_an_attention_layer_whose_projection_has_a_hook_is_left(build: Callable[
     ref = logits(model, ids)
     report = kcatalog.kernelize(model)
     assert {item.module: item.reason for item in report.left} == {
-        "model.layers.0.self_attn": "llama_attention: k_proj has forward hooks, which would see q and k rotated "
-        "in place"
+        "model.layers.0.self_attn": "; ".join(
+            f"{name}: k_proj has forward hooks, which would see q and k rotated in place"
+            for name in ("llama_attention_fused_qkv", "llama_attention")
+        )
     }
     assert "model.layers.1.self_attn" in {item.module for item in report.replaced}
     before = seen[-1]
