@@ -36,7 +36,19 @@ SCHEMAS = {
         "attention_rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!) key, SymInt head_size, "
         "Tensor cos_sin_cache, bool is_neox=True) -> ()"
     ),
+    "attention.prefill": (
+        "attention_prefill(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float? scale=None, "
+        "bool is_causal=True, SymInt sliding_window=0) -> Tensor"
+    ),
+    "attention.decode": (
+        "attention_decode(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float? scale=None, "
+        "bool is_causal=True, SymInt sliding_window=0) -> Tensor"
+    ),
     "quantization.per_token_quant_fp8": "quantization_per_token_quant_fp8(Tensor x) -> (Tensor, Tensor)",
+    "moe.fused_experts": (
+        "moe_fused_experts(Tensor hidden_states, Tensor topk_ids, Tensor topk_weights, Tensor gate_up_proj, "
+        "Tensor down_proj) -> Tensor"
+    ),
 }
 
 # Kernels that say which backend ran; 'b' runs float64 only, so dtype decides at call time.

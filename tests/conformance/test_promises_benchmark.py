@@ -82,26 +82,33 @@ def test_the_summary_is_one_line_per_op_backend_and_promise(script: ModuleType) 
 
 
 def test_the_declarations_are_the_lines_to_change(script: ModuleType, shipped: kcatalog.Catalog) -> None:
+    # Against the shipped declarations: torch deterministic on [cpu, cuda]; aten deterministic on [cpu] and
+    # batch_invariant on [cuda]; triton deterministic on [cuda].
     checks = [
-        _check("layernorm.rms_norm", "triton", "deterministic", True),
+        _check("layernorm.rms_norm", "triton", "deterministic", True),  # batch-invariant too: the stronger promise
         _check("layernorm.rms_norm", "triton", "batch_invariant", True),
-        _check("layernorm.rms_norm", "torch", "deterministic", True),  # declared on cpu; holds on cuda too
+        _check("layernorm.rms_norm", "torch", "deterministic", True),  # as declared: nothing to change
         _check("layernorm.rms_norm", "torch", "batch_invariant", False),
-        _check("layernorm.rms_norm", "aten", "deterministic", False),  # neither held: nothing to add
+        _check("layernorm.rms_norm", "aten", "deterministic", True),  # only deterministic held on cuda
         _check("layernorm.rms_norm", "aten", "batch_invariant", False),
     ]
     lines = script.declare(shipped, script.summarise(checks), False, set())
     text = "\n".join(lines)
-    assert "layernorm.rms_norm [aten]" not in text  # declares nothing on cuda, and nothing held there
-    torch_at = lines.index(next(line for line in lines if "[torch]" in line))
-    assert "catalog/layernorm.yaml:" in lines[torch_at]  # where the backend is declared
-    assert lines[torch_at + 1 : torch_at + 3] == [
+    assert "layernorm.rms_norm [torch]" not in text
+    aten_at = lines.index(next(line for line in lines if "[aten]" in line))
+    assert "catalog/layernorm.yaml:" in lines[aten_at]  # where the backend is declared
+    assert "deterministic held" in lines[aten_at]
+    assert lines[aten_at + 1 : aten_at + 4] == [
+        "-        batch_invariant: [cuda]",
         "-        deterministic: [cpu]",
         "+        deterministic: [cpu, cuda]",
     ]
     triton_at = lines.index(next(line for line in lines if "[triton]" in line))
     assert "batch_invariant held" in lines[triton_at]
-    assert lines[triton_at + 1] == "+        batch_invariant: [cuda]"
+    assert lines[triton_at + 1 : triton_at + 3] == [
+        "-        deterministic: [cuda]",
+        "+        batch_invariant: [cuda]",
+    ]
     cut = script.declare(shipped, script.summarise(checks), False, {"layernorm.rms_norm [triton]"})
     assert "+        batch_invariant: [cuda]" not in cut
     assert any("[triton]: some checks left out" in line for line in cut)

@@ -80,8 +80,9 @@ def test_whole_shipped_catalog_passes_on_the_cpu_with_triton_interpreted(
 
 
 def assert_every_promise_checked(catalog: kcatalog.Catalog, rows: list[list[str]]) -> None:
-    """Every promise a shipped backend makes on the CPU (the references' too) was checked on every dtype and
-    size set, a batch_invariant one on every size set of more than one row; no other promise was."""
+    """Every promise a shipped backend makes on the CPU (the references' too), and each Triton kernel on cuda (run
+    as on cuda, in the interpreter), was checked on every dtype it takes and size set, a batch_invariant one on
+    every size set of more than one row; no other promise was."""
     checked = Counter((row[0], row[1], row[2]) for row in rows)
     expected: Counter[tuple[str, str, str]] = Counter()
     for op in catalog.ops():
@@ -92,12 +93,15 @@ def assert_every_promise_checked(catalog: kcatalog.Catalog, rows: list[list[str]
         assert not isinstance(found, str), (op, found)
         batches = [sizes for sizes in size_sets(samples) if found.count(sizes) > 1]
         for spec in info.backends.values():
+            where = "cuda" if "triton" in spec.requires else "cpu"
+            dtypes = [dtype for dtype in info.dtypes if spec.dtypes is None or dtype in spec.dtypes]
             for promise in kcatalog.Promise:
-                if spec.keeps(promise, "cpu"):
+                if spec.keeps(promise, where):
                     per_dtype = len(batches if promise is kcatalog.Promise.BATCH_INVARIANT else size_sets(samples))
-                    expected[op, spec.backend, promise.value] = per_dtype * len(info.dtypes)
+                    expected[op, spec.backend, promise.value] = per_dtype * len(dtypes)
     assert checked == expected
-    assert {backend for _, backend, _ in expected} == {"torch", "aten"}  # what the CPU measurement backs
+    # torch's and aten's: what the CPU measurement backs; triton's: what the H200 measurement backs
+    assert {backend for _, backend, _ in expected} == {"torch", "aten", "triton"}
     assert sum(count for (_, _, promise), count in expected.items() if promise == "batch_invariant") > 0
 
 
@@ -109,14 +113,15 @@ def test_json_output_of_one_op(interpreted: None) -> None:
     document = json.loads(result.out)
     assert document["seed"] == 5
     # 12 against the reference; the promises: torch's deterministic (6 size sets), aten's batch_invariant (6 size
-    # sets deterministic, 4 of more than one row batch-invariant)
-    assert document["summary"] == {"checks": 12 + 16, "failed": 0}
+    # sets deterministic, 4 of more than one row batch-invariant), triton's deterministic on cuda (6, interpreted)
+    assert document["summary"] == {"checks": 12 + 22, "failed": 0}
     assert {(r["backend"], r["promise"], r["passed"]) for r in document["promises"]} == {
         ("torch", "deterministic", True),
         ("aten", "deterministic", True),
         ("aten", "batch_invariant", True),
+        ("triton", "deterministic", True),
     }
-    assert len(document["promises"]) == 16
+    assert len(document["promises"]) == 22
     assert document["notes"] == [
         "elementwise.softmax [torch_compile] float16: skipped, runs on cuda >= 7.0, not cpu; runs on hip, not cpu"
     ]

@@ -74,11 +74,14 @@ def test_the_shipped_mappings_as_the_catalog_holds_them() -> None:
         "activation.silu_and_mul",
         "activation.gelu_and_mul",
         "attention.rotary_embedding",
+        "attention.prefill",
+        "attention.decode",
         "moe.fused_experts",
         "layernorm.add_rms_norm",
     }
     attention = mappings["llama_attention"]
-    assert attention.prepare is not None and str(attention.prepare.target).endswith(":bind_rotary")
+    assert attention.prepare is not None
+    assert str(attention.prepare.target) == "kcatalog.integrations.attention:bind_attention"  # bind_rotary, and more
     assert str(attention.classes[-1].target) == "transformers.models.qwen3.modeling_qwen3:Qwen3Attention"
     assert catalog.warnings == ()
 

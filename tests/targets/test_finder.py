@@ -214,6 +214,48 @@ def test_setuptools_editable_finders_are_followed_through_their_mapping(
     assert calls == []
 
 
+def test_transformers_alias_finder_counts_only_for_modules_of_its_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers appends a finder on import that serves only old module paths inside its own package: a module
+    missing elsewhere stays missing (KC301, KC303), not unverifiable; one missing inside it is unverifiable."""
+    (tmp_path / "kcfx_vend" / "transformers").mkdir(parents=True)
+    (tmp_path / "kcfx_vend" / "__init__.py").write_text("")
+    (tmp_path / "kcfx_vend" / "transformers" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    calls: list[str] = []
+
+    class _LegacyModuleAliasFinder:
+        def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+            calls.append(fullname)
+
+    _LegacyModuleAliasFinder.__module__ = "kcfx_vend.transformers.utils.import_utils"  # a vendored transformers
+    _LegacyModuleAliasFinder.__qualname__ = "_LegacyModuleAliasFinder"
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, _LegacyModuleAliasFinder()])
+    checker = TargetChecker()
+    missing, absent = checker.check("kcfx_vend.kcfx_nope:f"), checker.check("kcfx_absent_pkg.mod:f")
+    assert missing is not None and missing.code == "KC301"
+    assert absent is not None and absent.code == "KC303"
+    inside = checker.check("kcfx_vend.transformers.old_path:f")
+    assert inside is not None and inside.code == "KC304"
+    assert "kcfx_vend.transformers.utils.import_utils._LegacyModuleAliasFinder might provide it" in inside.message
+    assert calls == []
+
+
+def test_importing_transformers_leaves_missing_modules_missing() -> None:
+    """The real finder, as transformers installs it: a typo in kcatalog.kernels stays an error."""
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("transformers is not installed here")
+    script = (
+        "import sys, transformers\n"
+        "from kcatalog.pyresolve import TargetChecker\n"
+        "print(any(type(f).__name__ == '_LegacyModuleAliasFinder' for f in sys.meta_path))\n"
+        "print(TargetChecker().check('kcatalog.kernels.tirton.layernorm:rms_norm').code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["True", "KC301"]
+
+
 def test_setuptools_distutils_shim_is_never_called() -> None:
     """`distutils.core:setup` made the shim import setuptools (~100 modules); `pip:main` made it remove itself."""
     pytest.importorskip("_distutils_hack")

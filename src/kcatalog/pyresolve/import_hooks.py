@@ -3,11 +3,11 @@ sys.path_hooks, and modules already in sys.modules.
 
 Third-party import hooks are honoured only where what they do is known without calling them: the setuptools
 distutils shim (it provides top-level 'distutils' ahead of the standard finders), setuptools' editable
-finders (their MAPPING of top-level names to directories), six's (only `six.moves`), and pytest's and
-virtualenv's (they find what the walk finds). Any other hook on sys.meta_path or sys.path_hooks could provide
-modules the walk does not find, so a module not found while one is installed is "not verifiable", not
-missing. A module the walk finds is read from its file even where an unknown hook placed ahead of the
-standard finders might provide another.
+finders (their MAPPING of top-level names to directories), six's (only `six.moves`), transformers' legacy
+alias finder (only old module paths inside transformers), and pytest's and virtualenv's (they find what the
+walk finds). Any other hook on sys.meta_path or sys.path_hooks could provide modules the walk does not find,
+so a module not found while one is installed is "not verifiable", not missing. A module the walk finds is
+read from its file even where an unknown hook placed ahead of the standard finders might provide another.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ _STANDARD_PATH_HOOKS = frozenset(
 _SIX_IMPORTER = "six._SixMetaPathImporter"  # six (or a vendored copy) provides only <...>six.moves[.*]
 _SIX_MOVES = re.compile(r"(?:^|\.)\w*six\.moves(?:\.|$)")
 _DISTUTILS_SHIM = "_distutils_hack.DistutilsMetaFinder"  # provides 'distutils' (setuptools' copy), ahead of ours
+# transformers (or a vendored copy) appends this on import; it serves only old module paths of its own package
+_ALIAS_FINDER = ".utils.import_utils._LegacyModuleAliasFinder"
 _EDITABLE_FINDER = "_EditableFinder"  # setuptools' editable installs: class in __editable___<dist>_finder
 
 
@@ -90,6 +92,9 @@ class ImportHooks:
             if name in _TRANSPARENT_HOOKS or name == _DISTUTILS_SHIM or _is_editable(name):
                 continue
             if name.endswith(_SIX_IMPORTER) and not _SIX_MOVES.search(fullname):
+                continue
+            package = name.removesuffix(_ALIAS_FINDER)  # 'transformers', or where a copy is vendored
+            if package.rpartition(".")[2] == "transformers" and not fullname.startswith(package + "."):
                 continue
             yield name
         yield from _path_hooks()
