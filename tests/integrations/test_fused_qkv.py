@@ -165,7 +165,7 @@ def test_projections_that_cannot_be_one_gemm_keep_three_and_the_report_says_why(
         assert replaced["model.layers.1.self_attn"].mapping == "llama_attention_fused_qkv"
         assert f"not llama_attention_fused_qkv: {reason}" in str(report)
         projection_gemms(model)
-        with torch.no_grad():
+        with torch.inference_mode():
             assert (model(ids, attention_mask=mask).logits - plain).abs().max().item() <= 1e-5
         assert projection_gemms(model) == 3 + 1  # the left layer's three, the fused layer's one
     finally:

@@ -166,7 +166,7 @@ def test_kernelized_model_matches_generates_the_same_and_unkernelizes_bit_for_bi
     if name == "qwen3":  # the per-head norms are RMSNorms too
         assert {"model.layers.0.self_attn.q_norm", "model.layers.1.self_attn.k_norm"} <= set(expected)
     assert {"model.layers.0.self_attn", "model.layers.1.self_attn"} <= set(expected)
-    attention = next(item for item in report.replaced if item.mapping.endswith("_attention"))
+    attention = next(item for item in report.replaced if "_attention" in item.mapping)
     assert [choice.op for choice in attention.ops] == [ROTARY, "attention.prefill", "attention.decode"]
     for module_name in expected:
         assert "forward" in vars(model.get_submodule(module_name))  # on the instance, never the class

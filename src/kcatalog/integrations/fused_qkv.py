@@ -4,7 +4,8 @@ The forward (whatever the installed transformers writes) calls ``self.q_proj(x)`
 ``self.v_proj(x)`` in turn on the same x. `bind_fused_qkv` lays the three weights (and biases) out as the rows of
 one buffer, as fuse_gate_up does for the MLP, and gives each projection an instance forward: q_proj's runs the one
 GEMM into [q | k | v] and keeps it, with its input, for the two calls that follow; k_proj and v_proj return their
-column slices of it when called on that same input (v_proj then lets it go), and run their own GEMM otherwise.
+column slices of it when called on that same input (v_proj then lets it go), and run their own GEMM otherwise
+(and with autograd: the buffer carries no gradient to the Parameters).
 The slices are views with strided token rows, which attention.rotary_embedding rotates where they lie.
 """
 
@@ -33,6 +34,10 @@ class _Fused:
         self.pending: list[torch.Tensor] = []  # [input, its q|k|v] between q_proj's call and v_proj's
 
     def query(self, x: torch.Tensor) -> torch.Tensor:
+        projection = self.module.q_proj
+        if torch.is_grad_enabled() and (x.requires_grad or projection.weight.requires_grad):
+            self.pending.clear()  # the buffer carries no gradient to the Parameters: three GEMMs, as the class
+            return F.linear(x, projection.weight, projection.bias)
         qkv = F.linear(x, self.module._buffers[WEIGHT], self.module._buffers.get(BIAS))
         self.pending[:] = [x, qkv]
         return qkv[..., : self.bounds[0][1]]
