@@ -104,7 +104,7 @@ def test_kernelized_attention_generates_the_same_tokens_and_unkernelize_restores
 
     report = kcatalog.kernelize(model)
 
-    attention = [item for item in report.replaced if item.mapping.endswith("_attention")]
+    attention = [item for item in report.replaced if "_attention" in item.mapping]
     assert len(attention) == SIZES["num_hidden_layers"]
     assert all(
         [choice.op for choice in item.ops] == ["attention.rotary_embedding", "attention.prefill", "attention.decode"]

@@ -187,7 +187,9 @@ class _Run:
                 self.applied.append(_Applied(module, prepared.undo))
                 if prepared.replace_forward:
                     module.forward = functools.partial(forward, module, ops)
-                self.replaced.append(Replaced(name, label, mapping.name, choices, prepared.note))
+                passed = "; ".join(f"not {reason}" for reason in reasons)  # the earlier mappings', and why
+                note = "; ".join(part for part in (prepared.note, passed) if part)
+                self.replaced.append(Replaced(name, label, mapping.name, choices, note))
                 return
             reasons.append(f"{mapping.name}: {reason}")
         self.left.append(Left(name, label, "; ".join(reasons)))

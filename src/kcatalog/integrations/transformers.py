@@ -79,39 +79,65 @@ def fuse_gate_up(module: Any, ops: Ops) -> Callable[[], None]:
             f"gate_proj and up_proj weights differ ({tuple(gate.shape)} {gate.dtype} {gate.device} vs "
             f"{tuple(up.shape)} {up.dtype} {up.device}): they cannot be one GEMM"
         )
-    _lay_out(module)
-    hook = module.register_load_state_dict_post_hook(lambda mlp, _keys: None if _laid_out(mlp) else _lay_out(mlp))
+    return fuse_rows(module, ("gate_proj", "up_proj"), "weight", GATE_UP)
+
+
+def fuse_rows(module: Any, names: tuple[str, ...], attr: str, buffer: str) -> Callable[[], None]:
+    """Lay out the tensors `attr` ('weight' or 'bias') of the submodules `names` one after the other (along
+    dim 0) in one non-persistent buffer `buffer` of `module`, each Parameter becoming a view of its rows (the
+    same object, the same values: see fuse_gate_up), with a load_state_dict hook that lays them out again where
+    a move or a load broke the views. The tensors must share dtype, device and trailing dims (the caller checks).
+    Returns the undo: the hook and the buffer removed, each Parameter copied back into a storage of its own."""
+    _lay_out(module, _tensors(module, names, attr), buffer)
+
+    def relay(owner: Any, _keys: Any) -> None:
+        tensors = _tensors(owner, names, attr)
+        if not _laid_out(owner, tensors, buffer):
+            _lay_out(owner, tensors, buffer)
+
+    hook = module.register_load_state_dict_post_hook(relay)
 
     def undo() -> None:
         hook.remove()
-        module._buffers.pop(GATE_UP, None)
+        module._buffers.pop(buffer, None)
         with torch.no_grad():
-            gate.data = gate.data.clone()
-            up.data = up.data.clone()
+            for tensor in _tensors(module, names, attr):
+                tensor.data = tensor.data.clone()
 
     return undo
 
 
-def _lay_out(module: Any) -> None:
-    """[gate | up] as one new buffer holding the weights' current values, and the weights views of its halves."""
-    gate, up = module.gate_proj.weight, module.up_proj.weight
-    rows = gate.shape[0]
+def _tensors(module: Any, names: tuple[str, ...], attr: str) -> list[torch.Tensor]:
+    return [getattr(getattr(module, name), attr) for name in names]
+
+
+def _lay_out(module: Any, tensors: list[torch.Tensor], buffer: str) -> None:
+    """The tensors' current values as one new buffer, stacked along dim 0, and the tensors views of its rows."""
+    first = tensors[0]
     with torch.no_grad():
-        fused = torch.empty((2 * rows, gate.shape[1]), dtype=gate.dtype, device=gate.device)
-        fused[:rows].copy_(gate)
-        fused[rows:].copy_(up)
-        gate.data = fused[:rows]
-        up.data = fused[rows:]
-    module.register_buffer(GATE_UP, fused, persistent=False)
+        fused = torch.empty(
+            (sum(t.shape[0] for t in tensors), *first.shape[1:]), dtype=first.dtype, device=first.device
+        )
+        start = 0
+        for tensor in tensors:
+            rows = fused[start : start + tensor.shape[0]]
+            rows.copy_(tensor)
+            tensor.data = rows
+            start += tensor.shape[0]
+    module.register_buffer(buffer, fused, persistent=False)
 
 
-def _laid_out(module: Any) -> bool:
-    """Whether gate_proj's and up_proj's weights are still the halves of the module's buffer."""
-    fused, gate, up = module._buffers.get(GATE_UP), module.gate_proj.weight, module.up_proj.weight
-    if fused is None or gate.dtype != fused.dtype or gate.device != fused.device or up.dtype != fused.dtype:
+def _laid_out(module: Any, tensors: list[torch.Tensor], buffer: str) -> bool:
+    """Whether the tensors are still the consecutive rows of the module's buffer."""
+    fused = module._buffers.get(buffer)
+    if fused is None:
         return False
-    half = gate.numel() * gate.element_size()
-    return bool(gate.data_ptr() == fused.data_ptr() and up.data_ptr() == fused.data_ptr() + half)
+    address = fused.data_ptr()
+    for tensor in tensors:
+        if tensor.dtype != fused.dtype or tensor.device != fused.device or tensor.data_ptr() != address:
+            return False
+        address += tensor.numel() * tensor.element_size()
+    return True
 
 
 ROTARY = "attention.rotary_embedding"
@@ -163,9 +189,10 @@ def rotary_pos_emb(
     """transformers' ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`` through attention.rotary_embedding,
     in place on q and k, for the calls the op computes the same way; every other call goes to `original`.
 
-    q [B, Hq, S, D] and k [B, Hk, S, D] arrive as ``.transpose(1, 2)`` views of the contiguous [B, S, H, D]
-    projections (Qwen3: of its q_norm/k_norm outputs), so [B * S, H * D] views of them are the op's query and
-    key and it rotates them where they lie; cos and sin are [B or 1, S, D], in q's dtype. Taken only without
+    q [B, Hq, S, D] and k [B, Hk, S, D] arrive as ``.transpose(1, 2)`` views of the [B, S, H, D] projections
+    (Qwen3: of its q_norm/k_norm outputs), contiguous or, where q/k/v are one GEMM (fused_qkv), column slices
+    of it with strided token rows; [B * S, H * D] views of them are the op's query and key (token rows may be
+    strided) and it rotates them where they lie; cos and sin are [B or 1, S, D], in q's dtype. Taken only without
     autograd (the op has none), with unsqueeze_dim 1, full rotary (D wide cos) and that layout.
     """
     if not _rotary_fits(q, k, cos, sin, rest, kwargs):
@@ -237,7 +264,17 @@ def _rotary_fits(
         return False  # transformers would promote q's dtype to cos's; the op keeps q's
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, cos, sin)):
         return False
-    return q.transpose(1, 2).is_contiguous() and k.transpose(1, 2).is_contiguous()
+    return _token_rows(q) and _token_rows(k)
+
+
+def _token_rows(x: torch.Tensor) -> bool:
+    """Whether x [B, H, S, D], a transpose of [B, S, H, D], has a [B * S, H * D] view with unit-stride rows: its
+    heads packed, its token rows evenly strided (a column slice of a fused q/k/v projection is)."""
+    batch, heads, seq, dim = x.shape
+    rows = x.transpose(1, 2)
+    if rows.stride(3) != 1 or (heads > 1 and rows.stride(2) != dim):
+        return False
+    return batch == 1 or seq == 1 or rows.stride(0) == seq * rows.stride(1)
 
 
 # ---------------------------------------------------------------- the residual add fused into the next RMSNorm
