@@ -11,22 +11,12 @@ from typing import Any
 
 import pytest
 import torch
+from test_kernelize import SIZES, VOCAB  # the tiny models' sizes, one place for every integration test
 
 import kcatalog
 from kcatalog.integrations import attention as interface
 from kcatalog.integrations.kernelize import default_catalog
 
-VOCAB = 96
-SIZES = dict(
-    vocab_size=VOCAB,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    max_position_embeddings=64,
-)
 WINDOW = 4  # Gemma 3's sliding window here: shorter than the prompts, so that its masks matter
 MODELS = {
     "llama": ("LlamaForCausalLM", "LlamaConfig", {}),

@@ -13,14 +13,13 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from test_kernelize import SIZES, VOCAB  # the tiny models' sizes, one place for every integration test
 
 import kcatalog
 from kcatalog.integrations import fused_qkv
 from kcatalog.integrations import transformers as integration
 
-VOCAB, LAYERS = 96, 2
-SIZES = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=LAYERS,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64)  # fmt: skip
+LAYERS = SIZES["num_hidden_layers"]
 MODELS = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
 MODES: dict[str, Callable[[], AbstractContextManager[Any]]] = {
     "no_grad": torch.no_grad,

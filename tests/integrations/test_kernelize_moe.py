@@ -14,23 +14,13 @@ from typing import Any
 
 import pytest
 import torch
+from test_kernelize import SIZES, VOCAB  # the tiny models' sizes, one place for every integration test
 
 import kcatalog
 from kcatalog.integrations import moe
 from kcatalog.integrations.kernelize import KernelizeReport, default_catalog
 
-VOCAB = 96
-COMMON = dict(
-    vocab_size=VOCAB,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    max_position_embeddings=64,
-    num_experts_per_tok=2,
-)
+COMMON = {**SIZES, "num_experts_per_tok": 2}
 MODELS = {
     "qwen3_moe": ("Qwen3MoeForCausalLM", "Qwen3MoeConfig", dict(num_experts=8, moe_intermediate_size=32)),
     "mixtral": ("MixtralForCausalLM", "MixtralConfig", dict(num_local_experts=4)),
