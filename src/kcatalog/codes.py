@@ -56,6 +56,8 @@ PLAN_UNKNOWN_BACKEND: Final = "KC241"
 PLAN_DIGEST_DIFFERS: Final = "KC242"
 PLAN_BUCKETS: Final = "KC243"
 PLAN_KEY: Final = "KC244"
+# KC25x link: training (backward ops).
+LAYER_OP_NO_BACKWARD: Final = "KC256"
 # KC3xx check: import targets.
 TARGET_MODULE_NOT_FOUND: Final = "KC301"
 TARGET_ATTRIBUTE_MISSING: Final = "KC302"
@@ -142,6 +144,7 @@ CODES: Final[dict[str, str]] = {
     PLAN_DIGEST_DIFFERS: "plan was made from a catalog with other contents (a warning; an error with strict)",
     PLAN_BUCKETS: "a plan entry's buckets are unsorted or overlap",
     PLAN_KEY: "plan entry's key does not give the sizes its op's table_key names (or the op declares none)",
+    LAYER_OP_NO_BACKWARD: "a layer mapping declared for training names an op that declares no backward",
     TARGET_MODULE_NOT_FOUND: "target module not found",
     TARGET_ATTRIBUTE_MISSING: "target attribute not defined by its module",
     TARGET_UNAVAILABLE: "target unavailable here: its top-level package is not installed",

@@ -410,6 +410,13 @@ class CatalogSettings:
 LayerValue = str | int | float | bool | None
 
 
+class Mode(str, Enum):
+    """A kernelize mode: which layer mappings apply, and how their forwards reach the ops."""
+
+    INFERENCE = "inference"  # the op handles: no autograd
+    TRAINING = "training"  # the registered torch ops, with the backward op each declares
+
+
 @dataclass(frozen=True)
 class LayerCondition:
     """A condition on a layer instance: the value at a dotted attribute path ('config.hidden_act') is one of these."""
@@ -443,6 +450,7 @@ class LayerMapping:
     ops: tuple[str, ...]
     conditions: tuple[LayerCondition, ...]
     location: Location
+    modes: tuple[Mode, ...] = (Mode.INFERENCE,)  # the kernelize modes it is declared for
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from ..model import (
     LayerMapping,
     LayerPolicy,
     LinkedCatalog,
+    Mode,
     ModuleFingerprint,
     OpInfo,
     Parameters,
@@ -78,7 +79,7 @@ MODEL_TYPES: tuple[type, ...] = (
     SourceDigests,
     KeyDim,
 )
-ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, StalePolicy, Promise)
+ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, StalePolicy, Promise, Mode)
 _LOCATION = -1
 _ENUM = -2
 _PLAIN = (str, int, float, bool, type(None))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CatalogError, NamespaceTakenError, NoEligibleBackendError
-from ..model import LayerCondition, LayerMapping
+from ..model import LayerCondition, LayerMapping, Mode
 from ..platform import Platform
 from ..runtime.dispatch import dtype_name
 
@@ -30,15 +30,21 @@ if TYPE_CHECKING:
 
     from ..registry.catalog import Catalog
 
-MODES = ("inference",)
+MODES = tuple(mode.value for mode in Mode)
 
 
 @dataclass(frozen=True)
 class OpChoice:
-    """An op a replaced forward calls, and the backend selected for the module's device and dtype."""
+    """An op a replaced forward calls, and the backend selected for the module's device and dtype; in training,
+    its backward op too (what autograd runs for its gradients), with that op's backend."""
 
     op: str
     backend: str
+    backward: OpChoice | None = None
+
+    def __str__(self) -> str:
+        backward = f"; backward {self.backward.op} ({self.backward.backend})" if self.backward else ""
+        return f"{self.op} ({self.backend}{backward})"
 
 
 @dataclass(frozen=True)
@@ -80,11 +86,12 @@ class KernelizeReport:
     replaced: tuple[Replaced, ...]
     left: tuple[Left, ...]
     unmapped: Mapping[str, int]
+    mode: Mode = Mode.INFERENCE
 
     def __str__(self) -> str:
-        lines = [f"kernelize: {len(self.replaced)} modules replaced, {len(self.left)} left"]
+        lines = [f"kernelize ({self.mode.value}): {len(self.replaced)} modules replaced, {len(self.left)} left"]
         for item in self.replaced:
-            ops = ", ".join(f"{choice.op} ({choice.backend})" for choice in item.ops)
+            ops = ", ".join(str(choice) for choice in item.ops)
             note = f"; {item.note}" if item.note else ""
             lines.append(f"  {item.module or '<model>'}: {item.layer_class} -> {item.mapping}: {ops}{note}")
         for left in self.left:
@@ -116,7 +123,11 @@ def default_catalog() -> Catalog:
 
 
 def kernelize(
-    model: torch.nn.Module, catalog: Catalog | None = None, *, device: str | None = None, mode: str = "inference"
+    model: torch.nn.Module,
+    catalog: Catalog | None = None,
+    *,
+    device: str | None = None,
+    mode: str | Mode = Mode.INFERENCE,
 ) -> KernelizeReport:
     """Replace the forward of each module of `model` that a layer mapping of `catalog` (default: the shipped
     one) matches, on the instance; returns what was replaced, by which op and backend, and what was left and why.
@@ -126,16 +137,19 @@ def kernelize(
     torch ops (namespace 'kcatalog') so that `torch.compile(model, fullgraph=True)` and CUDA graphs see one
     opaque node per call. `device` ('cuda', 'cpu', 'cuda:9.0') is where the backends are selected for (default:
     where each module's parameters are); selection still happens per call, on the tensors' device and dtype.
-    `mode` must be 'inference': the kernels have no autograd. Weights, state_dict keys and parameter identity
-    stay as they are; a second kernelize first undoes the first. Kernelize after moving the model to its
-    device: a mapping's prepare lays weights out on the device they are on.
+    `mode` picks the mappings declared for it (the layers file's `modes:`): 'inference' (default) calls the
+    op handles, which have no autograd; 'training' calls the registered torch ops, whose backward runs each op's
+    `backward:` op (selected per call like any op; the report names it and its backend here), so that gradients
+    flow through the catalog's kernels. Weights, state_dict keys and parameter identity stay as they are; a
+    second kernelize first undoes the first. Kernelize after moving the model to its device: a mapping's
+    prepare lays weights out on the device they are on.
     """
     if mode not in MODES:
-        raise ValueError(f"mode {mode!r} is not supported; kernelize supports {', '.join(MODES)} (no autograd)")
+        raise ValueError(f"mode {mode!r} is not supported; kernelize supports {', '.join(MODES)}")
     catalog = catalog if catalog is not None else default_catalog()
     with _LOCK:
         _undo(model)
-        run = _Run(catalog, device)
+        run = _Run(catalog, device, Mode(mode))
         try:
             for name, module in model.named_modules():
                 run.visit(name, module)
@@ -144,17 +158,17 @@ def kernelize(
             raise
         if run.applied:
             _APPLIED[model] = run.applied
-        return KernelizeReport(tuple(run.replaced), tuple(run.left), dict(run.unmapped))
+        return KernelizeReport(tuple(run.replaced), tuple(run.left), dict(run.unmapped), run.mode)
 
 
 class _Run:
     """One kernelize call: the catalog's mappings by class, and what was replaced, left and undone so far."""
 
-    def __init__(self, catalog: Catalog, device: str | None) -> None:
-        self.catalog, self.device = catalog, device
+    def __init__(self, catalog: Catalog, device: str | None, mode: Mode) -> None:
+        self.catalog, self.device, self.mode = catalog, device, mode
         self.by_class = _classes(catalog.layer_mappings)
-        self.needed = sorted({op for mapping in catalog.layer_mappings for op in mapping.ops})
-        self.registered = False
+        self.needed = sorted({op for mapping in catalog.layer_mappings if mode in mapping.modes for op in mapping.ops})
+        self.namespace: str | None = None  # where the needed ops are registered as torch ops, once one applies
         self.replaced: list[Replaced] = []
         self.left: list[Left] = []
         self.unmapped: Counter[str] = Counter()
@@ -171,12 +185,18 @@ class _Run:
         if "forward" in vars(module):
             self.left.append(Left(name, label, "its forward is already replaced on the instance (e.g. by hooks)"))
             return
+        others = [mapping.name for mapping in mappings if self.mode not in mapping.modes]
+        mappings = [mapping for mapping in mappings if self.mode in mapping.modes]
+        if not mappings:
+            self.left.append(Left(name, label, f"no mapping for {self.mode.value}: {', '.join(others)} "
+                                  f"{'is' if len(others) == 1 else 'are'} declared for other modes"))  # fmt: skip
+            return
         reasons = []
         for mapping in mappings:
             choices, reason = self.applies(mapping, module)
             if reason is None:
                 forward = mapping.forward.load()  # before prepare changes anything
-                ops = {op: self.catalog.op(op) for op in mapping.ops}
+                ops = self.ops(mapping)
                 try:
                     prepared = mapping.prepare.load()(module, ops) if mapping.prepare is not None else None
                 except ValueError as exc:  # the layer cannot take this forward: the reason says why
@@ -199,24 +219,31 @@ class _Run:
         reason = _unmet(module, mapping.conditions)
         if reason is not None:
             return (), reason
-        choices, reason = _choose(self.catalog, mapping, module, self.device)
-        if reason is None and not self.registered:
-            _register(self.catalog, self.needed)  # so that torch.compile traces one op per call
-            self.registered = True
+        choices, reason = _choose(self.catalog, mapping, module, self.device, self.mode)
+        if reason is None and self.namespace is None:
+            self.namespace = _register(self.catalog, self.needed)  # so that torch.compile traces one op per call
         return choices, reason
 
+    def ops(self, mapping: LayerMapping) -> dict[str, Callable[..., Any]]:
+        """What the mapping's forward calls: the op handles (inference: no autograd), or the registered torch ops
+        (training: their autograd runs the backward ops)."""
+        if self.mode is Mode.INFERENCE:
+            return {op: self.catalog.op(op) for op in mapping.ops}
+        return {op: self.catalog.torch_op(op, self.namespace or "kcatalog") for op in mapping.ops}
 
-def _register(catalog: Catalog, ops: list[str]) -> None:
-    """The ops as torch ops: in namespace 'kcatalog', or, where another Catalog of this process holds those names
-    there (it registered the same shipped ops), or this one registered some of them there with traced=True, in
-    the first free 'kcatalog_<n>'; op handles call whichever."""
+
+def _register(catalog: Catalog, ops: list[str]) -> str:
+    """The ops as torch ops (with the backward ops they name, and their autograd): in namespace 'kcatalog', or,
+    where another Catalog of this process holds those names there (it registered the same shipped ops), or this
+    one registered some of them there with traced=True, in the first free 'kcatalog_<n>'; op handles call
+    whichever. Returns the namespace."""
     for number in range(1, 65):
         namespace = "kcatalog" if number == 1 else f"kcatalog_{number}"
         if all(catalog.torch_op(op, namespace) is not None for op in ops):
-            return
+            return namespace
         try:
             catalog.register_torch_ops(namespace, ops=ops)
-            return
+            return namespace
         except NamespaceTakenError:
             continue
     raise CatalogError("kernelize: torch op namespaces kcatalog, kcatalog_2 .. kcatalog_64 are all taken")
@@ -277,19 +304,30 @@ def _same(value: object, allowed: object) -> bool:
 
 
 def _choose(
-    catalog: Catalog, mapping: LayerMapping, module: Any, device: str | None
+    catalog: Catalog, mapping: LayerMapping, module: Any, device: str | None, mode: Mode
 ) -> tuple[tuple[OpChoice, ...], str | None]:
-    """The backend of each op for the module's device and dtype, or why one cannot run there."""
+    """The backend of each op (in training, and of its backward op) for the module's device and dtype, or why
+    one cannot run there."""
     tensor = next(iter(module.parameters()), None)
     platform = _platform(catalog, device, tensor)
     dtype = None if tensor is None else dtype_name(tensor.dtype)
     choices = []
     for op in mapping.ops:
+        backward = catalog.info(op).backward if mode is Mode.TRAINING else None
+        if mode is Mode.TRAINING and backward is None:  # the linker refuses this in a layers file: a safeguard
+            return (), f"op {op} declares no backward: it cannot run in training"
         try:
-            choices.append(OpChoice(op, catalog.select(op, platform, dtype).require().backend))
+            chosen = OpChoice(op, catalog.select(op, platform, dtype).require().backend)
+            if backward is not None:
+                chosen = OpChoice(op, chosen.backend, OpChoice(backward.op, _backend(catalog, backward.op, platform, dtype)))
+            choices.append(chosen)
         except (NoEligibleBackendError, CatalogError) as exc:
             return (), f"op {op}: {exc}"
     return tuple(choices), None
+
+
+def _backend(catalog: Catalog, op: str, platform: Platform, dtype: str | None) -> str:
+    return catalog.select(op, platform, dtype).require().backend
 
 
 def _platform(catalog: Catalog, device: str | None, tensor: torch.Tensor | None) -> Platform:

@@ -166,9 +166,16 @@ def bind_rotary(module: Any, ops: Ops) -> Callable[[], None]:
     if hooked:  # they would see the projections' outputs rotated in place, where transformers returns new ones
         raise ValueError(f"{', '.join(hooked)} {'has' if len(hooked) == 1 else 'have'} forward hooks, which would "
                          f"see q and k rotated in place")  # fmt: skip
+    return bind_rope(module, rotary_pos_emb, ops[ROTARY])
+
+
+def bind_rope(module: Any, rope: Callable[..., Any], op: Callable[..., Any]) -> Callable[[], None]:
+    """Store on the instance a copy of its class's forward whose global `apply_rotary_pos_emb` is
+    ``functools.partial(rope, op, original)``, `original` being the function the forward's module holds; returns
+    the undo. Raises ValueError, with the reason, where the forward does not call a module-level
+    apply_rotary_pos_emb or cannot be copied."""
     forward = type(module).forward
-    rope = functools.partial(rotary_pos_emb, ops[ROTARY], global_of(forward, ROPE))
-    module.__dict__[ATTENTION_FORWARD] = with_global(forward, ROPE, rope)
+    module.__dict__[ATTENTION_FORWARD] = with_global(forward, ROPE, functools.partial(rope, op, global_of(forward, ROPE)))
 
     def undo() -> None:
         module.__dict__.pop(ATTENTION_FORWARD, None)
@@ -249,6 +256,24 @@ def _rotary_fits(
 ) -> bool:
     """Whether attention.rotary_embedding computes this apply_rotary_pos_emb call: metadata only (shapes,
     strides, dtypes, grad mode), so torch.compile guards on it and never breaks the graph."""
+    if not rotary_call_fits(q, k, cos, sin, rest, kwargs) or q.dtype not in _ROTARY_DTYPES:
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, cos, sin)):
+        return False
+    return _token_rows(q) and _token_rows(k)
+
+
+def rotary_call_fits(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    rest: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> bool:
+    """Whether an apply_rotary_pos_emb call is the one the rotary ops compute: unsqueeze_dim 1, q [B, Hq, S, D] and
+    k [B, Hk, S, D] with D even, cos and sin [B or 1, S, D] (full rotary), all of one dtype and device (transformers
+    would promote q's dtype to cos's; the ops keep q's). Metadata only."""
     if len(rest) + len(kwargs) > 1 or set(kwargs) - {"unsqueeze_dim"}:
         return False
     if (rest[0] if rest else kwargs.get("unsqueeze_dim", 1)) != 1:
@@ -258,13 +283,9 @@ def _rotary_fits(
     batch, _, seq, dim = q.shape
     if k.shape[0] != batch or k.shape[2:] != q.shape[2:] or cos.shape[1:] != (seq, dim) or dim % 2:
         return False
-    if cos.shape[0] not in (1, batch) or q.dtype not in _ROTARY_DTYPES:
+    if cos.shape[0] not in (1, batch):
         return False
-    if not (k.dtype == cos.dtype == sin.dtype == q.dtype and cos.device == sin.device == k.device == q.device):
-        return False  # transformers would promote q's dtype to cos's; the op keeps q's
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, cos, sin)):
-        return False
-    return _token_rows(q) and _token_rows(k)
+    return k.dtype == cos.dtype == sin.dtype == q.dtype and cos.device == sin.device == k.device == q.device
 
 
 def _token_rows(x: torch.Tensor) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from .. import codes
 from ..diagnostics import Diagnostics
 from ..errors import did_you_mean, listing
-from ..model import BrokenOps, LayerClass, LayerCondition, LayerMapping, OpInfo, Target, TargetRole
+from ..model import BrokenOps, LayerClass, LayerCondition, LayerMapping, Mode, OpInfo, Target, TargetRole
 from ..validate.mappings_schema import LAYERS_KEY, LayersFile
 from ..validate.validator import ValidatedFile
 from .context import declared_at
@@ -48,6 +48,14 @@ def link_mappings(
                         f"{did_you_mean(op_id, ops)}; available: {listing(ops)}",
                         at.value((*path, "ops", index)),
                     )
+                elif Mode.TRAINING in entry.modes and op_id in ops and ops[op_id].backward is None:
+                    diagnostics.error(
+                        codes.LAYER_OP_NO_BACKWARD,
+                        f"layer mapping '{name}' is declared for training, but its op '{op_id}' declares no "
+                        f"backward: no gradient would flow through it (declare the op's `backward:`, or leave "
+                        f"'training' out of the mapping's modes)",
+                        at.value((*path, "ops", index)),
+                    )
             forward = declared_at(file, (*path, "forward"), entry.forward, TargetRole.FORWARD, name, allow_lists(file))
             prepare = None
             if entry.prepare is not None:
@@ -63,6 +71,14 @@ def link_mappings(
                 for attribute, allowed in entry.when.items()
             )
             mappings[name] = LayerMapping(
-                name, entry.description, classes, forward, prepare, entry.ops, conditions, location
+                name,
+                entry.description,
+                classes,
+                forward,
+                prepare,
+                entry.ops,
+                conditions,
+                location,
+                tuple(dict.fromkeys(Mode(mode) for mode in entry.modes)),
             )
     return tuple(mappings.values())

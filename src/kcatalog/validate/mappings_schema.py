@@ -36,7 +36,7 @@ class LayerMappingDecl(_Strict):
     )
     forward: Target = Field(
         description="the replacement forward, called as forward(module, ops, *args, **kwargs) where ops maps "
-        "each op id of `ops` to its op handle",
+        "each op id of `ops` to its op handle (mode 'inference') or its registered torch op (mode 'training')",
         examples=["kcatalog.integrations.transformers:rms_norm_forward"],
     )
     prepare: Target | None = Field(
@@ -50,6 +50,14 @@ class LayerMappingDecl(_Strict):
         examples=["kcatalog.integrations.transformers:fuse_gate_up"],
     )
     ops: tuple[OpId, ...] = Field(min_length=1, description="the catalog ops the forward calls")
+    modes: tuple[Literal["inference", "training"], ...] = Field(
+        ("inference",),
+        min_length=1,
+        description="the kernelize modes the mapping is for (kernelize(model, mode=...)): 'inference' (the ops' "
+        "handles, no autograd), 'training' (the ops' registered torch ops, whose backward runs each op's "
+        "`backward:` op; every op must declare one)",
+        examples=[["inference", "training"]],
+    )
     when: dict[AttributePath, tuple[ConditionValue, ...]] = Field(
         default_factory=dict,
         description="conditions on the instance: attribute path -> the values allowed there (null: the attribute "
