@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import Diagnostic, Location, Severity
 from ..model import (
     BackendInfo,
+    Backward,
     BrokenOps,
     Capability,
     CatalogSettings,
@@ -78,6 +79,7 @@ MODEL_TYPES: tuple[type, ...] = (
     Environment,
     SourceDigests,
     KeyDim,
+    Backward,
 )
 ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, StalePolicy, Promise, Mode)
 _LOCATION = -1
