@@ -80,14 +80,32 @@ def llama_config(args: argparse.Namespace) -> Any:
     from transformers import LlamaConfig
 
     if args.smoke:
-        sizes = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                     num_key_value_heads=2, head_dim=16)  # fmt: skip
+        sizes = dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+        )
     else:
-        sizes = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
-                     num_key_value_heads=8, head_dim=128)  # fmt: skip
-    return LlamaConfig(**sizes, num_hidden_layers=args.layers, max_position_embeddings=max(8192, args.seq),
-                       rope_theta=500000.0, hidden_act="silu", attn_implementation="sdpa",
-                       tie_word_embeddings=False)  # fmt: skip
+        sizes = dict(
+            vocab_size=128256,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+        )
+    return LlamaConfig(
+        **sizes,
+        num_hidden_layers=args.layers,
+        max_position_embeddings=max(8192, args.seq),
+        rope_theta=500000.0,
+        hidden_act="silu",
+        attn_implementation="sdpa",
+        tie_word_embeddings=False,
+    )
 
 
 def build(config: Any, device: str, dtype: torch.dtype, state: dict[str, torch.Tensor] | None) -> Any:
@@ -149,8 +167,9 @@ def build_variants(bench: Results, config: Any, device: str, dtype: torch.dtype)
 
         liger = build(config, device, dtype, state)
         before = dict(vars(modeling_llama))
-        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                    fused_linear_cross_entropy=True, model=liger)  # fmt: skip
+        apply_liger_kernel_to_llama(
+            rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True, model=liger
+        )
         patch = LigerPatch(modeling_llama, before)  # its RoPE is the module's global: set only while Liger runs
         bench.data["checks"]["liger_patched_globals"] = sorted(patch.after)
         variants.append(Variant("liger", liger, device, patch.applied))
@@ -176,10 +195,12 @@ def check_first_step(bench: Results, variants: list[Variant], ids: torch.Tensor)
             errors = {n: relative_error(g.float(), ref[n].float()) for n, g in grads[variant.name].items() if n in ref}
             worst = max(errors, key=errors.__getitem__) if errors else None
             bench.data["checks"][f"{variant.name}_grads"] = {
-                "params": len(errors), "missing": sorted(set(ref) - set(errors)),
-                "max_rel_err": errors.get(worst) if worst else None, "worst": worst,
+                "params": len(errors),
+                "missing": sorted(set(ref) - set(errors)),
+                "max_rel_err": errors.get(worst) if worst else None,
+                "worst": worst,
                 "median_rel_err": statistics.median(errors.values()) if errors else None,
-            }  # fmt: skip
+            }
             first = bench.data["checks"]["plain_first_loss"]
             bench.data["checks"][f"{variant.name}_loss_rel_err"] = abs(float(loss) - first) / abs(first)
         bench.save()
@@ -187,8 +208,9 @@ def check_first_step(bench: Results, variants: list[Variant], ids: torch.Tensor)
         variant.opt.zero_grad(set_to_none=True)
 
 
-def measure_steps(bench: Results, variants: list[Variant], ids: torch.Tensor, args: argparse.Namespace,
-                  device: str) -> None:  # fmt: skip
+def measure_steps(
+    bench: Results, variants: list[Variant], ids: torch.Tensor, args: argparse.Namespace, device: str
+) -> None:
     cuda = device == "cuda"
     for number in range(args.rounds):
         for variant in variants:
@@ -224,8 +246,10 @@ def measure_steps(bench: Results, variants: list[Variant], ids: torch.Tensor, ar
                 bench.note(f"{variant.name} step: {type(exc).__name__}: {str(exc)[:300]}")
                 traceback.print_exc()
             bench.save()
-            print(f"round {number} {variant.name:9s} {bench.data['steps'].get(variant.name, {}).get('step_ms', 0):9.2f} ms",
-                  flush=True)  # fmt: skip
+            print(
+                f"round {number} {variant.name:9s} {statistics.median(variant.times_ms or [0.0]):9.2f} ms",
+                flush=True,
+            )
 
 
 # ---------------------------------------------------------------- each op's forward + backward
@@ -256,8 +280,13 @@ class OpCase:
     """One op at the model's shapes: leaf inputs (those with gradients), how each implementation computes its
     outputs from them, and the output gradients the backward is fed."""
 
-    def __init__(self, name: str, leaves: dict[str, torch.Tensor], grads: tuple[torch.Tensor, ...] | None,
-                 impls: dict[str, Callable[..., Any]]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        leaves: dict[str, torch.Tensor],
+        grads: tuple[torch.Tensor, ...] | None,
+        impls: dict[str, Callable[..., Any]],
+    ) -> None:
         self.name, self.leaves, self.grads, self.impls = name, leaves, grads, impls
 
     def run(self, impl: Callable[..., Any]) -> tuple[torch.Tensor, ...]:
@@ -276,8 +305,13 @@ def op_cases(config: Any, seq: int, device: str, dtype: torch.dtype, ops: dict[s
     def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
         return (torch.randn(*shape, generator=g) * scale).to(device, dtype)
 
-    hidden, inter, heads, kv, dim = (config.hidden_size, config.intermediate_size, config.num_attention_heads,
-                                     config.num_key_value_heads, config.head_dim)  # fmt: skip
+    hidden, inter, heads, kv, dim = (
+        config.hidden_size,
+        config.intermediate_size,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.head_dim,
+    )
     eps = config.rms_norm_eps
     try:
         from liger_kernel.transformers.functional import (
@@ -289,12 +323,15 @@ def op_cases(config: Any, seq: int, device: str, dtype: torch.dtype, ops: dict[s
     except Exception:
         liger_fused_linear_cross_entropy = liger_rms_norm = liger_rope = liger_swiglu = None
     cases = []
-    impls: dict[str, Callable[..., Any]] = {"kcatalog": lambda x, w: ops[RMS_NORM](x, w, eps),
-                                            "torch": lambda x, w: rms_norm_torch(x, w, eps)}  # fmt: skip
+    impls: dict[str, Callable[..., Any]] = {
+        "kcatalog": lambda x, w: ops[RMS_NORM](x, w, eps),
+        "torch": lambda x, w: rms_norm_torch(x, w, eps),
+    }
     if liger_rms_norm is not None:
         impls["liger"] = lambda x, w: liger_rms_norm(x, w, eps)
-    cases.append(OpCase("rms_norm", {"x": rand(seq, hidden), "w": rand(hidden, scale=0.1) + 1}, (rand(seq, hidden),),
-                        impls))  # fmt: skip
+    cases.append(
+        OpCase("rms_norm", {"x": rand(seq, hidden), "w": rand(hidden, scale=0.1) + 1}, (rand(seq, hidden),), impls)
+    )
     impls = {"kcatalog": lambda y: ops[SILU_AND_MUL](y), "torch": swiglu_torch}
     if liger_swiglu is not None:  # Liger's takes gate and up apart, as its MLP's two GEMMs make them
         impls["liger"] = lambda y: liger_swiglu(*y.chunk(2, dim=-1))
@@ -305,20 +342,33 @@ def op_cases(config: Any, seq: int, device: str, dtype: torch.dtype, ops: dict[s
     cos, sin = angles.cos().to(device, dtype), angles.sin().to(device, dtype)
 
     def as_heads(fn: Callable[..., Any]) -> Callable[..., Any]:  # q and k as transposes of the projections
-        return lambda q, k: fn(q.view(1, seq, heads, dim).transpose(1, 2), k.view(1, seq, kv, dim).transpose(1, 2),
-                               cos, sin)  # fmt: skip
+        return lambda q, k: fn(
+            q.view(1, seq, heads, dim).transpose(1, 2), k.view(1, seq, kv, dim).transpose(1, 2), cos, sin
+        )
 
     impls = {"kcatalog": as_heads(lambda q, k, c, s: ops[APPLY_ROTARY](q, k, c, s)), "torch": as_heads(rope_torch)}
     if liger_rope is not None:
         impls["liger"] = as_heads(liger_rope)
-    cases.append(OpCase("rope", {"q": rand(seq, heads * dim), "k": rand(seq, kv * dim)},
-                        (rand(1, heads, seq, dim), rand(1, kv, seq, dim)), impls))  # fmt: skip
+    cases.append(
+        OpCase(
+            "rope",
+            {"q": rand(seq, heads * dim), "k": rand(seq, kv * dim)},
+            (rand(1, heads, seq, dim), rand(1, kv, seq, dim)),
+            impls,
+        )
+    )
     target = torch.randint(0, config.vocab_size, (seq,), generator=g).to(device)
     impls = {"kcatalog": lambda x, w: ops[FLCE](x, w, target, -100)[0], "torch": lambda x, w: flce_torch(x, w, target)}
     if liger_fused_linear_cross_entropy is not None:
         impls["liger"] = lambda x, w: liger_fused_linear_cross_entropy(x, w, target)
-    cases.append(OpCase("fused_linear_cross_entropy",
-                        {"x": rand(seq, hidden), "w": rand(config.vocab_size, hidden, scale=0.02)}, None, impls))  # fmt: skip
+    cases.append(
+        OpCase(
+            "fused_linear_cross_entropy",
+            {"x": rand(seq, hidden), "w": rand(config.vocab_size, hidden, scale=0.02)},
+            None,
+            impls,
+        )
+    )
     for case in cases:
         for leaf in case.leaves.values():
             leaf.requires_grad_(True)
@@ -332,8 +382,9 @@ def measure_ops(bench: Results, cases: list[OpCase], device: str, args: argparse
         entry = bench.data["ops"].setdefault(case.name, {"ms": {}, "rel_err": {}})
         leaves = list(case.leaves.values())
         reference = {name: leaf.detach().float().requires_grad_(True) for name, leaf in case.leaves.items()}
-        ref_case = OpCase(case.name, reference, None if case.grads is None else tuple(t.float() for t in case.grads),
-                          case.impls)  # fmt: skip
+        ref_case = OpCase(
+            case.name, reference, None if case.grads is None else tuple(t.float() for t in case.grads), case.impls
+        )
         ref_outs = [o.detach() for o in ref_case.run(case.impls["torch"])]
         ref_grads = [leaf.grad for leaf in reference.values()]
         variants = dict(case.impls)
@@ -353,8 +404,15 @@ def measure_ops(bench: Results, cases: list[OpCase], device: str, args: argparse
                 if cuda:
                     import triton.testing
 
-                    entry["ms"][impl_name] = float(triton.testing.do_bench(
-                        lambda: case.run(impl), warmup=25, rep=100, grad_to_none=leaves, return_mode="median"))  # fmt: skip
+                    entry["ms"][impl_name] = float(
+                        triton.testing.do_bench(
+                            lambda case=case, impl=impl: case.run(impl),
+                            warmup=25,
+                            rep=100,
+                            grad_to_none=leaves,
+                            return_mode="median",
+                        )
+                    )
                 else:
                     began = time.perf_counter()
                     case.run(impl)
@@ -373,10 +431,19 @@ def environment(bench: Results, args: argparse.Namespace, device: str) -> None:
     import transformers
 
     env = bench.data["env"]
-    env.update(torch=torch.__version__, transformers=transformers.__version__, python=platform.python_version(),
-               device=torch.cuda.get_device_name() if device == "cuda" else "cpu", layers=args.layers, seq=args.seq,
-               commit=os.environ.get("KCATALOG_COMMIT", ""), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               rounds=args.rounds, warmup=args.warmup, steps=args.steps)  # fmt: skip
+    env.update(
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        python=platform.python_version(),
+        device=torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        layers=args.layers,
+        seq=args.seq,
+        commit=os.environ.get("KCATALOG_COMMIT", ""),
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        rounds=args.rounds,
+        warmup=args.warmup,
+        steps=args.steps,
+    )
     for package in ("triton", "liger_kernel"):
         try:
             from importlib.metadata import version
@@ -401,8 +468,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         info = catalog.info(op)
         backward = info.backward.op if info.backward is not None else None
         pick = lambda name: catalog.select(name, platform_here, str(dtype).split(".")[-1]).chosen  # noqa: E731
-        chosen[op] = {"forward": getattr(pick(op), "backend", None),
-                      "backward": backward, "backward_backend": getattr(pick(backward), "backend", None) if backward else None}  # fmt: skip
+        chosen[op] = {
+            "forward": getattr(pick(op), "backend", None),
+            "backward": backward,
+            "backward_backend": getattr(pick(backward), "backend", None) if backward else None,
+        }
     bench.data["checks"]["backends"] = chosen
     if device == "cuda":
         bench.data["env"]["resting_gib_all_variants"] = torch.cuda.memory_allocated() / 2**30
@@ -420,27 +490,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(data: dict[str, Any]) -> str:
     env, steps, ops, checks = data["env"], data["steps"], data["ops"], data["checks"]
-    lines = [f"# Training step: Llama-3.1-8B shapes, {env.get('layers')} layers, seq {env.get('seq')}, batch 1",
-             "", f"{env.get('device')}; torch {env.get('torch')}, triton {env.get('triton')}, transformers "
-             f"{env.get('transformers')}, liger_kernel {env.get('liger_kernel')}; {env.get('date')}", "",
-             "| variant | step ms | tokens/s | step peak GiB | resting GiB | plain / it | liger / it |",
-             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        f"# Training step: Llama-3.1-8B shapes, {env.get('layers')} layers, seq {env.get('seq')}, batch 1",
+        "",
+        f"{env.get('device')}; torch {env.get('torch')}, triton {env.get('triton')}, transformers "
+        f"{env.get('transformers')}, liger_kernel {env.get('liger_kernel')}; {env.get('date')}",
+        "",
+        "| variant | step ms | tokens/s | step peak GiB | resting GiB | plain / it | liger / it |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     plain, liger = steps.get("plain", {}).get("step_ms"), steps.get("liger", {}).get("step_ms")
     for name, entry in steps.items():
         ms = entry.get("step_ms")
-        ratio = lambda ref: f"{ref / ms:.3f}" if ref and ms else "-"  # noqa: E731
-        lines.append(f"| {name} | {ms:.2f} | {entry.get('tokens_per_s', 0):.0f} | {entry.get('step_peak_gib', float('nan')):.2f} "
-                     f"| {entry.get('resting_gib', 0):.2f} | {ratio(plain)} | {ratio(liger)} |")  # fmt: skip
-    lines += ["", "Op forward + backward at the model's shapes (ms, median; max relative error of outputs and "
-              "gradients against float32 torch in brackets):", "",
-              "| op | kcatalog | liger | torch_compile | torch | liger / kcatalog | compile / kcatalog |",
-              "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        ratio = lambda ref, ms=ms: f"{ref / ms:.3f}" if ref and ms else "-"  # noqa: E731
+        lines.append(
+            f"| {name} | {ms:.2f} | {entry.get('tokens_per_s', 0):.0f} | {entry.get('step_peak_gib', 0.0):.2f} "
+            f"| {entry.get('resting_gib', 0):.2f} | {ratio(plain)} | {ratio(liger)} |"
+        )
+    lines += [
+        "",
+        "Op forward + backward at the model's shapes (ms, median; max relative error of outputs and "
+        "gradients against float32 torch in brackets):",
+        "",
+        "| op | kcatalog | liger | torch_compile | torch | liger / kcatalog | compile / kcatalog |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, entry in ops.items():
         ms, err = entry["ms"], entry["rel_err"]
-        cell = lambda impl: f"{ms[impl]:.3f} ({err.get(impl, float('nan')):.1e})" if impl in ms else "-"  # noqa: E731
-        ratio = lambda impl: f"{ms[impl] / ms['kcatalog']:.3f}" if impl in ms and ms.get("kcatalog") else "-"  # noqa: E731
-        lines.append(f"| {name} | {cell('kcatalog')} | {cell('liger')} | {cell('torch_compile')} | {cell('torch')} "
-                     f"| {ratio('liger')} | {ratio('torch_compile')} |")  # fmt: skip
+        cell = lambda impl, ms=ms, err=err: f"{ms[impl]:.3f} ({err.get(impl, float('nan')):.1e})" if impl in ms else "-"  # noqa: E731
+        ratio = lambda impl, ms=ms: f"{ms[impl] / ms['kcatalog']:.3f}" if impl in ms and ms.get("kcatalog") else "-"  # noqa: E731
+        lines.append(
+            f"| {name} | {cell('kcatalog')} | {cell('liger')} | {cell('torch_compile')} | {cell('torch')} "
+            f"| {ratio('liger')} | {ratio('torch_compile')} |"
+        )
     lines += ["", "Checks:", ""]
     lines += [f"- {key}: {value}" for key, value in checks.items() if key != "kcatalog_report"]
     lines += ["", "kcatalog report:", "", "```", str(checks.get("kcatalog_report", "")), "```"]

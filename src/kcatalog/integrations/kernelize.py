@@ -229,7 +229,8 @@ class _Run:
         (training: their autograd runs the backward ops)."""
         if self.mode is Mode.INFERENCE:
             return {op: self.catalog.op(op) for op in mapping.ops}
-        return {op: self.catalog.torch_op(op, self.namespace or "kcatalog") for op in mapping.ops}
+        ops = {op: self.catalog.torch_op(op, self.namespace or "kcatalog") for op in mapping.ops}
+        return {op: torch_op for op, torch_op in ops.items() if torch_op is not None}  # all are: _register made them
 
 
 def _register(catalog: Catalog, ops: list[str]) -> str:
@@ -319,7 +320,9 @@ def _choose(
         try:
             chosen = OpChoice(op, catalog.select(op, platform, dtype).require().backend)
             if backward is not None:
-                chosen = OpChoice(op, chosen.backend, OpChoice(backward.op, _backend(catalog, backward.op, platform, dtype)))
+                chosen = OpChoice(
+                    op, chosen.backend, OpChoice(backward.op, _backend(catalog, backward.op, platform, dtype))
+                )
             choices.append(chosen)
         except (NoEligibleBackendError, CatalogError) as exc:
             return (), f"op {op}: {exc}"

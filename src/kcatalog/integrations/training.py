@@ -10,7 +10,6 @@ ops, whichever the `ops` are.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -55,7 +54,7 @@ class _GateUp(torch.autograd.Function):
 
 def gate_up(module: Any, x: torch.Tensor) -> torch.Tensor:
     """[gate(x) | up(x)] of a gated MLP with bias-free gate_proj and up_proj, in one GEMM, autograd-correct."""
-    return _GateUp.apply(x, module.gate_proj.weight, module.up_proj.weight)  # type: ignore[no-any-return]
+    return _GateUp.apply(x, module.gate_proj.weight, module.up_proj.weight)  # type: ignore[no-any-return,no-untyped-call]
 
 
 def silu_mlp_forward(module: Any, ops: Ops, x: torch.Tensor) -> torch.Tensor:
@@ -108,7 +107,8 @@ def check_causal_lm(module: Any, ops: Ops) -> None:
     nn.Linear `lm_head` of transformers' *ForCausalLM classes and a forward taking `labels`."""
     head = getattr(module, "lm_head", None)
     if type(head) is not torch.nn.Linear or head.bias is not None:
-        raise ValueError(f"lm_head is {type(head).__name__}{' with a bias' if head is not None and getattr(head, 'bias', None) is not None else ''}, not a bias-free torch.nn.Linear")
+        shown = "a torch.nn.Linear with a bias" if type(head) is torch.nn.Linear else type(head).__name__
+        raise ValueError(f"lm_head is {shown}, not a bias-free torch.nn.Linear")
     if not isinstance(getattr(module, "model", None), torch.nn.Module):
         raise ValueError("the module has no `model` (the decoder whose last hidden state the LM head reads)")
     if "labels" not in inspect.signature(inspect.unwrap(type(module).forward)).parameters:
@@ -126,12 +126,17 @@ def causal_lm_forward(module: Any, ops: Ops, *args: Any, **kwargs: Any) -> Any:
     bound = signature.bind(module, *args, **kwargs)
     arguments = dict(bound.arguments)
     arguments.pop(next(iter(signature.parameters)))  # self
-    extra = next((arguments.pop(p.name, {}) for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), {})
+    extra: dict[str, Any] = next(
+        (arguments.pop(p.name, {}) for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), {}
+    )
     labels = arguments.pop("labels", None)
     keep = arguments.pop("logits_to_keep", 0)
     shift_labels = extra.get("shift_labels")
-    if not module.training or (labels is None and shift_labels is None) or extra.get("return_dict") is False or not (
-        isinstance(keep, int) and keep == 0
+    if (
+        not module.training
+        or (labels is None and shift_labels is None)
+        or extra.get("return_dict") is False
+        or not (isinstance(keep, int) and keep == 0)
     ):
         return type(module).forward(module, *args, **kwargs)
     outputs = module.model(**arguments, **extra)
@@ -140,7 +145,9 @@ def causal_lm_forward(module: Any, ops: Ops, *args: Any, **kwargs: Any) -> Any:
     if shift_labels is None:
         shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
     target = shift_labels.reshape(-1).to(hidden.device)
-    loss, _ = ops[FUSED_LINEAR_CROSS_ENTROPY](hidden.reshape(-1, hidden.shape[-1]), module.lm_head.weight, target, ignore_index)
+    loss, _ = ops[FUSED_LINEAR_CROSS_ENTROPY](
+        hidden.reshape(-1, hidden.shape[-1]), module.lm_head.weight, target, ignore_index
+    )
     items = extra.get("num_items_in_batch")
     if items is not None:  # transformers' sum over the batch's items (gradient accumulation), from the op's mean
         loss = loss * (target != ignore_index).sum().clamp(min=1) / items

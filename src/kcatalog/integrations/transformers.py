@@ -175,7 +175,9 @@ def bind_rope(module: Any, rope: Callable[..., Any], op: Callable[..., Any]) -> 
     the undo. Raises ValueError, with the reason, where the forward does not call a module-level
     apply_rotary_pos_emb or cannot be copied."""
     forward = type(module).forward
-    module.__dict__[ATTENTION_FORWARD] = with_global(forward, ROPE, functools.partial(rope, op, global_of(forward, ROPE)))
+    module.__dict__[ATTENTION_FORWARD] = with_global(
+        forward, ROPE, functools.partial(rope, op, global_of(forward, ROPE))
+    )
 
     def undo() -> None:
         module.__dict__.pop(ATTENTION_FORWARD, None)
