@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .loss import causal_lm_loss
 from .transformers import Ops, bind_rope, rotary_call_fits
 
 SILU_AND_MUL, GELU_AND_MUL = "activation.silu_and_mul", "activation.gelu_and_mul"
@@ -99,8 +100,6 @@ def rotary_pos_emb(
 
 # ---------------------------------------------------------------- the LM head and the loss in one op
 
-FUSED_LINEAR_CROSS_ENTROPY = "loss.fused_linear_cross_entropy"
-
 
 def check_causal_lm(module: Any, ops: Ops) -> None:
     """causal_lm_forward's prepare: ValueError, with the reason, unless the module has the `model` and bias-free
@@ -140,17 +139,15 @@ def causal_lm_forward(module: Any, ops: Ops, *args: Any, **kwargs: Any) -> Any:
     ):
         return type(module).forward(module, *args, **kwargs)
     outputs = module.model(**arguments, **extra)
-    hidden = outputs.last_hidden_state
-    ignore_index = extra.get("ignore_index", -100)
-    if shift_labels is None:
-        shift_labels = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
-    target = shift_labels.reshape(-1).to(hidden.device)
-    loss, _ = ops[FUSED_LINEAR_CROSS_ENTROPY](
-        hidden.reshape(-1, hidden.shape[-1]), module.lm_head.weight, target, ignore_index
+    loss = causal_lm_loss(
+        ops,
+        outputs.last_hidden_state,
+        module.lm_head.weight,
+        labels,
+        ignore_index=extra.get("ignore_index", -100),
+        shift_labels=shift_labels,
+        num_items_in_batch=extra.get("num_items_in_batch"),
     )
-    items = extra.get("num_items_in_batch")
-    if items is not None:  # transformers' sum over the batch's items (gradient accumulation), from the op's mean
-        loss = loss * (target != ignore_index).sum().clamp(min=1) / items
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
     rest = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
