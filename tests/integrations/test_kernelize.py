@@ -496,11 +496,6 @@ def test_an_attention_layer_whose_projection_has_a_hook_is_left(build: Callable[
     kcatalog.unkernelize(model)
 
 
-def test_only_inference_is_supported(build: Callable[..., Any]) -> None:
-    with pytest.raises(ValueError, match=r"^mode 'training' is not supported; kernelize supports inference"):
-        kcatalog.kernelize(build("llama"), mode="training")
-
-
 USER_LAYERS = """\
 import torch
 

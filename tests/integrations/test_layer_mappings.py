@@ -13,7 +13,7 @@ import pytest
 from catalog_builder import child_env
 
 import kcatalog
-from kcatalog.model import TargetRole
+from kcatalog.model import Mode, TargetRole
 from kcatalog.validate.jsonschema import shipped_schema_dir
 
 if TYPE_CHECKING:
@@ -65,6 +65,8 @@ def test_the_shipped_mappings_as_the_catalog_holds_them() -> None:
     assert [(c.attribute, c.allowed) for c in mlp.conditions] == [
         ("config.hidden_act", ("silu",)), ("gate_proj.bias", (None,)), ("up_proj.bias", (None,))
     ]  # fmt: skip
+    assert (llama.modes, mlp.modes) == ((Mode.INFERENCE, Mode.TRAINING), (Mode.INFERENCE,))  # the default: inference
+    assert mappings["silu_gated_mlp_training"].modes == (Mode.TRAINING,)
     where = mlp.conditions[0].location
     assert Path(where.path).name == "transformers.layers.yaml" and (where.line, where.col) > (1, 1)
     every_op = {op for m in catalog.layer_mappings for op in m.ops}
@@ -78,7 +80,11 @@ def test_the_shipped_mappings_as_the_catalog_holds_them() -> None:
         "attention.decode",
         "moe.fused_experts",
         "layernorm.add_rms_norm",
+        "attention.apply_rotary",
+        "loss.fused_linear_cross_entropy",
     }
+    training = {op for m in catalog.layer_mappings if Mode.TRAINING in m.modes for op in m.ops}
+    assert all(catalog.info(op).backward is not None for op in training)  # the linker checks it (KC256)
     attention = mappings["llama_attention"]
     assert attention.prepare is not None
     assert str(attention.prepare.target) == "kcatalog.integrations.attention:bind_attention"  # bind_rotary, and more
@@ -89,7 +95,8 @@ def test_the_shipped_mappings_as_the_catalog_holds_them() -> None:
 def test_the_layers_schema_is_generated_and_names_the_fields() -> None:
     schema = json.loads((shipped_schema_dir() / "layers.v1.json").read_text(encoding="utf-8"))
     mapping = schema["$defs"]["LayerMappingDecl"]
-    assert set(mapping["properties"]) == {"description", "classes", "forward", "prepare", "ops", "when"}
+    assert set(mapping["properties"]) == {"description", "classes", "forward", "prepare", "ops", "modes", "when"}
+    assert mapping["properties"]["modes"]["default"] == ["inference"]
     assert set(mapping["required"]) == {"classes", "forward", "ops"}
     assert schema["required"] == ["kcatalog", "layers"]
 
