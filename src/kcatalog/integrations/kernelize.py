@@ -166,8 +166,9 @@ class _Run:
 
     def __init__(self, catalog: Catalog, device: str | None, mode: Mode) -> None:
         self.catalog, self.device, self.mode = catalog, device, mode
-        self.by_class = _classes(catalog.layer_mappings)
-        self.needed = sorted({op for mapping in catalog.layer_mappings if mode in mapping.modes for op in mapping.ops})
+        mappings = tuple(mapping for mapping in catalog.layer_mappings if mode in mapping.modes)
+        self.by_class = _classes(mappings)  # a class mapped in the other mode only is unmapped in this one
+        self.needed = sorted({op for mapping in mappings for op in mapping.ops})
         self.namespace: str | None = None  # where the needed ops are registered as torch ops, once one applies
         self.replaced: list[Replaced] = []
         self.left: list[Left] = []
@@ -184,12 +185,6 @@ class _Run:
             return
         if "forward" in vars(module):
             self.left.append(Left(name, label, "its forward is already replaced on the instance (e.g. by hooks)"))
-            return
-        others = [mapping.name for mapping in mappings if self.mode not in mapping.modes]
-        mappings = [mapping for mapping in mappings if self.mode in mapping.modes]
-        if not mappings:
-            self.left.append(Left(name, label, f"no mapping for {self.mode.value}: {', '.join(others)} "
-                                  f"{'is' if len(others) == 1 else 'are'} declared for other modes"))  # fmt: skip
             return
         reasons = []
         for mapping in mappings:
@@ -314,18 +309,14 @@ def _choose(
     dtype = None if tensor is None else dtype_name(tensor.dtype)
     choices = []
     for op in mapping.ops:
+        # in training, the op's backward op too: every op of a training mapping has one (KC256 otherwise)
         backward = catalog.info(op).backward if mode is Mode.TRAINING else None
-        if mode is Mode.TRAINING and backward is None:  # the linker refuses this in a layers file: a safeguard
-            return (), f"op {op} declares no backward: it cannot run in training"
         try:
-            chosen = OpChoice(op, catalog.select(op, platform, dtype).require().backend)
-            if backward is not None:
-                chosen = OpChoice(
-                    op, chosen.backend, OpChoice(backward.op, _backend(catalog, backward.op, platform, dtype))
-                )
-            choices.append(chosen)
+            backend = _backend(catalog, op, platform, dtype)
+            grad = None if backward is None else OpChoice(backward.op, _backend(catalog, backward.op, platform, dtype))
         except (NoEligibleBackendError, CatalogError) as exc:
             return (), f"op {op}: {exc}"
+        choices.append(OpChoice(op, backend, grad))
     return tuple(choices), None
 
 
