@@ -163,3 +163,24 @@ def test_causal_lm_loss_is_transformers_for_causal_lm_loss(items: int | None) ->
     check_close("shift_labels", again, expected, 1e-6)
     with pytest.raises(ValueError, match=r"^causal_lm_loss: labels \(2, 5\) do not match hidden_states \(2, 6, 16\)"):
         causal_lm_loss(ops, hidden, weight, labels[:, :5])
+
+
+def test_registered_torch_op_backpropagates_through_the_backward_op() -> None:
+    """Autograd of the registered op (the catalog's backward op), through causal_lm_loss as a CausalLM calls it,
+    against transformers' loss on materialised logits (opcheck: tests/compile, for every op with a backward)."""
+    loss_utils = pytest.importorskip("transformers.loss.loss_utils")
+    import kcatalog
+    from kcatalog.integrations.loss import OP, causal_lm_loss
+
+    ops = kcatalog.load_catalog(require=[OP]).register_torch_ops()
+    g = torch.Generator().manual_seed(4)
+    hidden = torch.randn(2, 5, 16, generator=g, requires_grad=True)
+    weight = (torch.randn(40, 16, generator=g) * 0.5).requires_grad_()
+    labels = torch.randint(0, 40, (2, 5), generator=g)
+    labels[1, 3] = -100
+    (causal_lm_loss(ops, hidden, weight, labels, num_items_in_batch=6) * 3).backward()
+    h2, w2 = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    (loss_utils.ForCausalLMLoss(h2 @ w2.T, labels, 40, num_items_in_batch=6) * 3).backward()
+    assert hidden.grad is not None and weight.grad is not None
+    check_close("grad hidden", hidden.grad, h2.grad, 1e-5)
+    check_close("grad weight", weight.grad, w2.grad, 1e-5)
