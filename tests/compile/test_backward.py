@@ -180,3 +180,26 @@ def test_saved_outputs_and_keyword_only_parameters(workspace: Workspace, namespa
     assert not magnitude.requires_grad
     y.sum().backward()
     assert x.grad is not None and torch.equal(x.grad, torch.full_like(x, 3.0))
+
+
+def test_explain_says_which_backward_op_and_backend_run(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from kcatalog.tools.cli import main
+
+    assert main(["explain", "layernorm.rms_norm", "--platform", "cuda:9.0", "--dtype", "bfloat16"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  backward:")]
+    assert lines == [
+        "  backward: layernorm.rms_norm_backward runs triton (kcatalog.kernels.triton.norm_backward:rms_norm_backward), "
+        "by catalog default priority; gradients of x, weight"
+    ]
+    assert main(["explain", "layernorm.rms_norm", "--platform", "cpu", "--output-format", "json"]) == 0
+    backward = json.loads(capsys.readouterr().out)[0]["backward"]
+    assert {k: backward[k] for k in ("op", "grads", "saves", "chosen")} == {
+        "op": "layernorm.rms_norm_backward",
+        "grads": ["x", "weight"],
+        "saves": [],
+        "chosen": "torch",
+    }
+    assert main(["explain", "quantization.per_token_quant_fp8", "--platform", "cpu", "--output-format", "json"]) == 0
+    assert "backward" not in json.loads(capsys.readouterr().out)[0]
