@@ -203,3 +203,20 @@ def test_explain_says_which_backward_op_and_backend_run(capsys: pytest.CaptureFi
     }
     assert main(["explain", "quantization.per_token_quant_fp8", "--platform", "cpu", "--output-format", "json"]) == 0
     assert "backward" not in json.loads(capsys.readouterr().out)[0]
+
+
+def test_the_readmes_backward_example_is_the_shipped_format() -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- backward-example -->\n```yaml\n(.*?)```", readme, re.DOTALL)
+    assert block is not None
+    ops = yaml.safe_load(block[1])
+    for op, decl in ops.items():
+        assert decl["signature"] == SHIPPED.info(f"layernorm.{op}").signature
+    backward = SHIPPED.info("layernorm.rms_norm").backward
+    assert backward is not None
+    assert ops["rms_norm"]["backward"] == {"op": backward.op.partition(".")[2], "grads": list(backward.grads)}
