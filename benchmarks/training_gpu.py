@@ -7,8 +7,8 @@ The model: LlamaForCausalLM, hidden 4096, intermediate 14336, 32 query / 8 KV he
 128256, untied LM head, SDPA attention, `--layers` decoder layers (default 8). All three variants are resident at
 once (so that they can take turns): each holds its bf16 weights and AdamW's two bf16 moments, about 1.75 GB per
 layer plus 8.4 GB for the embedding and the LM head, and the step running adds its gradients and activations
-(about 1 GB per layer at 4096 tokens, and the logits for plain); 8 layers take about 80 GB, 16 about 115 GB of the
-H200's 141 GB.
+(about 0.8 GB per layer at 4096 tokens, and the logits for plain), and the first step's check holds plain's
+gradients beside another's: 8 layers peak at about 75 GB, 16 (estimated) at about 120 GB of the H200's 141 GB.
 
 The step: forward with labels (batch 1, sequence `--seq`, default 4096; labels = the input ids, shifted inside),
 backward, AdamW step (fused), zero_grad. The variants take turns `--rounds` times (warmup steps in the first
@@ -183,29 +183,34 @@ def build_variants(bench: Results, config: Any, device: str, dtype: torch.dtype)
 def check_first_step(bench: Results, variants: list[Variant], ids: torch.Tensor) -> None:
     """Each variant's first loss and every parameter's gradient against plain's, on the same weights and tokens
     (before any optimizer step)."""
-    grads: dict[str, dict[str, torch.Tensor]] = {}
+    ref: dict[str, torch.Tensor] = {}
     for variant in variants:
         with variant.scope():
             loss = variant.model(input_ids=ids, labels=ids).loss
             loss.backward()
-        bench.data["checks"][f"{variant.name}_first_loss"] = float(loss)
-        grads[variant.name] = {n: p.grad for n, p in variant.model.named_parameters() if p.grad is not None}
-        if variant.name != "plain":
-            ref = grads["plain"]
-            errors = {n: relative_error(g.float(), ref[n].float()) for n, g in grads[variant.name].items() if n in ref}
-            worst = max(errors, key=errors.__getitem__) if errors else None
-            bench.data["checks"][f"{variant.name}_grads"] = {
-                "params": len(errors),
-                "missing": sorted(set(ref) - set(errors)),
-                "max_rel_err": errors.get(worst) if worst else None,
-                "worst": worst,
-                "median_rel_err": statistics.median(errors.values()) if errors else None,
-            }
-            first = bench.data["checks"]["plain_first_loss"]
-            bench.data["checks"][f"{variant.name}_loss_rel_err"] = abs(float(loss) - first) / abs(first)
-        bench.save()
-    for variant in variants:
+        checks = bench.data["checks"]
+        checks[f"{variant.name}_first_loss"] = float(loss)
+        grads = {n: p.grad for n, p in variant.model.named_parameters() if p.grad is not None}
+        if variant.name == "plain":
+            ref = grads  # kept until the others are compared (one more set of gradients in memory)
+            continue
+        errors = {n: relative_error(g.float(), ref[n].float()) for n, g in grads.items() if n in ref}
+        worst = max(errors, key=errors.__getitem__) if errors else None
+        checks[f"{variant.name}_grads"] = {
+            "params": len(errors),
+            "missing": sorted(set(ref) - set(errors)),
+            "max_rel_err": errors.get(worst) if worst else None,
+            "worst": worst,
+            "median_rel_err": statistics.median(errors.values()) if errors else None,
+        }
+        checks[f"{variant.name}_loss_rel_err"] = abs(float(loss) - checks["plain_first_loss"]) / abs(
+            checks["plain_first_loss"]
+        )
+        del grads
         variant.opt.zero_grad(set_to_none=True)
+        bench.save()
+    del ref
+    variants[0].opt.zero_grad(set_to_none=True)
 
 
 def measure_steps(
