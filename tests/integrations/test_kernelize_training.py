@@ -52,7 +52,8 @@ def tokens(step: int) -> torch.Tensor:
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.double() - ref.double()).norm() / ref.double().norm().clamp(min=1e-30))
+    out, ref = out.detach().double(), ref.detach().double()
+    return float((out - ref).norm() / ref.norm().clamp(min=1e-30))
 
 
 def expected_mapping(name: str, family: str) -> str | None:
@@ -106,17 +107,21 @@ def test_training_matches_transformers_over_adamw_steps_and_unkernelizes(family:
         assert torch.equal(model.eval()(ids).logits, plain.eval()(ids).logits)
 
 
-def test_without_labels_or_in_eval_the_causal_lm_computes_transformers_logits(tiny: Callable[..., Any]) -> None:
+def test_the_causal_lm_takes_transformers_loss_options_and_leaves_other_calls_to_it(tiny: Callable[..., Any]) -> None:
     model = tiny("llama").train()
     ref = copy.deepcopy(model)
     kcatalog.kernelize(model, mode="training")
     ids = tokens(0)
-    with torch.no_grad():
+    labels = ids.masked_fill(torch.arange(ids.shape[1]) % 3 == 0, -100)  # some positions ignored
+    for options in ({}, {"num_items_in_batch": torch.tensor(7)}, {"shift_labels": labels.roll(1, dims=1)}):
+        out, ref_out = model(input_ids=ids, labels=labels, **options), ref(input_ids=ids, labels=labels, **options)
+        assert out.logits is None and relative_error(out.loss, ref_out.loss) <= LOSS_TOLERANCE, options
+    with torch.no_grad():  # no labels, or eval mode: the class's forward, logits as transformers makes them
         out, ref_out = model(input_ids=ids), ref(input_ids=ids)
         assert out.loss is None and relative_error(out.logits, ref_out.logits) <= LOSS_TOLERANCE
         model.eval()
         ref.eval()
-        out, ref_out = model(input_ids=ids, labels=ids), ref(input_ids=ids, labels=ids)
+        out, ref_out = model(ids, labels=ids), ref(ids, labels=ids)
         assert out.logits is not None and relative_error(out.loss, ref_out.loss) <= LOSS_TOLERANCE
     kcatalog.unkernelize(model)
 
