@@ -189,7 +189,7 @@ def check_first_step(bench: Results, variants: list[Variant], ids: torch.Tensor)
             loss = variant.model(input_ids=ids, labels=ids).loss
             loss.backward()
         checks = bench.data["checks"]
-        checks[f"{variant.name}_first_loss"] = float(loss)
+        checks[f"{variant.name}_first_loss"] = float(loss.detach())
         grads = {n: p.grad for n, p in variant.model.named_parameters() if p.grad is not None}
         if variant.name == "plain":
             ref = grads  # kept until the others are compared (one more set of gradients in memory)
@@ -405,7 +405,7 @@ def measure_ops(bench: Results, cases: list[OpCase], device: str, args: argparse
                 for leaf in leaves:
                     leaf.grad = None
                 outs = case.run(impl)
-                errors = [relative_error(o.float(), r) for o, r in zip(outs, ref_outs)]
+                errors = [relative_error(o.detach().float(), r) for o, r in zip(outs, ref_outs)]
                 errors += [relative_error(leaf.grad.float(), r) for leaf, r in zip(leaves, ref_grads)]
                 entry["rel_err"][impl_name] = max(errors)
                 if cuda:

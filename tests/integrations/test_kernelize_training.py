@@ -19,7 +19,8 @@ from kcatalog.runtime.trace import Via
 
 # Relative error (Frobenius norm) allowed in float32, the loss and each parameter's gradient: the kernels' torch
 # references compute in float32 as transformers does, in other orders (the fused residual add, one GEMM for gate
-# and up, the loss's logsumexp); the largest seen is about 1e-6, after three steps too.
+# and up, the loss's logsumexp): the largest seen, 1e-7 for the loss and 9e-6 for a gradient, by the third step
+# (the weights apart by then by AdamW's steps on gradients that differ in the last bits).
 LOSS_TOLERANCE = 1e-5
 GRAD_TOLERANCE = 1e-4
 FAMILIES = ["llama", "qwen3", "gemma"]
@@ -61,11 +62,18 @@ def expected_mapping(name: str, family: str) -> str | None:
     return MAPPED[family].get("N" if last.isdigit() and ".layers." in f".{name}" else last)
 
 
+@pytest.fixture(scope="module")
+def catalog() -> kcatalog.Catalog:
+    """A catalog of these tests' own: its traces see only their models' ops."""
+    return kcatalog.load_catalog()
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_training_matches_transformers_over_adamw_steps_and_unkernelizes(family: str, tiny: Callable[..., Any]) -> None:
+def test_training_matches_transformers_over_adamw_steps_and_unkernelizes(
+    family: str, tiny: Callable[..., Any], catalog: kcatalog.Catalog
+) -> None:
     model = tiny(family).train()
     ref = copy.deepcopy(model)
-    catalog = kcatalog.load_catalog()  # its own: its trace sees only this model's ops
     report = kcatalog.kernelize(model, catalog, mode="training")
     assert report.mode is Mode.TRAINING and not report.left
     replaced = {item.module: item.mapping for item in report.replaced}

@@ -26,7 +26,9 @@ def test_the_smoke_run_times_every_variant_and_op_and_checks_the_gradients(
     checks = data["checks"]
     assert checks["kcatalog_grads"]["missing"] == [] and checks["kcatalog_grads"]["max_rel_err"] < 1e-4
     assert checks["kcatalog_loss_rel_err"] < 1e-5 and not checks["kcatalog_left"]
-    assert set(checks["backends"]) == set(script.OPS) and all(b["backward_backend"] for b in checks["backends"].values())
+    assert set(checks["backends"]) == set(script.OPS) and all(
+        b["backward_backend"] for b in checks["backends"].values()
+    )
     assert set(data["ops"]) == {"rms_norm", "swiglu", "rope", "fused_linear_cross_entropy"}
     for op in data["ops"].values():  # every op's outputs and gradients against float32 torch
         assert {"kcatalog", "torch"} <= set(op["ms"]) and op["rel_err"]["kcatalog"] < 1e-4
