@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 import kcatalog
+from kcatalog.integrations.kernelize import default_catalog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernelize_gpu import Bench, LigerPatch, relative_error  # noqa: E402
@@ -283,7 +284,9 @@ def flce_torch(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor) -> t
 
 class OpCase:
     """One op at the model's shapes: leaf inputs (those with gradients), how each implementation computes its
-    outputs from them, and the output gradients the backward is fed."""
+    outputs from them, and the output gradients the backward is fed. An implementation that takes its inputs in
+    another layout (Liger's SwiGLU: gate and up apart, as its two GEMMs make them) has leaves of its own, with the
+    same values, and says how their gradients read as the shared leaves' (`own`)."""
 
     def __init__(
         self,
@@ -291,11 +294,18 @@ class OpCase:
         leaves: dict[str, torch.Tensor],
         grads: tuple[torch.Tensor, ...] | None,
         impls: dict[str, Callable[..., Any]],
+        own: dict[str, tuple[dict[str, torch.Tensor], Callable[[], list[torch.Tensor]]]] | None = None,
     ) -> None:
-        self.name, self.leaves, self.grads, self.impls = name, leaves, grads, impls
+        self.name, self.leaves, self.grads, self.impls, self.own = name, leaves, grads, impls, own or {}
 
-    def run(self, impl: Callable[..., Any]) -> tuple[torch.Tensor, ...]:
-        out = impl(**self.leaves)
+    def leaves_of(self, impl: str) -> dict[str, torch.Tensor]:
+        return self.own[impl][0] if impl in self.own else self.leaves
+
+    def grads_of(self, impl: str) -> list[torch.Tensor]:
+        return self.own[impl][1]() if impl in self.own else [leaf.grad for leaf in self.leaves.values()]
+
+    def run(self, impl: str) -> tuple[torch.Tensor, ...]:
+        out = self.impls[impl](**self.leaves_of(impl))
         outs = out if isinstance(out, tuple) else (out,)
         if self.grads is None:  # a loss
             outs[0].backward()
@@ -338,9 +348,13 @@ def op_cases(config: Any, seq: int, device: str, dtype: torch.dtype, ops: dict[s
         OpCase("rms_norm", {"x": rand(seq, hidden), "w": rand(hidden, scale=0.1) + 1}, (rand(seq, hidden),), impls)
     )
     impls = {"kcatalog": lambda y: ops[SILU_AND_MUL](y), "torch": swiglu_torch}
+    y = rand(seq, 2 * inter)
+    own = {}
     if liger_swiglu is not None:  # Liger's takes gate and up apart, as its MLP's two GEMMs make them
-        impls["liger"] = lambda y: liger_swiglu(*y.chunk(2, dim=-1))
-    cases.append(OpCase("swiglu", {"y": rand(seq, 2 * inter)}, (rand(seq, inter),), impls))
+        impls["liger"] = liger_swiglu
+        gate, up = (half.contiguous().requires_grad_(True) for half in y.chunk(2, dim=-1))
+        own["liger"] = ({"a": gate, "b": up}, lambda: [torch.cat((gate.grad, up.grad), dim=-1)])
+    cases.append(OpCase("swiglu", {"y": y}, (rand(seq, inter),), impls, own))
     positions = torch.arange(seq, dtype=torch.float32)
     freqs = positions[:, None] / (500000.0 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))[None]
     angles = torch.cat((freqs, freqs), dim=-1)[None]
@@ -387,33 +401,32 @@ def measure_ops(bench: Results, cases: list[OpCase], device: str, args: argparse
     cuda = device == "cuda"
     for case in cases:
         entry = bench.data["ops"].setdefault(case.name, {"ms": {}, "rel_err": {}})
-        leaves = list(case.leaves.values())
         reference = {name: leaf.detach().float().requires_grad_(True) for name, leaf in case.leaves.items()}
         ref_case = OpCase(
             case.name, reference, None if case.grads is None else tuple(t.float() for t in case.grads), case.impls
         )
-        ref_outs = [o.detach() for o in ref_case.run(case.impls["torch"])]
+        ref_outs = [o.detach() for o in ref_case.run("torch")]
         ref_grads = [leaf.grad for leaf in reference.values()]
-        variants = dict(case.impls)
         if cuda and not args.no_compile:
-            variants["torch_compile"] = torch.compile(case.impls["torch"])
-        for impl_name, impl in variants.items():
+            case.impls["torch_compile"] = torch.compile(case.impls["torch"])
+        for impl_name in case.impls:
             if bench.left() < 30:
                 bench.note(f"ops: out of time before {case.name} {impl_name}")
                 return
             try:
+                leaves = list(case.leaves_of(impl_name).values())
                 for leaf in leaves:
                     leaf.grad = None
-                outs = case.run(impl)
+                outs = case.run(impl_name)
                 errors = [relative_error(o.detach().float(), r) for o, r in zip(outs, ref_outs)]
-                errors += [relative_error(leaf.grad.float(), r) for leaf, r in zip(leaves, ref_grads)]
+                errors += [relative_error(g.float(), r) for g, r in zip(case.grads_of(impl_name), ref_grads)]
                 entry["rel_err"][impl_name] = max(errors)
                 if cuda:
                     import triton.testing
 
                     entry["ms"][impl_name] = float(
                         triton.testing.do_bench(
-                            lambda case=case, impl=impl: case.run(impl),
+                            lambda case=case, impl=impl_name: case.run(impl),
                             warmup=25,
                             rep=100,
                             grad_to_none=leaves,
@@ -422,7 +435,7 @@ def measure_ops(bench: Results, cases: list[OpCase], device: str, args: argparse
                     )
                 else:
                     began = time.perf_counter()
-                    case.run(impl)
+                    case.run(impl_name)
                     entry["ms"][impl_name] = (time.perf_counter() - began) * 1e3
             except Exception as exc:
                 bench.note(f"op {case.name} {impl_name}: {type(exc).__name__}: {str(exc)[:300]}")
@@ -468,7 +481,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     config = llama_config(args)
     ids = torch.randint(0, config.vocab_size, (1, args.seq), generator=torch.Generator().manual_seed(1)).to(device)
     variants = build_variants(bench, config, device, dtype)
-    catalog = kcatalog.integrations.kernelize.default_catalog()
+    catalog = default_catalog()
     platform_here = catalog.platform(device)
     chosen = {}
     present = [op for op in OPS if op in catalog]
