@@ -181,14 +181,22 @@ def build_variants(bench: Results, config: Any, device: str, dtype: torch.dtype)
     return variants
 
 
-def check_first_step(bench: Results, variants: list[Variant], ids: torch.Tensor) -> None:
+def check_first_step(bench: Results, variants: list[Variant], ids: torch.Tensor) -> list[Variant]:
     """Each variant's first loss and every parameter's gradient against plain's, on the same weights and tokens
-    (before any optimizer step)."""
+    (before any optimizer step); returns the variants that ran (a failing one is noted and left out)."""
     ref: dict[str, torch.Tensor] = {}
+    ran = []
     for variant in variants:
-        with variant.scope():
-            loss = variant.model(input_ids=ids, labels=ids).loss
-            loss.backward()
+        try:
+            with variant.scope():
+                loss = variant.model(input_ids=ids, labels=ids).loss
+                loss.backward()
+        except Exception as exc:
+            bench.note(f"{variant.name} first step: {type(exc).__name__}: {str(exc)[:300]}")
+            traceback.print_exc()
+            variant.opt.zero_grad(set_to_none=True)
+            continue
+        ran.append(variant)
         checks = bench.data["checks"]
         checks[f"{variant.name}_first_loss"] = float(loss.detach())
         grads = {n: p.grad for n, p in variant.model.named_parameters() if p.grad is not None}
@@ -212,6 +220,7 @@ def check_first_step(bench: Results, variants: list[Variant], ids: torch.Tensor)
         bench.save()
     del ref
     variants[0].opt.zero_grad(set_to_none=True)
+    return ran
 
 
 def measure_steps(
@@ -499,7 +508,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bench.data["checks"]["backends"] = chosen
     if device == "cuda":
         bench.data["env"]["resting_gib_all_variants"] = torch.cuda.memory_allocated() / 2**30
-    check_first_step(bench, variants, ids)
+    variants = check_first_step(bench, variants, ids)
     measure_steps(bench, variants, ids, args, device)
     ops = catalog.register_torch_ops("kcatalog", ops=present)
     del variants
