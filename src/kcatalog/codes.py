@@ -56,14 +56,15 @@ PLAN_UNKNOWN_BACKEND: Final = "KC241"
 PLAN_DIGEST_DIFFERS: Final = "KC242"
 PLAN_BUCKETS: Final = "KC243"
 PLAN_KEY: Final = "KC244"
-# KC25x link: backward ops, an op's `backward:` against the op it names (link/backward.py).
+# KC25x link: backward ops, an op's `backward:` against the op it names (link/backward.py), and the layer mappings
+# declared for training, whose ops must have one (link/layer_mappings.py).
 BACKWARD_UNKNOWN_OP: Final = "KC250"
 BACKWARD_SIGNATURE: Final = "KC251"
 BACKWARD_GRADS: Final = "KC252"
 BACKWARD_SAVES: Final = "KC253"
 BACKWARD_OF_MUTATING: Final = "KC254"
 BACKWARD_UNCOVERED: Final = "KC255"
-LAYER_OP_NO_BACKWARD: Final = "KC256"  # a layers file's training mapping (link/layer_mappings.py)
+LAYER_OP_NO_BACKWARD: Final = "KC256"
 # KC3xx check: import targets.
 TARGET_MODULE_NOT_FOUND: Final = "KC301"
 TARGET_ATTRIBUTE_MISSING: Final = "KC302"
