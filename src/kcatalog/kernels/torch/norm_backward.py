@@ -53,7 +53,8 @@ def add_rms_norm_backward(
     summed = (_wide(x) + _wide(residual)).to(residual.dtype)
     ds, dw = _rms_grads(_wide(grad_out), _wide(summed), _wide(weight), eps)
     ds = ds + _wide(grad_summed)
-    return ds.to(x.dtype), ds.to(residual.dtype), dw.to(weight.dtype).reshape(weight.shape)
+    # two tensors, never one twice: a torch op's outputs must not alias each other
+    return ds.to(x.dtype), ds.to(residual.dtype, copy=True), dw.to(weight.dtype).reshape(weight.shape)
 
 
 def layer_norm_backward(

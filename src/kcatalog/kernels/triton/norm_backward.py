@@ -79,7 +79,8 @@ def _norm_backward_kernel(
 
     KIND: rms (scale w), gemma (scale 1 + w) or layer norm (mean subtracted; db too). ADD: x is x + residual
     (r_ptr), and the summed output's gradient (gs_ptr) is added to dx. dx, dr are contiguous [n_rows, n_cols];
-    dw, db are [programs, n_cols] float32 (zeros for the chunked path, which adds to them). Pointers that a KIND or ADD does not read are never dereferenced.
+    dw, db are [programs, n_cols] float32 (zeros for the chunked path, which adds to them). Pointers that a KIND
+    or ADD does not read are never dereferenced.
     """
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)

@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..tracing import launch
 from ..torch.rotary import check_shapes
+from ..tracing import launch
 from ._rows import Spread, Tunables, cdiv, next_power_of_2
 
 
@@ -98,7 +98,12 @@ def _unit_last(t: torch.Tensor) -> torch.Tensor:
 
 
 def _rotary(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inverse: bool, out_dtypes: tuple[torch.dtype, torch.dtype]
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    inverse: bool,
+    out_dtypes: tuple[torch.dtype, torch.dtype],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     check_shapes(q, k, cos, sin)
     qo = torch.empty(q.shape, dtype=out_dtypes[0], device=q.device)
