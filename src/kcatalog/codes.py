@@ -56,6 +56,13 @@ PLAN_UNKNOWN_BACKEND: Final = "KC241"
 PLAN_DIGEST_DIFFERS: Final = "KC242"
 PLAN_BUCKETS: Final = "KC243"
 PLAN_KEY: Final = "KC244"
+# KC25x link: backward ops, an op's `backward:` against the op it names (link/backward.py).
+BACKWARD_UNKNOWN_OP: Final = "KC250"
+BACKWARD_SIGNATURE: Final = "KC251"
+BACKWARD_GRADS: Final = "KC252"
+BACKWARD_SAVES: Final = "KC253"
+BACKWARD_OF_MUTATING: Final = "KC254"
+BACKWARD_UNCOVERED: Final = "KC255"
 # KC3xx check: import targets.
 TARGET_MODULE_NOT_FOUND: Final = "KC301"
 TARGET_ATTRIBUTE_MISSING: Final = "KC302"
@@ -142,6 +149,13 @@ CODES: Final[dict[str, str]] = {
     PLAN_DIGEST_DIFFERS: "plan was made from a catalog with other contents (a warning; an error with strict)",
     PLAN_BUCKETS: "a plan entry's buckets are unsorted or overlap",
     PLAN_KEY: "plan entry's key does not give the sizes its op's table_key names (or the op declares none)",
+    BACKWARD_UNKNOWN_OP: "an op's backward names an op the catalog does not declare",
+    BACKWARD_SIGNATURE: "backward op's signature does not follow the convention: one gradient per differentiable "
+    "output, the forward op's parameters, the saved outputs; returns one gradient per `grads` entry",
+    BACKWARD_GRADS: "backward's grads name a parameter the forward op lacks, or one that is not a Tensor",
+    BACKWARD_SAVES: "backward's saves name no output of the forward op, or one that is not a Tensor",
+    BACKWARD_OF_MUTATING: "an op that mutates its arguments declares a backward",
+    BACKWARD_UNCOVERED: "a backend of the forward op runs where (or on a dtype) no backend of its backward op does",
     TARGET_MODULE_NOT_FOUND: "target module not found",
     TARGET_ATTRIBUTE_MISSING: "target attribute not defined by its module",
     TARGET_UNAVAILABLE: "target unavailable here: its top-level package is not installed",

@@ -296,6 +296,18 @@ def key_text(names: tuple[str, ...], values: TableKeyValues) -> str:
 
 
 @dataclass(frozen=True)
+class Backward:
+    """The op that computes an op's gradients (its manifest's `backward:`), checked against the convention at link
+    time (link/backward.py): it takes one gradient per differentiable output of the forward op, then the forward
+    op's parameters, then the `saves` outputs, and returns the gradients of `grads`, in that order."""
+
+    op: str  # the backward op's id, qualified
+    grads: tuple[str, ...]  # the forward op's parameters that get a gradient, in the order the backward returns them
+    saves: tuple[int, ...]  # the forward outputs (by position) handed to the backward op, not differentiable
+    location: Location  # the `backward:` key in the forward op's manifest
+
+
+@dataclass(frozen=True)
 class OpInfo:
     """An op as declared: its contract and its backends in declaration order (extensions included).
 
@@ -334,6 +346,8 @@ class OpInfo:
     # The sizes its tuned tables and plans are keyed by beside the token count (`table_key:`), resolved to argument
     # dimensions at link time; () for an op that declares none: one table per platform and dtype, as before.
     table_key: tuple[KeyDim, ...] = ()
+    # The op that computes its gradients (`backward:`), linked and checked; None: it has no gradient.
+    backward: Backward | None = None
 
     @property
     def key_names(self) -> tuple[str, ...]:

@@ -169,6 +169,44 @@ def _within(arch: str, low: tuple[int, ...] | None, high: tuple[int, ...] | None
     return (low is None or value >= low) and (high is None or value <= high)
 
 
+def covers(capabilities: tuple[Capability, ...], needed: Capability | None) -> bool:
+    """Whether one of `capabilities` (empty: anywhere) admits every platform `needed` admits (None: every
+    platform): one device, a window at least as wide, and exact architectures among its own."""
+    if not capabilities:
+        return True
+    return needed is not None and any(_contains(cap, needed) for cap in capabilities)
+
+
+def _contains(outer: Capability, inner: Capability) -> bool:
+    if outer.device != inner.device:
+        return False
+    if inner.archs is not None:  # exact architectures: each one inner admits, outer must admit
+        admitted = [arch for arch in inner.archs if _within(arch, _bound(inner.min_arch), _bound(inner.max_arch))]
+        return all(
+            (outer.archs is None or arch in outer.archs)
+            and _within(arch, _bound(outer.min_arch), _bound(outer.max_arch))
+            for arch in admitted
+        )
+    if outer.archs is not None:
+        return False
+    low = outer.min_arch is None or (
+        inner.min_arch is not None and _arch_tuple(inner.min_arch) >= _arch_tuple(outer.min_arch)
+    )
+    high = outer.max_arch is None or (
+        inner.max_arch is not None and _arch_tuple(inner.max_arch) <= _arch_tuple(outer.max_arch)
+    )
+    return low and high
+
+
+def _bound(arch: str | None) -> tuple[int, ...] | None:
+    return None if arch is None else _arch_tuple(arch)
+
+
+def describe_capabilities(capabilities: tuple[Capability, ...]) -> str:
+    """'cuda >= 8.0 or hip', as messages show where a backend runs ('anywhere' for none)."""
+    return " or ".join(_describe(cap) for cap in capabilities) if capabilities else "anywhere"
+
+
 def _describe(cap: Capability) -> str:
     if cap.min_arch and cap.max_arch:
         return f"{cap.device} {cap.min_arch}..{cap.max_arch}"

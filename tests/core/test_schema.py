@@ -29,6 +29,7 @@ MODELS = sorted(
 MINIMAL: dict[str, dict[str, object]] = {
     "CapabilityDecl": {"device": "cuda"},
     "BackendDecl": {"target": "pkg.mod:fn"},
+    "BackwardDecl": {"op": "rms_norm_backward", "grads": ["x"]},
     "OpDecl": {
         "description": "d",
         "signature": "(x: Tensor) -> Tensor",

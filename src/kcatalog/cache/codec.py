@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import Diagnostic, Location, Severity
 from ..model import (
     BackendInfo,
+    Backward,
     BrokenOps,
     Capability,
     CatalogSettings,
@@ -77,6 +78,7 @@ MODEL_TYPES: tuple[type, ...] = (
     Environment,
     SourceDigests,
     KeyDim,
+    Backward,
 )
 ENUM_TYPES: tuple[type[Enum], ...] = (Severity, TargetRole, StalePolicy, Promise)
 _LOCATION = -1

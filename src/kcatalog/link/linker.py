@@ -16,6 +16,7 @@ from ..model import NOTHING_BROKEN, BrokenOps, CatalogLayer, LinkedCatalog, OpIn
 from ..validate.schema import Manifest
 from ..validate.validator import ValidatedFile
 from .backend_specs import backend_specs, declare_fake
+from .backward import link_backwards
 from .context import LinkContext
 from .extensions import link_extensions
 from .layer_mappings import link_mappings
@@ -81,6 +82,7 @@ def _link_ops(context: LinkContext, files: Sequence[ValidatedFile]) -> dict[str,
         pending_ops.pop(op_id, None)
     for pending in pending_ops.values():  # after extensions, which may add the backends an order names
         resolve_priorities(context, pending)
+    link_backwards(context, pending_ops)  # after extensions: the backends they add must be covered too
     check_torch_names(pending_ops)  # their problems are warnings where a policy asks for torch ops (policy.py)
     return {op_id: pending.freeze(groups[op_id], context.layer(pending.file)) for op_id, pending in pending_ops.items()}
 

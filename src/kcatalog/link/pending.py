@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ..errors import Diagnostic, Location
-from ..model import Importable, KernelSpec, KeyDim, OpInfo, Parameters
+from ..model import Backward, Importable, KernelSpec, KeyDim, OpInfo, Parameters
 from ..validate.schema import FAKE_REFERENCE, OpDecl
 from ..validate.validator import ValidatedFile
 from .signature import dispatch_of, read_parameters
@@ -29,6 +29,7 @@ class PendingOp:
     # The op's orders with names of the settings' priority lists resolved (see link/priorities.py).
     priority: tuple[str, ...] | None = None
     platform_priority: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    backward: Backward | None = None  # its `backward:`, once linked and checked (link/backward.py)
 
     def freeze(self, group: str, layer: str) -> OpInfo:
         op = self.op
@@ -60,6 +61,7 @@ class PendingOp:
             torch_problems=tuple(self.torch_problems),
             layer=layer,
             table_key=table_key,
+            backward=self.backward,
         )
 
 

@@ -56,13 +56,7 @@ def torch_schema(signature: str, mutates: tuple[str, ...] = ()) -> TorchSchema:
     if args.vararg or args.kwarg:
         star = f"*{args.vararg.arg}" if args.vararg else f"**{args.kwarg.arg}"  # type: ignore[union-attr]
         raise ValueError(f"parameter '{star}' is variadic; a torch op takes a fixed list of parameters")
-    positional = [*args.posonlyargs, *args.args]
-    first_default = len(positional) - len(args.defaults)
-    declared: list[tuple[ast.arg, ast.expr | None]] = [
-        (arg, args.defaults[index - first_default] if index >= first_default else None)
-        for index, arg in enumerate(positional)
-    ]
-    keyword_only = list(zip(args.kwonlyargs, args.kw_defaults))
+    declared, keyword_only = _declared(args)
     names = [arg.arg for arg, _ in (*declared, *keyword_only)]
     for name in mutates:
         if name not in names:
@@ -77,6 +71,57 @@ def torch_schema(signature: str, mutates: tuple[str, ...] = ()) -> TorchSchema:
         raise ValueError("it takes no Tensor, so torch's dispatcher has no device to dispatch on")
     returns = _returns(function.returns)
     return TorchSchema(f"({', '.join(params)}) -> {returns}", returns == "()")
+
+
+@dataclass(frozen=True)
+class SchemaParameter:
+    """One parameter as a torch schema types it."""
+
+    name: str
+    kind: str  # 'Tensor', 'SymInt', 'float', 'Tensor[]', ...; with '?' when optional ('Tensor?')
+    default: str | None  # as the schema writes it ('1e-06'); None: no default
+    keyword_only: bool
+
+
+@dataclass(frozen=True)
+class SchemaTypes:
+    """An op signature's parameters and outputs as a torch schema types them (what a backward op's convention is
+    checked against: link/backward.py)."""
+
+    parameters: tuple[SchemaParameter, ...]
+    returns: tuple[str, ...]  # one schema type per output: () for None, one for a single value, n for a tuple
+
+
+@functools.lru_cache(maxsize=4096)
+def schema_types(signature: str) -> SchemaTypes:
+    """The signature's parameters and outputs in torch schema types; ValueError when torch.library cannot express
+    it (as torch_schema says)."""
+    torch_schema(signature)  # the same ValueError, for a signature no schema has
+    function = parse(f"def _{signature}: pass").body[0]
+    assert isinstance(function, ast.FunctionDef)
+    declared, keyword_only = _declared(function.args)
+    parameters = []
+    for index, (arg, default) in enumerate([*declared, *keyword_only]):
+        kind, optional = _parameter_type(arg.annotation, arg.arg)  # type: ignore[arg-type]  # typed: torch_schema
+        kind += "?" if optional else ""
+        text = None if default is None else _default(default, kind.rstrip("?"), optional, arg.arg)
+        parameters.append(SchemaParameter(arg.arg, kind, text, index >= len(declared)))
+    returns = _returns(function.returns)
+    items = () if returns == "()" else tuple(returns.strip("()").split(", ")) if returns.startswith("(") else (returns,)
+    return SchemaTypes(tuple(parameters), items)
+
+
+def _declared(
+    args: ast.arguments,
+) -> tuple[list[tuple[ast.arg, ast.expr | None]], list[tuple[ast.arg, ast.expr | None]]]:
+    """(parameter, its default or None) for the positional parameters, and for the keyword-only ones."""
+    positional = [*args.posonlyargs, *args.args]
+    first_default = len(positional) - len(args.defaults)
+    declared: list[tuple[ast.arg, ast.expr | None]] = [
+        (arg, args.defaults[index - first_default] if index >= first_default else None)
+        for index, arg in enumerate(positional)
+    ]
+    return declared, list(zip(args.kwonlyargs, args.kw_defaults))
 
 
 def _alias(index: int) -> str:

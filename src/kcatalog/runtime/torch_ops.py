@@ -132,7 +132,8 @@ class TorchOps:
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise CatalogError(f"torch op namespace {namespace!r} is not an identifier")
         wanted = [ops] if isinstance(ops, str) else list(self._ops() if ops is None else ops)
-        infos = [self._info(op) for op in dict.fromkeys(wanted)]  # UnknownOpError names what exists
+        asked = [self._info(op) for op in dict.fromkeys(wanted)]  # UnknownOpError names what exists
+        infos = _with_backwards(asked, self._info)  # a backward op is registered with its forward op
         import torch
 
         with self.lock:
@@ -148,7 +149,7 @@ class TorchOps:
             new = [info for info in infos if (namespace, info.id) not in self.ops]
             if new:
                 self._define(torch, namespace, new, traced)
-            return MappingProxyType({info.id: self.ops[(namespace, info.id)].packet for info in infos})
+            return MappingProxyType({info.id: self.ops[(namespace, info.id)].packet for info in asked})
 
     def _define(self, torch: Any, namespace: str, infos: list[OpInfo], traced: bool) -> None:
         problems = [problem for info in infos for problem in info.torch_problems]
@@ -166,10 +167,24 @@ class TorchOps:
             except Exception as exc:
                 library._destroy()  # none of this call's ops stays half-registered
                 raise CatalogError(f"torch.library refused op '{info.id}' ({info.location}): {exc}") from exc
+            for op in defined:
+                self.ops[(namespace, op.op)] = op
+            try:
+                for info in infos:
+                    if info.backward is not None:
+                        backward = self.ops[(namespace, info.backward.op)]
+                        forward = self.ops[(namespace, info.id)]
+                        _register_autograd(torch, library, forward, info, backward, self._info(backward.op))
+            except Exception as exc:
+                for op in defined:
+                    del self.ops[(namespace, op.op)]
+                library._destroy()
+                raise CatalogError(
+                    f"torch.library refused the autograd of op '{info.id}' ({info.location}): {exc}"
+                ) from exc
             self._libraries.append(library)
             for op in defined:
                 _DEFINED[op.qualname] = self
-                self.ops[(namespace, op.op)] = op
         self._is_compiling = torch.compiler.is_compiling
         for op in defined:
             if op.op not in self._routed:
@@ -316,6 +331,68 @@ class TorchOps:
             return mode.__torch_dispatch__(func, types, args, kwargs)
 
         return rule
+
+
+def _with_backwards(infos: list[OpInfo], info: Callable[[str], OpInfo]) -> list[OpInfo]:
+    """The ops, each followed by its backward op, its backward's backward, ... (once each)."""
+    found: dict[str, OpInfo] = {}
+    pending = list(infos)
+    while pending:
+        op = pending.pop(0)
+        if op.id not in found:
+            found[op.id] = op
+            if op.backward is not None:
+                pending.append(info(op.backward.op))
+    return list(found.values())
+
+
+def _register_autograd(
+    torch: Any, library: Any, forward: TorchOp, info: OpInfo, backward: TorchOp, backward_info: OpInfo
+) -> None:
+    """torch.library.register_autograd for the forward op: setup_context keeps its inputs (tensors saved for
+    backward) and its saved outputs (not differentiable); the backward calls the backward torch op with the
+    gradients of the other outputs, the inputs and the saved outputs, and gives its results to `grads`."""
+    assert info.backward is not None and info.parameters is not None  # linked: the pair follow the convention
+    names = info.parameters.names
+    saves = info.backward.saves
+    grad_at = tuple(names.index(name) for name in info.backward.grads)
+    call = backward.packet.default
+    assert backward_info.parameters is not None
+    positional, keywords = len(backward_info.parameters.positional), backward_info.parameters.keyword_only
+
+    keyword_only = info.parameters.keyword_only
+
+    def setup_context(
+        ctx: Any, inputs: tuple[Any, ...], output: Any, keyword_only_inputs: Mapping[str, Any] | None = None
+    ) -> None:
+        if keyword_only:  # torch hands keyword-only arguments apart: back in the signature's order
+            given = keyword_only_inputs or {}
+            inputs = (*inputs, *(given[name] for name in keyword_only))
+        outputs = output if isinstance(output, tuple) else (output,)
+        kept = [outputs[i] for i in saves]
+        if kept:
+            ctx.mark_non_differentiable(*kept)
+        tensors = [i for i, value in enumerate(inputs) if isinstance(value, torch.Tensor)]
+        ctx.save_for_backward(*(inputs[i] for i in tensors), *kept)
+        ctx.kc_inputs = tuple(None if i in tensors else value for i, value in enumerate(inputs))
+        ctx.kc_tensors = tensors
+
+    def backward_fn(ctx: Any, *grads: Any) -> Any:
+        saved = ctx.saved_tensors
+        inputs = list(ctx.kc_inputs)
+        for slot, i in enumerate(ctx.kc_tensors):
+            inputs[i] = saved[slot]
+        kept = saved[len(ctx.kc_tensors) :]
+        differentiable = [grad for i, grad in enumerate(grads) if i not in saves]
+        args = (*differentiable, *inputs, *kept)
+        results = call(*args[:positional], **dict(zip(keywords, args[positional:])))
+        results = results if isinstance(results, tuple) else (results,)
+        gradients: list[Any] = [None] * len(inputs)
+        for i, grad in zip(grad_at, results):
+            gradients[i] = grad
+        return tuple(gradients) if len(gradients) > 1 else gradients[0]
+
+    torch.library.register_autograd(forward.qualname, backward_fn, setup_context=setup_context, lib=library)
 
 
 def _can_trace(torch: Any) -> bool:

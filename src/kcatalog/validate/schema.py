@@ -271,6 +271,35 @@ class SamplesDecl(_Strict):
     )
 
 
+OpRef = Annotated[
+    str,
+    Field(
+        pattern=r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)?$",
+        description="an op's name in this group, or its id '<group>.<name>'",
+    ),
+]
+SAVED_OUTPUT_PATTERN = r"^return\.(0|[1-9][0-9]*)$"
+
+
+class BackwardDecl(_Strict):
+    """The op that computes an op's gradients (its `backward:`): an op of its own, with its own backends, samples
+    and conformance. By convention it takes one Tensor per differentiable output of the forward op (the gradient of
+    that output), then exactly the forward op's parameters, then one Tensor per `saves` entry; and it returns one
+    Tensor per `grads` entry, in that order."""
+
+    op: OpRef = Field(description="the backward op: a name in this group, or a qualified id")
+    grads: tuple[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], ...] = Field(
+        min_length=1,
+        description="the forward op's Tensor parameters that get a gradient, in the order the backward op returns "
+        "them; the others get none",
+    )
+    saves: tuple[Annotated[str, Field(pattern=SAVED_OUTPUT_PATTERN)], ...] = Field(
+        (),
+        description="forward outputs ('return.0', 'return.1', ...) handed to the backward op after the parameters; "
+        "they are not differentiable, so the backward op takes no gradient for them",
+    )
+
+
 class OpDecl(_Strict):
     """An operation and its implementations."""
 
@@ -309,6 +338,11 @@ class OpDecl(_Strict):
         "each call's arguments; left out: one table per platform and dtype",
     )
     fake: Fake | None = None
+    backward: BackwardDecl | None = Field(
+        None,
+        description="the op that computes this op's gradients: torch autograd runs it through the registered torch "
+        "ops (Catalog.register_torch_ops); left out: the op has no gradient",
+    )
     backends: dict[BackendName, BackendDecl] = Field(min_length=1)
 
 

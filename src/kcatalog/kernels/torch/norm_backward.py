@@ -1,9 +1,9 @@
-"""Pure-torch references for the normalisation layers' gradients (gemma_rms_norm, add_rms_norm, layer_norm).
+"""Pure-torch references for the backward ops of the normalisation layers (rms_norm, gemma_rms_norm, add_rms_norm,
+layer_norm): each takes the incoming gradient(s) then the forward's own arguments, recomputes the row statistics,
+and returns the gradients in float32 math (float64 stays float64), each in its input's dtype.
 
-Each takes the incoming gradient(s) then the forward's own arguments, recomputes the row statistics, and returns
-the gradients in the dtypes of the inputs they belong to. Math in float32, or float64 for float64 inputs (so that
-``torch.autograd.gradcheck`` can check them). A module of its own: the tuned table records the digests of the
-forward modules, which an edit there would change.
+Kept apart from the forward references (kernels/torch/layernorm.py): the shipped tuned table records the source
+digest of every kernel module it timed, and a backward added there would make its entries stale.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from __future__ import annotations
 import torch
 
 
-def _wide(t: torch.Tensor) -> torch.Tensor:
-    """`t` in float32, or as it is where it is float64."""
-    return t.to(torch.promote_types(t.dtype, torch.float32))
+def upcast(t: torch.Tensor) -> torch.Tensor:
+    """`t` in the dtype the references compute in: float32, or float64 for a float64 tensor (so that
+    torch.autograd.gradcheck, which perturbs float64 inputs, sees float64 math)."""
+    return t if t.dtype == torch.float64 else t.float()
 
 
 def _column_sum(t: torch.Tensor) -> torch.Tensor:
@@ -32,11 +33,23 @@ def _rms_grads(
     return dx, _column_sum(grad * xhat)
 
 
+def rms_norm_backward(
+    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of rms_norm with respect to ``x`` and ``weight``, given the gradient of its output.
+
+    With ``r = rsqrt(mean(x^2) + eps)`` and ``x̂ = x * r`` per row: ``dx = r * (g*w - x̂ * mean(g*w*x̂))`` and
+    ``dw = Σ_rows g * x̂``; float32 math, returned in ``x``'s and ``weight``'s dtypes.
+    """
+    dx, dw = _rms_grads(upcast(grad), upcast(x), upcast(weight), eps)
+    return dx.to(x.dtype), dw.to(weight.dtype).reshape(weight.shape)
+
+
 def gemma_rms_norm_backward(
     grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gradients (dx, dweight) of ``y = x * rsqrt(mean(x^2) + eps) * (1 + weight)``."""
-    dx, dw = _rms_grads(_wide(grad), _wide(x), 1.0 + _wide(weight), eps)
+    dx, dw = _rms_grads(upcast(grad), upcast(x), 1.0 + upcast(weight), eps)
     return dx.to(x.dtype), dw.to(weight.dtype).reshape(weight.shape)
 
 
@@ -50,9 +63,9 @@ def add_rms_norm_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dx, dresidual, dweight) of add_rms_norm's ``(rms_norm(s) * weight, s)``, ``s = x + residual``
     rounded to the residual's dtype (recomputed here as the forward rounds it): dx and dresidual are both ds."""
-    summed = (_wide(x) + _wide(residual)).to(residual.dtype)
-    ds, dw = _rms_grads(_wide(grad_out), _wide(summed), _wide(weight), eps)
-    ds = ds + _wide(grad_summed)
+    summed = (upcast(x) + upcast(residual)).to(residual.dtype)
+    ds, dw = _rms_grads(upcast(grad_out), upcast(summed), upcast(weight), eps)
+    ds = ds + upcast(grad_summed)
     # two tensors, never one twice: a torch op's outputs must not alias each other
     return ds.to(x.dtype), ds.to(residual.dtype, copy=True), dw.to(weight.dtype).reshape(weight.shape)
 
@@ -61,11 +74,11 @@ def layer_norm_backward(
     grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dx, dweight, dbias) of ``y = (x - mean) * rsqrt(var + eps) * weight + bias`` (biased var)."""
-    g, xw = _wide(grad), _wide(x)
+    g, xw = upcast(grad), upcast(x)
     centered = xw - xw.mean(-1, keepdim=True)
     rstd = torch.rsqrt(centered.pow(2).mean(-1, keepdim=True) + eps)
     xhat = centered * rstd
-    gw = g * _wide(weight)
+    gw = g * upcast(weight)
     dx = rstd * (gw - gw.mean(-1, keepdim=True) - xhat * (gw * xhat).mean(-1, keepdim=True))
     dw, db = _column_sum(g * xhat), _column_sum(g)
     return dx.to(x.dtype), dw.to(weight.dtype).reshape(weight.shape), db.to(bias.dtype).reshape(bias.shape)

@@ -1,4 +1,4 @@
-"""Triton kernels for the normalisation layers' gradients: gemma_rms_norm, add_rms_norm and layer_norm.
+"""Triton kernels for the normalisation layers' gradients: rms_norm, gemma_rms_norm, add_rms_norm and layer_norm.
 
 One kernel (``_norm_backward_kernel``), composed of the row helpers in ``_rows`` as the forward kernels are:
 
@@ -13,7 +13,8 @@ One kernel (``_norm_backward_kernel``), composed of the row helpers in ``_rows``
   sums of the gradient, then dx, each pass re-reading the row (mostly from L2); the program's weight-gradient
   row is updated in place chunk by chunk (it belongs to this program alone).
 
-A module of its own: the tuned table records the digests of the forward kernels' modules.
+Kept apart from the forward kernels (kernels/triton/layernorm.py): the shipped tuned table records the source digest
+of every kernel module it timed, and a backward added there would make its entries stale.
 """
 
 from __future__ import annotations
@@ -226,6 +227,15 @@ def _backward(
     if kind == _LAYER:
         return dx, dweight, db.sum(0)
     return (dx, dweight) if dr is None else (dx, dr, dweight)
+
+
+def rms_norm_backward(
+    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradients (dx, dweight) of RMSNorm ``x * rsqrt(mean(x^2) + eps) * weight``, in x's and weight's dtypes; one
+    fused pass over x and grad per row, float32 math (see the module's docstring for the scheme)."""
+    dx, dw = _backward(_RMS, grad, x, weight, eps)
+    return dx, dw
 
 
 def gemma_rms_norm_backward(

@@ -1,5 +1,6 @@
-"""`kcatalog test`: every eligible backend checked against the op's reference on its declared samples, and every
-promise a backend makes of its outputs here (deterministic, batch_invariant) checked on the same samples."""
+"""`kcatalog test`: every eligible backend checked against the op's reference on its declared samples, every
+promise a backend makes of its outputs here (deterministic, batch_invariant) checked on the same samples, and the
+gradients of every op with a backward (tools/gradients.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(options: argparse.Namespace) -> int:
-    from .. import conformance, promises
+    from .. import conformance, gradients, promises
 
     if options.interpret:
         if options.device != "cpu":
@@ -59,17 +60,30 @@ def run(options: argparse.Namespace) -> int:
         interpret=options.interpret,
     )
     notes += promise_notes
+    gradient_cases, gradient_notes = gradients.plan_gradients(
+        catalog,
+        ops,
+        device=options.device,
+        backends=options.backend,
+        dtypes=options.dtype,
+        base_seed=seed,
+        interpret=options.interpret,
+    )
+    notes += gradient_notes
     results = list(conformance.run(cases, catalog, options.device))
     kept = list(promises.run_promises(promise_cases, options.device))
+    grads = list(gradients.run_gradients(gradient_cases, catalog, options.device))
     failed = [r for r in results if not r.passed]
     broken = [r for r in kept if not r.passed]
-    checks, failures = len(results) + len(kept), len(failed) + len(broken)
+    wrong = [r for r in grads if not r.passed]
+    checks, failures = len(results) + len(kept) + len(grads), len(failed) + len(broken) + len(wrong)
     if options.output_format == "json":
         summary = {"checks": checks, "failed": failures}
         document = {
             "seed": seed,
             "results": [r.as_dict() for r in results],
             "promises": [r.as_dict() for r in kept],
+            "gradients": [r.as_dict() for r in grads],
             "notes": notes,
             "summary": summary,
         }
@@ -80,6 +94,8 @@ def run(options: argparse.Namespace) -> int:
             print(conformance.format_table(results))
         if kept:
             print(promises.format_promises(kept))
+        if grads:
+            print(gradients.format_gradients(grads))
         for note in notes:
             print(printable(f"note: {note}"))
         where = {"catalogs": paths or (), "device": options.device, "interpret": options.interpret}
@@ -87,6 +103,8 @@ def run(options: argparse.Namespace) -> int:
             print(printable(conformance.failure_line(r, seed, **where)))  # it quotes what the kernel raised
         for p in broken:
             print(printable(promises.promise_failure_line(p, seed, **where)))
+        for g in wrong:
+            print(printable(gradients.gradient_failure_line(g, seed)))
         skipped = sum(r.skipped for r in results)
         refused = f", {skipped} refused by a backend's gate (skipped)" if skipped else ""
         print(f"{plural(checks, 'check')}, {failures} failed{refused}.")
