@@ -212,7 +212,7 @@ def check_first_step(bench: Results, variants: list[Variant], ids: torch.Tensor)
             "worst": worst,
             "median_rel_err": statistics.median(errors.values()) if errors else None,
         }
-        checks[f"{variant.name}_loss_rel_err"] = abs(float(loss) - checks["plain_first_loss"]) / abs(
+        checks[f"{variant.name}_loss_rel_err"] = abs(float(loss.detach()) - checks["plain_first_loss"]) / abs(
             checks["plain_first_loss"]
         )
         del grads

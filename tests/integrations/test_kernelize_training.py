@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import kcatalog
-from kcatalog.integrations.kernelize import Mode
+from kcatalog.model import Mode
 from kcatalog.runtime.trace import Via
 
 # Relative error (Frobenius norm) allowed in float32, the loss and each parameter's gradient: the kernels' torch

@@ -45,10 +45,11 @@ def test_loading_and_validating_the_mappings_imports_neither_torch_nor_transform
     assert report["heavy"] == []
     assert report["code"] == 0
     assert report["cold"] == report["warm"] == [
-        "llama_rms_norm", "gemma_rms_norm", "silu_gated_mlp", "llama_attention_fused_qkv", "llama_attention",
-        "gemma_attention",
-        "gelu_tanh_gated_mlp", "gelu_tanh_gated_mlp_gemma2", "residual_norm_model", "residual_norm_decoder_layer",
-        "moe_experts"
+        "llama_rms_norm", "gemma_rms_norm", "silu_gated_mlp", "silu_gated_mlp_training", "llama_attention_fused_qkv",
+        "llama_attention", "gemma_attention", "attention_training",
+        "gelu_tanh_gated_mlp", "gelu_tanh_gated_mlp_training", "gelu_tanh_gated_mlp_gemma2",
+        "gelu_tanh_gated_mlp_gemma2_training", "residual_norm_model", "residual_norm_decoder_layer",
+        "causal_lm_fused_linear_cross_entropy", "moe_experts"
     ]  # fmt: skip
     assert report["status"] == "hit"
 
