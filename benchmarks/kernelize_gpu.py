@@ -143,6 +143,14 @@ class Phases:
         g = torch.Generator().manual_seed(1)
         self.prefill_ids = torch.randint(0, config.vocab_size, (1, args.prefill), generator=g).to(device)
         self.decode_ids = {b: torch.randint(0, config.vocab_size, (b, 1), generator=g).to(device) for b in args.batches}
+        self.ref32: dict[str, torch.Tensor] = {}  # each phase's logits from the float32 model (float32_logits)
+
+    def float32_logits(self, model32: Any, batches: list[int]) -> None:
+        """Each phase's logits from the same weights in float32: what every variant's error is measured against."""
+        with torch.no_grad():
+            self.ref32["prefill"] = self.prefill_fn(model32, model32)().float()
+            for batch in batches:
+                self.ref32[f"decode b={batch}"] = self.decode_fn(model32, model32, batch)().float()
 
     def prefill_fn(self, forward: Callable[..., Any], eager: Any) -> Callable[[], Any]:
         return self._step(forward, eager, self.prefill_ids, 0)
@@ -336,6 +344,9 @@ def measure(bench: Bench, label: str, model: Any, phases: Phases, args: argparse
                     bench.data["compile_s"].setdefault(key, {})[phase] = round(time.monotonic() - start, 1)
                 rounds.setdefault(phase, []).append(ms(step))
                 times[phase] = statistics.median(rounds[phase])
+                if first and phase in phases.ref32:  # logits against the float32 model's, at every phase
+                    errors = bench.data.setdefault("rel_err_f32", {}).setdefault(key, {})
+                    errors[phase] = relative_error(step().float(), phases.ref32[phase])
                 if not compiled and first and phase in ("prefill", "decode b=16"):
                     prof = profile_step(model, step)
                     prof["share_of_step"] = prof["replaced_us"] / (times[phase] * 1e3)
@@ -458,6 +469,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ms = timer(device)
     model = build(config, device, dtype, None)
     state = {key: value.clone() for key, value in model.state_dict().items()}
+    model32 = build(config, device, torch.float32, {key: value.float() for key, value in state.items()})
+    phases.float32_logits(model32, args.batches)
+    del model32
+    if device == "cuda":
+        torch.cuda.empty_cache()
     with torch.no_grad():
         ref = phases.prefill_fn(model, model)().float()
     bench.save()
@@ -520,6 +536,9 @@ def table(data: dict[str, Any]) -> str:
                          f"(rope {prof['by_part_us'].get('rope', 0.0):.1f}) of "
                          f"{prof['kernel_us_total']:8.1f} us kernel time, "
                          f"{prof['share_of_step']:.1%} of the step")  # fmt: skip
+    for key, by_phase in data.get("rel_err_f32", {}).items():
+        errors = ", ".join(f"{phase} {error:.4f}" for phase, error in by_phase.items())
+        lines.append(f"logits vs float32 {key:18s}: {errors}")
     for key, value in data.get("checks", {}).items():
         if key != "kcatalog_report":
             lines.append(f"check {key}: {value}")
