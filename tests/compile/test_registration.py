@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 SCHEMAS = {
     "layernorm.rms_norm": "layernorm_rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor",
+    "layernorm.rms_norm_backward": (
+        "layernorm_rms_norm_backward(Tensor grad, Tensor x, Tensor weight, float eps=1e-06) -> (Tensor, Tensor)"
+    ),
     "layernorm.gemma_rms_norm": "layernorm_gemma_rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor",
     "layernorm.fused_add_rms_norm": (
         "layernorm_fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps=1e-06) -> ()"

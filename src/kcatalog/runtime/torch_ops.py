@@ -360,7 +360,14 @@ def _register_autograd(
     assert backward_info.parameters is not None
     positional, keywords = len(backward_info.parameters.positional), backward_info.parameters.keyword_only
 
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    keyword_only = info.parameters.keyword_only
+
+    def setup_context(
+        ctx: Any, inputs: tuple[Any, ...], output: Any, keyword_only_inputs: Mapping[str, Any] | None = None
+    ) -> None:
+        if keyword_only:  # torch hands keyword-only arguments apart: back in the signature's order
+            given = keyword_only_inputs or {}
+            inputs = (*inputs, *(given[name] for name in keyword_only))
         outputs = output if isinstance(output, tuple) else (output,)
         kept = [outputs[i] for i in saves]
         if kept:

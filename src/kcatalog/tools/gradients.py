@@ -111,8 +111,11 @@ def plan_gradients(
     return cases, notes
 
 
-def run_gradients(cases: Sequence[GradientCase], catalog: Catalog, device: str) -> Iterator[GradientResult]:
-    """Run each case; one that raises is a failure with its message, never an abort."""
+def run_gradients(
+    cases: Sequence[GradientCase], catalog: Catalog, device: str, namespace: str = "kcatalog"
+) -> Iterator[GradientResult]:
+    """Run each case (the ops registered as torch ops under `namespace`); one that raises is a failure with its
+    message, never an abort."""
     registered: dict[str, Any] = {}
     for case in cases:
         if case.backend == GRADCHECK:
@@ -120,7 +123,7 @@ def run_gradients(cases: Sequence[GradientCase], catalog: Catalog, device: str) 
             continue
         if case.info.id not in registered:
             try:
-                registered.update(catalog.register_torch_ops(ops=[case.info.id]))
+                registered.update(catalog.register_torch_ops(namespace, [case.info.id]))
             except CatalogError as exc:
                 registered[case.info.id] = exc
         torch_op = registered[case.info.id]

@@ -86,6 +86,7 @@ def run(options: argparse.Namespace) -> int:
     with catalog.use(deterministic=options.deterministic, batch_invariant=options.batch_invariant):
         selections = [_selection(catalog, op, platform, options, keys[op]) for op in ops]
         tuned = {s.op: _tuned_lines(catalog, s, options, keys[s.op]) for s in selections}  # each key's, alike
+        backwards = {s.op: _backward(catalog, s, options) for s in selections}
     torch_ops = {}
     if options.torch_ops:
         torch_ops = {op: catalog.describe_torch_op(op, platform=platform) for op in ops}
@@ -95,6 +96,10 @@ def run(options: argparse.Namespace) -> int:
         entries = [_as_dict(catalog, s, keys[s.op]) for s in selections]
         for entry in entries if torch_ops else ():
             entry["torch_op"] = torch_ops[str(entry["op"])].as_dict()
+        for entry in entries:
+            backward = backwards[str(entry["op"])]
+            if backward is not None:
+                entry["backward"] = _backward_dict(catalog, str(entry["op"]), backward)
         print(json.dumps(entries, indent=2))
     else:
         layered = len(catalog.layers) > 1
@@ -118,9 +123,44 @@ def run(options: argparse.Namespace) -> int:
                     print(f"  {spec.backend}: gated per call by {spec.gate.target} (asked once per argument shape)")
             for line in tuned[s.op]:
                 print(printable(line))
+            backward = backwards[s.op]
+            if backward is not None:
+                print(printable(_backward_line(catalog, s.op, backward)))
             for line in torch_ops[s.op].lines() if torch_ops else ():
                 print(printable(line))
     return 0 if all(s.chosen for s in selections) else 1
+
+
+def _backward(catalog: Catalog, s: Selection, options: argparse.Namespace) -> Selection | None:
+    """What the op's backward op selects for the same call (platform, dtype, token count), or None: no backward."""
+    backward = catalog.info(s.op).backward
+    if backward is None:
+        return None
+    return catalog.select(backward.op, s.platform, options.dtype, tokens=options.tokens)
+
+
+def _backward_line(catalog: Catalog, op: str, b: Selection) -> str:
+    """'  backward: layernorm.rms_norm_backward runs torch (...), by ...; gradients of x, weight'."""
+    backward = catalog.info(op).backward
+    assert backward is not None
+    chosen = f"{b.chosen.backend} ({b.chosen.target}), by {b.decided_by}" if b.chosen else "nothing eligible"
+    saves = f"; saves {', '.join(f'return.{i}' for i in backward.saves)}" if backward.saves else ""
+    why = "".join(f"; {r.backend}: {r.reason}" for r in b.rejected) if not b.chosen else ""
+    return f"  backward: {b.op} runs {chosen}; gradients of {', '.join(backward.grads)}{saves}{why}"
+
+
+def _backward_dict(catalog: Catalog, op: str, b: Selection) -> dict[str, Any]:
+    backward = catalog.info(op).backward
+    assert backward is not None
+    return {
+        "op": b.op,
+        "grads": list(backward.grads),
+        "saves": [f"return.{i}" for i in backward.saves],
+        "chosen": b.chosen.backend if b.chosen else None,
+        "target": str(b.chosen.target) if b.chosen else None,
+        "decided_by": b.decided_by,
+        "rejected": [{"backend": r.backend, "kind": r.kind.value, "reason": r.reason} for r in b.rejected],
+    }
 
 
 def _key(catalog: Catalog, op: str, options: argparse.Namespace) -> TableKeyValues | None:
