@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from kernelize_gpu import rewind  # benchmarks/ is the script's directory: on sys.path
 
 import kcatalog
 
@@ -113,6 +114,7 @@ def graph_step(model: Any, ids: torch.Tensor, device: str) -> dict[str, Any]:
         token, position = ids[:, -1:].clone(), torch.tensor([length], device=device)
 
         def step() -> torch.Tensor:
+            rewind(cache, length)  # the cache's own write position, a tensor op: replayed with the graph
             kwargs = dict(past_key_values=cache, cache_position=position, position_ids=position[None])
             return model(token, **kwargs).logits  # type: ignore[no-any-return]
 

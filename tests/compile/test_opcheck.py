@@ -43,3 +43,18 @@ def test_opcheck(shipped: kcatalog.Catalog, op: str, backend: str) -> None:
 
 def _outputs(result: object) -> list[torch.Tensor]:
     return [] if result is None else list(result) if isinstance(result, tuple) else [result]  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("backend", ["torch", "sdpa_flash", "sdpa_math"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_attention_output_has_the_fakes_strides(shipped: kcatalog.Catalog, backend: str, batch: int) -> None:
+    # A torch op's output must have its fake's strides (the reference run on fake tensors), or torch.compile fails
+    # at run time; one sequence's [T, H, D] out of SDPA's [1, H, T, D] is a non-contiguous view unless copied.
+    generator = torch.Generator().manual_seed(1)
+    heads = 4
+    q = torch.randn(batch * 5, heads, 16, generator=generator)
+    k, v = (torch.randn(batch, 2, 9, 16, generator=generator) for _ in range(2))
+    op = shipped.torch_op("attention.decode")
+    with shipped.use({"attention.decode": backend}):
+        assert op(q, k, v).is_contiguous()
+        torch.library.opcheck(op, (q, k, v), {})

@@ -55,7 +55,9 @@ def _sdpa(
         out = F.scaled_dot_product_attention(
             q, key, value, attn_mask=attn_mask, is_causal=causal, scale=scale, enable_gqa=gqa and groups > 1
         )
-    return out.transpose(1, 2).reshape(batch * queries, heads, value.shape[-1])
+    # Contiguous, as the reference (the op's fake) returns it: SDPA's output follows the query's strides, and a
+    # torch op whose real output strides differ from its fake's fails under torch.compile.
+    return out.transpose(1, 2).reshape(batch * queries, heads, value.shape[-1]).contiguous()
 
 
 def flash(

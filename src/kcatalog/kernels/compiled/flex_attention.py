@@ -51,7 +51,7 @@ def flex(
     block = _block_mask(queries, keys, causal, sliding_window, str(query.device)) if masked else None
     run = _compiled if query.is_cuda else flex_attention
     out = run(q, key, value, block_mask=block, scale=scale, enable_gqa=heads != key.shape[1])
-    return out.transpose(1, 2).reshape(batch * queries, heads, value.shape[-1])
+    return out.transpose(1, 2).reshape(batch * queries, heads, value.shape[-1]).contiguous()  # as the fake's
 
 
 def flex_eligible(

@@ -67,7 +67,8 @@ def attention(
     # A query that sees no key (a padded position's) gets zeros, as torch's SDPA gives, rather than NaN.
     weights = torch.where(torch.isinf(scores).all(dim=-1, keepdim=True), 0.0, weights)
     out = weights @ v  # [B, Hq, T, Dv]
-    return out.transpose(1, 2).reshape(batch * queries, heads, v.shape[-1]).to(query.dtype)
+    # contiguous in every case (a view for one sequence otherwise): the backends return what the fake does
+    return out.transpose(1, 2).reshape(batch * queries, heads, v.shape[-1]).to(query.dtype).contiguous()
 
 
 def prefill(
