@@ -169,10 +169,10 @@ def test_registered_torch_op_backpropagates_through_the_backward_op() -> None:
     """Autograd of the registered op (the catalog's backward op), through causal_lm_loss as a CausalLM calls it,
     against transformers' loss on materialised logits (opcheck: tests/compile, for every op with a backward)."""
     loss_utils = pytest.importorskip("transformers.loss.loss_utils")
-    import kcatalog
-    from kcatalog.integrations.loss import OP, causal_lm_loss
+    from kcatalog.integrations.kernelize import default_catalog
+    from kcatalog.integrations.loss import causal_lm_loss
 
-    ops = kcatalog.load_catalog(require=[OP]).register_torch_ops()
+    ops = default_catalog().register_torch_ops()  # the process's shipped Catalog: torch.ops.kcatalog is its
     g = torch.Generator().manual_seed(4)
     hidden = torch.randn(2, 5, 16, generator=g, requires_grad=True)
     weight = (torch.randn(40, 16, generator=g) * 0.5).requires_grad_()
