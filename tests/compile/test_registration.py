@@ -32,9 +32,29 @@ SCHEMAS = {
         "layernorm_add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-06) -> (Tensor, Tensor)"
     ),
     "layernorm.layer_norm": "layernorm_layer_norm(Tensor x, Tensor weight, Tensor bias, float eps=1e-05) -> Tensor",
+    "layernorm.gemma_rms_norm_backward": (
+        "layernorm_gemma_rms_norm_backward(Tensor grad, Tensor x, Tensor weight, float eps=1e-06) -> (Tensor, Tensor)"
+    ),
+    "layernorm.add_rms_norm_backward": (
+        "layernorm_add_rms_norm_backward(Tensor grad_out, Tensor grad_summed, Tensor x, Tensor residual, "
+        "Tensor weight, float eps=1e-06) -> (Tensor, Tensor, Tensor)"
+    ),
+    "layernorm.layer_norm_backward": (
+        "layernorm_layer_norm_backward(Tensor grad, Tensor x, Tensor weight, Tensor bias, float eps=1e-05) "
+        "-> (Tensor, Tensor, Tensor)"
+    ),
     "elementwise.softmax": "elementwise_softmax(Tensor x) -> Tensor",
     "activation.silu_and_mul": "activation_silu_and_mul(Tensor x) -> Tensor",
     "activation.gelu_and_mul": 'activation_gelu_and_mul(Tensor x, str approximate="none") -> Tensor',
+    "activation.silu_and_mul_backward": "activation_silu_and_mul_backward(Tensor grad, Tensor x) -> Tensor",
+    "activation.gelu_and_mul_backward": (
+        'activation_gelu_and_mul_backward(Tensor grad, Tensor x, str approximate="none") -> Tensor'
+    ),
+    "attention.apply_rotary": "attention_apply_rotary(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)",
+    "attention.apply_rotary_backward": (
+        "attention_apply_rotary_backward(Tensor grad_q, Tensor grad_k, Tensor q, Tensor k, Tensor cos, Tensor sin) "
+        "-> (Tensor, Tensor)"
+    ),
     "attention.rotary_embedding": (
         "attention_rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!) key, SymInt head_size, "
         "Tensor cos_sin_cache, bool is_neox=True) -> ()"

@@ -34,7 +34,7 @@ def test_gradients_match_float64_autograd(dtype: torch.dtype, rows: int, width: 
     w = (torch.rand(width, generator=generator) + 0.5).to(dtype)
     g = torch.randn(rows, width, generator=generator).to(dtype)
     want_dx, want_dw = _autograd(g, x, w)
-    with triton_backward.BACKWARD_TUNING.override(sms=programs):
+    with triton_backward.TUNING.override(sms=programs):
         dx, dw = triton_backward.rms_norm_backward(g, x, w)
         again = triton_backward.rms_norm_backward(g, x, w)
     assert (dx.dtype, dw.dtype, dx.shape, dw.shape) == (dtype, dtype, x.shape, w.shape)
@@ -51,6 +51,6 @@ def test_strided_rows_and_a_leading_batch() -> None:
     w = torch.rand(64, generator=generator) + 0.5
     g = torch.randn(2, 3, 64, generator=generator)
     want_dx, want_dw = _autograd(g, x, w)
-    with triton_backward.BACKWARD_TUNING.override(sms=4):
+    with triton_backward.TUNING.override(sms=4):
         dx, dw = triton_backward.rms_norm_backward(g, x, w)
     assert dx.shape == x.shape and _relative(dx, want_dx) <= 1e-5 and _relative(dw, want_dw) <= 1e-5
