@@ -72,6 +72,14 @@ SCHEMAS = {
         "moe_fused_experts(Tensor hidden_states, Tensor topk_ids, Tensor topk_weights, Tensor gate_up_proj, "
         "Tensor down_proj) -> Tensor"
     ),
+    "loss.fused_linear_cross_entropy": (
+        "loss_fused_linear_cross_entropy(Tensor x, Tensor weight, Tensor target, SymInt ignore_index=-100) "
+        "-> (Tensor, Tensor)"
+    ),
+    "loss.fused_linear_cross_entropy_backward": (
+        "loss_fused_linear_cross_entropy_backward(Tensor grad, Tensor x, Tensor weight, Tensor target, "
+        "SymInt ignore_index, Tensor lse) -> (Tensor, Tensor)"
+    ),
 }
 
 # Kernels that say which backend ran; 'b' runs float64 only, so dtype decides at call time.
