@@ -43,12 +43,25 @@ def test_whole_shipped_catalog_passes_on_the_cpu_with_triton_interpreted(
     assert not [line for line in lines if line.startswith("FAIL")]
     catalog = kcatalog.load_catalog()
     promises_at = lines.index(next(line for line in lines if line.split()[:3] == ["op", "backend", "promise"]))
-    table = [line.split() for line in lines if line.split()[:1] and line.split()[0] in catalog.ops()]
+    gradients_at = lines.index(next(line for line in lines if line.split()[:3] == ["op", "backward", "backend"]))
+    table = [line.split() for line in lines[:gradients_at] if line.split()[:1] and line.split()[0] in catalog.ops()]
     rows = [row for row in table if row[2] not in ("deterministic", "batch_invariant")]
-    promise_rows = [line.split() for line in lines[promises_at + 1 :] if line.split()[0] in catalog.ops()]
+    promise_rows = [line.split() for line in lines[promises_at + 1 : gradients_at] if line.split()[0] in catalog.ops()]
+    gradient_rows = [
+        line.split() for line in lines[gradients_at + 1 :] if line.split()[:1] and line.split()[0] in catalog.ops()
+    ]
     assert len(rows) + len(promise_rows) == len(table)
-    assert lines[-1] == f"{len(table)} checks, 0 failed."
-    assert {row[-1] for row in table} == {"ok"}
+    assert lines[-1] == f"{len(table) + len(gradient_rows)} checks, 0 failed."
+    assert {row[-1] for row in table + gradient_rows} == {"ok"}
+    # Every op with a backward had its gradients checked: the catalog's choice, each backward backend (the Triton
+    # kernels called directly, in the interpreter), and gradcheck of the references.
+    with_backward = {op for op in catalog.ops() if catalog.info(op).backward is not None}
+    assert with_backward and {row[0] for row in gradient_rows} == with_backward
+    for op in with_backward:
+        backward = catalog.info(op).backward
+        assert backward is not None
+        tried = {row[2] for row in gradient_rows if row[0] == op}
+        assert tried == {"catalog", "gradcheck", *catalog.info(backward.op).backends}, op
     assert {row[0] for row in rows} == set(catalog.ops())  # every op appears
     # Every other backend ran on every dtype and declared size set, except the dtypes a note says it
     # was skipped for and why; the Triton kernels were never skipped: they ran under the interpreter.
