@@ -188,7 +188,7 @@ def test_every_shipped_traceable_launch_traces_with_symbolic_sizes(workspace: Wo
     found = json.loads(child.stdout)
     catalog = kcatalog.load_catalog(cache=False)
     declared = {f"{s.op} {s.backend}" for s in catalog.specs() if s.traceable}
-    assert set(found) == declared and len(declared) == 10, found
+    assert set(found) == declared and len(declared) == 18, found
     assert all(count >= 1 for count in found.values()), found
 
 

@@ -47,6 +47,8 @@ def test_shipped_rms_norm_on_a_gpu_is_triton(capsys: pytest.CaptureFixture[str],
         "  aten: ranked below triton by catalog default priority\n"
         "  torch_compile: not chosen automatically (auto: false); name it with backend=, an override or a plan\n"
         "  torch: ranked below triton by catalog default priority\n"
+        "  backward: layernorm.rms_norm_backward runs triton (kcatalog.kernels.triton.norm_backward:rms_norm_backward),"
+        " by catalog default priority; gradients of x, weight\n"
     )
 
 
@@ -58,6 +60,8 @@ def test_shipped_rms_norm_on_cpu_is_aten(capsys: pytest.CaptureFixture[str]) -> 
         "  torch: ranked below aten by catalog priority on cpu\n"
         "  torch_compile: runs on cuda >= 7.0, not cpu; runs on hip, not cpu\n"
         "  triton: runs on cuda >= 8.0, not cpu; runs on hip, not cpu\n"
+        "  backward: layernorm.rms_norm_backward runs torch (kcatalog.kernels.torch.norm_backward:rms_norm_backward),"
+        " by catalog priority on cpu; gradients of x, weight\n"
     )
 
 
