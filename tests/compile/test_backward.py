@@ -4,6 +4,10 @@ backward as the two custom ops; torch.library.opcheck passes, its autograd tests
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -232,3 +236,17 @@ def test_gradient_checks_of_another_catalog_run_where_the_shipped_one_holds_the_
     cases, _ = gradients.plan_gradients(other, ["layernorm.rms_norm"], device="cpu", dtypes=["float32"], base_seed=5)
     results = [r for r in gradients.run_gradients(cases, other, "cpu") if r.via == "torch op"]
     assert results and all(r.passed for r in results), [r.message for r in results if not r.passed]
+
+
+def test_kcatalog_test_leaves_the_kcatalog_namespace_to_the_shipped_catalog(tmp_path: Path) -> None:
+    # `kcatalog test` run in a process first (as the pytest plugin or a notebook does), then kernelize's Catalog
+    # registering torch.ops.kcatalog.*: the checks registered under a namespace of their own, not 'kcatalog'.
+    code = (
+        "from kcatalog.tools.cli import main\n"
+        "assert main(['test', 'layernorm.rms_norm', '--backend', 'torch', '--dtype', 'float32']) == 0\n"
+        "from kcatalog.integrations.kernelize import default_catalog\n"
+        "default_catalog().register_torch_ops()\n"
+    )
+    env = {**os.environ, "KCATALOG_CACHE_DIR": str(tmp_path / "cache")}
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert child.returncode == 0, child.stderr[-2000:]

@@ -112,12 +112,15 @@ def plan_gradients(
     return cases, notes
 
 
-# Torch's operator registry is process-wide: a run whose namespace another Catalog took registers under one of these.
-_SPARE_NAMESPACES = (f"kcatalog_gradients_{n}" for n in itertools.count())
+# Torch's operator registry is process-wide: the checks register under a namespace of their own, so that they never
+# take 'kcatalog' from the process's shipped Catalog (kernelize's), and under a spare one where another Catalog of
+# this process took theirs.
+NAMESPACE = "kcatalog_gradients"
+_SPARE_NAMESPACES = (f"{NAMESPACE}_{n}" for n in itertools.count())
 
 
 def run_gradients(
-    cases: Sequence[GradientCase], catalog: Catalog, device: str, namespace: str = "kcatalog"
+    cases: Sequence[GradientCase], catalog: Catalog, device: str, namespace: str = NAMESPACE
 ) -> Iterator[GradientResult]:
     """Run each case (the ops registered as torch ops under `namespace`); one that raises is a failure with its
     message, never an abort."""
