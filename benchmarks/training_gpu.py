@@ -53,6 +53,7 @@ from kcatalog.integrations.kernelize import default_catalog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernelize_gpu import Bench, LigerPatch, relative_error  # noqa: E402
+from kernelize_gpu import build as build_eval  # noqa: E402
 
 RMS_NORM, SILU_AND_MUL = "layernorm.rms_norm", "activation.silu_and_mul"
 APPLY_ROTARY, FLCE = "attention.apply_rotary", "loss.fused_linear_cross_entropy"
@@ -110,19 +111,8 @@ def llama_config(args: argparse.Namespace) -> Any:
 
 
 def build(config: Any, device: str, dtype: torch.dtype, state: dict[str, torch.Tensor] | None) -> Any:
-    from transformers import LlamaForCausalLM
-
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = LlamaForCausalLM(config).to(dtype)
-    with torch.no_grad():
-        if state is None:
-            for name, param in model.named_parameters():
-                if "norm" in name:
-                    param.normal_(1.0, 0.1)  # not all ones: a norm's weight must matter
-        else:
-            model.load_state_dict(state)
-    return model.train()
+    """kernelize_gpu's model (the same seed, norm weights and state), in training mode."""
+    return build_eval(config, device, dtype, state).train()
 
 
 def optimizer(model: Any, device: str) -> torch.optim.Optimizer:
