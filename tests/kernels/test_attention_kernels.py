@@ -55,3 +55,25 @@ def test_prefill_refuses_a_cache_longer_than_the_query() -> None:
     q, k, v = inputs(queries=3, keys=12)
     with pytest.raises(ValueError, match=r"^attention.prefill: 12 keys per sequence for 6 queries in all$"):
         prefill(q, k, v)
+
+
+@pytest.mark.parametrize("causal, window", [(True, 0), (True, 3), (False, 4)])
+def test_flex_block_masks_close_over_no_ints(causal: bool, window: int) -> None:
+    """A mask_mod's captured ints become symbols once torch.compile goes dynamic, and Inductor's flex lowering fails
+    on them (found on the H200: decode with a window, every sample after the first recompile); sizes go in as
+    tensors, flags as bools."""
+    from kcatalog.kernels.compiled.flex_attention import _block_mask
+
+    _block_mask.cache_clear()
+    mask = _block_mask(4, 9, causal, window, "cpu")
+    cells = [cell.cell_contents for cell in mask.mask_mod.__closure__ or ()]
+    assert cells, "the mask closes over its sizes"
+    assert not [value for value in cells if isinstance(value, int) and not isinstance(value, bool)]
+    query = torch.arange(4).view(4, 1)
+    key = torch.arange(9).view(1, 9)
+    allowed = mask.mask_mod(0, 0, query, key)
+    distance = query + 5 - key
+    expected = (distance >= 0) if causal else (distance > -9)
+    if window:
+        expected = expected & (distance < window)
+    assert torch.equal(allowed, expected)

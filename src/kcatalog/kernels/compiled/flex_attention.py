@@ -19,13 +19,17 @@ _compiled = lazy_compile(flex_attention, dynamic=None)
 
 @functools.lru_cache(maxsize=64)
 def _block_mask(queries: int, keys: int, is_causal: bool, sliding_window: int, device: str) -> BlockMask:
-    """The block mask of bottom-right aligned causal and window attention for one (T, S), kept for later calls."""
-    offset = keys - queries
+    """The block mask of bottom-right aligned causal and window attention for one (T, S), kept for later calls.
+    The mask's sizes are tensors, not ints: once a recompile makes shapes dynamic, the ints a mask_mod closes over
+    become symbols, and Inductor's flex lowering fails on them (torch 2.11 and 2.13: "'ShapeAsConstantBuffer'
+    object has no attribute 'dtype'"); tensors are data, so a new size needs no recompile either."""
+    offset, total = (torch.tensor(size, dtype=torch.int32, device=device) for size in (keys - queries, keys))
+    window, windowed = torch.tensor(sliding_window, dtype=torch.int32, device=device), sliding_window > 0
 
     def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
         distance = q_idx + offset - kv_idx
-        allowed = distance >= 0 if is_causal else distance > -keys
-        return allowed & (distance < sliding_window) if sliding_window > 0 else allowed
+        allowed = distance >= 0 if is_causal else distance > -total
+        return allowed & (distance < window) if windowed else allowed
 
     return create_block_mask(mask_mod, None, None, queries, keys, device=device)
 

@@ -136,9 +136,12 @@ def _block_pairs(sorted_ptr, block_expert_ptr, pid_m, BLOCK_M: tl.constexpr):
 @triton.jit
 def _dot(a, b, acc, UPCAST: tl.constexpr):
     """acc + a @ b on the tensor cores (half inputs, fp32 accumulation); UPCAST: in fp32 (the interpreter's
-    dot multiplies bfloat16 tiles wrongly, triton 3.9)."""
+    dot multiplies bfloat16 tiles wrongly, triton 3.9). Float32 tiles multiply in IEEE float32, not TF32 (Triton's
+    default on CUDA, 2e-3 off the reference): a float32 caller asked for float32."""
     if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    if a.dtype == tl.float32:
+        return tl.dot(a, b, acc, input_precision="ieee")
     return tl.dot(a, b, acc)
 
 
