@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,13 +40,10 @@ class Saved:
             found[nodes[0]] += self.sizes[key]
         return dict(found)
 
-    def kept_by(self, name: str) -> list[int]:
-        """The storages (ids) a node of that name keeps."""
-        return [key for key, nodes in self.holders.items() if name in nodes]
 
-
-def _key(t: torch.Tensor) -> int:
-    return int(t.untyped_storage()._cdata)  # the StorageImpl: views of one tensor share it
+def storage_key(t: torch.Tensor) -> int:
+    """The tensor's storage (its StorageImpl's address): views of one tensor share it."""
+    return int(t.untyped_storage()._cdata)
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -57,7 +54,7 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(item)
 
 
-def _node_saved(node: Any) -> Iterator[torch.Tensor]:
+def node_saved(node: Any) -> Iterator[torch.Tensor]:
     """The tensors one autograd node keeps: a custom Function's saved_tensors, a built-in node's `_saved_*`."""
     if hasattr(node, "saved_tensors"):
         yield from _tensors(node.saved_tensors)
@@ -71,10 +68,8 @@ def node_name(node: Any) -> str:
     return type(node).__name__ if type(node).__name__ != "BackwardCFunction" else node.name()
 
 
-def saved_by_nodes(root: torch.Tensor, leave_out: set[int] = frozenset()) -> Saved:  # type: ignore[assignment]
-    """What the graph behind `root` keeps, read from its nodes (the loss back to the leaves), but for the storages
-    of `leave_out` (the parameters: kept anyway)."""
-    saved = Saved()
+def nodes(root: torch.Tensor) -> Iterator[Any]:
+    """The autograd nodes behind `root`, each once, from it back to the leaves (breadth first)."""
     seen: set[int] = set()
     pending = [root.grad_fn]
     while pending:
@@ -82,26 +77,34 @@ def saved_by_nodes(root: torch.Tensor, leave_out: set[int] = frozenset()) -> Sav
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
+        yield node
+        pending.extend(next_node for next_node, _ in node.next_functions)
+
+
+def saved_by_nodes(root: torch.Tensor, leave_out: Collection[int] = ()) -> Saved:
+    """What the graph behind `root` keeps, read from its nodes (the loss back to the leaves), but for the storages
+    of `leave_out` (the parameters: kept anyway)."""
+    saved = Saved()
+    for node in nodes(root):
         name = node_name(node)
-        for t in _node_saved(node):
-            key = _key(t)
+        for t in node_saved(node):
+            key = storage_key(t)
             if key in leave_out:
                 continue
             saved.sizes[key] = t.untyped_storage().nbytes()
             if name not in saved.holders[key]:
                 saved.holders[key].append(name)
-        pending.extend(next_node for next_node, _ in node.next_functions)
     return saved
 
 
-def saved_bytes(forward: Any, leave_out: set[int] = frozenset()) -> tuple[Any, int]:  # type: ignore[assignment]
+def saved_bytes(forward: Any, leave_out: Collection[int] = ()) -> tuple[Any, int]:
     """`forward()`'s result and the bytes autograd packed for backward meanwhile (saved_tensors_hooks), each storage
     once: what the nodes keep, counted where autograd saves it (a check on saved_by_nodes)."""
     sizes: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        if _key(t) not in leave_out:
-            sizes[_key(t)] = t.untyped_storage().nbytes()
+        if storage_key(t) not in leave_out:
+            sizes[storage_key(t)] = t.untyped_storage().nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -116,8 +119,14 @@ def llama(seq: int, layers: int, small: bool) -> tuple[Any, torch.Tensor]:
         sizes = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_attention_heads=4,
                      num_key_value_heads=2, head_dim=16)  # fmt: skip
     else:
-        sizes = dict(vocab_size=1024, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
-                     num_key_value_heads=8, head_dim=128)  # fmt: skip (the vocabulary: the loss's, apart)
+        sizes = dict(
+            vocab_size=1024,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+        )  # fmt: skip (the vocabulary: the loss's, apart)
     config = LlamaConfig(**sizes, num_hidden_layers=layers, max_position_embeddings=max(64, seq),
                          attn_implementation="sdpa", tie_word_embeddings=False)  # fmt: skip
     torch.manual_seed(0)
@@ -131,7 +140,7 @@ def measure(seq: int, layers: int, small: bool) -> tuple[Saved, int]:
 
     model, ids = llama(seq, layers, small)
     kcatalog.kernelize(model, mode="training")
-    parameters = {_key(p) for p in model.parameters()}
+    parameters = {storage_key(p) for p in model.parameters()}
     out, packed = saved_bytes(lambda: model(input_ids=ids, labels=ids), parameters)
     return saved_by_nodes(out.loss, parameters), packed
 
@@ -146,8 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     saved, packed = measure(args.seq, args.layers, args.small)
     # float32 on the CPU, bf16 on the GPU: half the bytes; and the token count scaled
     factor = args.scale_to / args.seq / 2 / args.layers / MiB
-    print(f"saved for backward, MiB per decoder layer at {args.scale_to} tokens, bf16 (scaled from a float32 CPU "
-          f"run of {args.seq} tokens, {args.layers} layers; storages counted once, at the first node keeping them):")  # fmt: skip
+    print(
+        f"saved for backward at {args.scale_to} tokens, bf16, MiB per decoder layer (the whole forward's over "
+        f"{args.layers} layers, embedding and loss included; scaled from a float32 CPU run of {args.seq} tokens; "
+        "each storage counted once, at the first node from the loss back that keeps it):"
+    )
     for name, size in sorted(saved.by_node().items(), key=lambda item: -item[1]):
         print(f"  {name:48s} {size * factor:9.2f}")
     print(f"  {'total':48s} {saved.total * factor:9.2f}   (saved_tensors_hooks: {packed * factor:.2f})")
