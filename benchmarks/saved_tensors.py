@@ -1,12 +1,16 @@
 """What autograd keeps for backward in a training forward of a transformers Llama model kernelized with
-kcatalog.kernelize(model, mode="training"), by autograd node (the op that saved it) and in all, in MiB per decoder
-layer: the tensors saved for backward, de-duplicated by storage (a view kept by two nodes counts once, at its
+kcatalog.kernelize(model, mode="training"), by autograd node (the op that saved it) and in all, in MiB: the tensors
+saved for backward, de-duplicated by storage (a view kept by two nodes counts once, at its
 storage's size). No GPU: a CPU run at the Llama-3.1-8B shapes (hidden 4096, intermediate 14336, 32 / 8 heads of
 128) with fewer tokens; every saved tensor of these ops grows with the token count, so the figures are scaled to
 `--scale-to` tokens (default 4096, the H200 training benchmark's sequence), bf16.
 
+A decoder layer's figure is the difference between two models, of `--layers` and of one layer more (the embedding,
+the final norm and the loss cancel out). Current figures: results/saved_tensors_cpu.md.
+
 Run: python benchmarks/saved_tensors.py [--seq 64] [--layers 2] [--small]   (--small: test_kernelize's tiny sizes)
-Prints one line per autograd node kind: MiB it keeps per layer (storages first kept by it), and the total.
+Prints one line per autograd node kind: the MiB it keeps (storages first kept by it), a layer's and the whole
+larger model's, and the totals.
 """
 
 from __future__ import annotations
@@ -145,24 +149,37 @@ def measure(seq: int, layers: int, small: bool) -> tuple[Saved, int]:
     return saved_by_nodes(out.loss, parameters), packed
 
 
+def _name(node: str) -> str:
+    """'GeneratedBackwardFor_kcatalog_layernorm_add_rms_norm_defaultBackward' -> 'kcatalog layernorm_add_rms_norm'."""
+    inner = node.removeprefix("GeneratedBackwardFor_").removesuffix("_defaultBackward")
+    return inner.replace("_", " ", 1) if inner != node else node
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seq", type=int, default=64, help="tokens of the CPU run")
-    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=2, help="the smaller model's; the other has one more")
     parser.add_argument("--scale-to", type=int, default=4096, help="tokens the figures are scaled to")
     parser.add_argument("--small", action="store_true", help="test_kernelize's tiny sizes, not Llama-8B's")
     args = parser.parse_args(argv)
-    saved, packed = measure(args.seq, args.layers, args.small)
+    fewer, fewer_packed = measure(args.seq, args.layers, args.small)
+    more, more_packed = measure(args.seq, args.layers + 1, args.small)
     # float32 on the CPU, bf16 on the GPU: half the bytes; and the token count scaled
-    factor = args.scale_to / args.seq / 2 / args.layers / MiB
+    factor = args.scale_to / args.seq / 2 / MiB
     print(
-        f"saved for backward at {args.scale_to} tokens, bf16, MiB per decoder layer (the whole forward's over "
-        f"{args.layers} layers, embedding and loss included; scaled from a float32 CPU run of {args.seq} tokens; "
-        "each storage counted once, at the first node from the loss back that keeps it):"
+        f"saved for backward at {args.scale_to} tokens, bf16, MiB (scaled from float32 CPU runs of {args.seq} tokens; "
+        "each storage counted once, at the first node from the loss back that keeps it); a decoder layer: the "
+        f"model of {args.layers + 1} layers less that of {args.layers}"
     )
-    for name, size in sorted(saved.by_node().items(), key=lambda item: -item[1]):
-        print(f"  {name:48s} {size * factor:9.2f}")
-    print(f"  {'total':48s} {saved.total * factor:9.2f}   (saved_tensors_hooks: {packed * factor:.2f})")
+    print(f"  {'autograd node':48s} {'a layer':>9s} {f'{args.layers + 1} layers':>10s}")
+    ours, theirs = more.by_node(), fewer.by_node()
+    for name in sorted(ours, key=lambda n: -(ours[n] - theirs.get(n, 0))):
+        print(f"  {_name(name):48s} {(ours[name] - theirs.get(name, 0)) * factor:9.2f} {ours[name] * factor:10.2f}")
+    total = (more.total - fewer.total) * factor
+    print(
+        f"  {'total':48s} {total:9.2f} {more.total * factor:10.2f}   (saved_tensors_hooks: {more_packed * factor:.2f})"
+    )
+    assert more.total == more_packed and fewer.total == fewer_packed, "the nodes hold other than autograd packed"
     return 0
 
 
