@@ -287,7 +287,7 @@ def _gradcheck(case: GradientCase) -> GradientResult:
         derivative = backward.backends[backward.reference].load()
     except Exception as exc:
         return _result(case, False, f"could not build the inputs: {type(exc).__name__}: {exc}", None, GRADCHECK)
-    grads, saves = bw.grads, bw.saves
+    grads, saves, linked = bw.grads, bw.saves, bw
 
     class Pair(torch.autograd.Function):
         @staticmethod
@@ -304,7 +304,7 @@ def _gradcheck(case: GradientCase) -> GradientResult:
         @staticmethod
         def backward(ctx: Any, *grad_outputs: torch.Tensor) -> Any:
             differentiable = [g for i, g in enumerate(grad_outputs) if i not in saves]
-            results = derivative(*differentiable, **_handed(bw, backward, ctx.kc_call, ctx.kc_outputs))
+            results = derivative(*differentiable, **_handed(linked, backward, ctx.kc_call, ctx.kc_outputs))
             return results if isinstance(results, tuple) else (results,)
 
     inputs = tuple(call.kwargs[name].detach().requires_grad_(True) for name in grads)

@@ -3,8 +3,9 @@
 ``q [B, Hq, S, D]`` and ``k [B, Hk, S, D]`` are rotated by ``cos``/``sin`` of shape ``[B, S, D]`` (or ``[1, S, D]``,
 shared by the batch), as Llama's rotary embedding builds them: ``x * cos + rotate_half(x) * sin``, rotate_half
 being ``[-x2, x1]`` of the halves. New tensors; nothing changes in place, so the op has a backward: the adjoint
-rotation ``g * cos + rotate_half^T(g * sin)`` of the outputs' gradients, which needs cos and sin alone (a rotation by -sin where cos and sin repeat over the halves, as they
-do in every model). Math in float32 (float64 for float64 inputs), one rounding to each tensor's dtype.
+rotation ``g * cos + rotate_half^T(g * sin)`` of the outputs' gradients, which reads cos and sin alone (a rotation
+by -sin where cos and sin repeat over the halves, as they do in every model). Math in float32 (float64 for float64
+inputs), one rounding to each tensor's dtype.
 """
 
 from __future__ import annotations

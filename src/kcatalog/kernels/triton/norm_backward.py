@@ -71,9 +71,9 @@ def _norm_backward_kernel(
     """dx (dr: the same for add_rms_norm's residual), and this program's row of the dw (db) partial sums.
 
     KIND: rms (scale w), gemma (scale 1 + w) or layer norm (mean subtracted; db too). ADD: x is add_rms_norm's
-    summed output, and its gradient (gs_ptr) is added to dx, written to dx and dr. dx, dr are contiguous [n_rows, n_cols];
-    dw, db are [programs, n_cols] float32 (zeros for the chunked path, which adds to them). Pointers that a KIND
-    or ADD does not read are never dereferenced.
+    summed output, and its gradient (gs_ptr) is added to dx, written to dx and dr. dx, dr are contiguous
+    [n_rows, n_cols]; dw, db are [programs, n_cols] float32 (zeros for the chunked path, which adds to them).
+    Pointers that a KIND or ADD does not read are never dereferenced.
     """
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
