@@ -140,14 +140,15 @@ def _backward(catalog: Catalog, s: Selection, options: argparse.Namespace) -> Se
 
 
 def _backward_line(catalog: Catalog, op: str, b: Selection) -> str:
-    """'  backward: layernorm.rms_norm_backward runs torch (...), by ...; gradients of x, weight'."""
+    """'  backward: layernorm.rms_norm_backward runs torch (...), by ...; gradients of x, weight', and what autograd
+    keeps for it where that is not every input ('; keeps cos, sin'), and the saved outputs ('; saves return.1')."""
     backward = catalog.info(op).backward
     assert backward is not None
     chosen = f"{b.chosen.backend} ({b.chosen.target}), by {b.decided_by}" if b.chosen else "nothing eligible"
     parameters = catalog.info(op).parameters
     everything = parameters is not None and backward.inputs == parameters.names and not backward.outputs
     handed = [*backward.inputs, *(f"return.{i}" for i in backward.outputs)]
-    keeps = "" if everything else f"; keeps {', '.join(handed) or 'nothing'}"  # (all its inputs: said by nothing)
+    keeps = "" if everything else f"; keeps {', '.join(handed) or 'nothing'}"
     saves = f"; saves {', '.join(f'return.{i}' for i in backward.saves)}" if backward.saves else ""
     why = "".join(f"; {r.backend}: {r.reason}" for r in b.rejected) if not b.chosen else ""
     return f"  backward: {b.op} runs {chosen}; gradients of {', '.join(backward.grads)}{keeps}{saves}{why}"
