@@ -153,9 +153,12 @@ CODES: Final[dict[str, str]] = {
     PLAN_KEY: "plan entry's key does not give the sizes its op's table_key names (or the op declares none)",
     BACKWARD_UNKNOWN_OP: "an op's backward names an op the catalog does not declare",
     BACKWARD_SIGNATURE: "backward op's signature does not follow the convention: one gradient per differentiable "
-    "output, the forward op's parameters, the saved outputs; returns one gradient per `grads` entry",
-    BACKWARD_GRADS: "backward's grads name a parameter the forward op lacks, or one that is not a Tensor",
-    BACKWARD_SAVES: "backward's saves name no output of the forward op, or one that is not a Tensor",
+    "output, the forward op's parameters (those `inputs` names), the `outputs` and `saves` outputs; returns one "
+    "gradient per `grads` entry",
+    BACKWARD_GRADS: "backward's grads or inputs name a parameter the forward op lacks (or twice), or grads one that "
+    "is not a Tensor",
+    BACKWARD_SAVES: "backward's saves or outputs name no output of the forward op, one that is not a Tensor, or one "
+    "twice",
     BACKWARD_OF_MUTATING: "an op that mutates its arguments declares a backward",
     BACKWARD_UNCOVERED: "a backend of the forward op runs where (or on a dtype) no backend of its backward op does",
     LAYER_OP_NO_BACKWARD: "a layer mapping declared for training names an op that declares no backward",

@@ -299,12 +299,20 @@ def key_text(names: tuple[str, ...], values: TableKeyValues) -> str:
 class Backward:
     """The op that computes an op's gradients (its manifest's `backward:`), checked against the convention at link
     time (link/backward.py): it takes one gradient per differentiable output of the forward op, then the forward
-    op's parameters, then the `saves` outputs, and returns the gradients of `grads`, in that order."""
+    op's parameters named by `inputs`, then the outputs of `outputs` and of `saves`, and returns the gradients of
+    `grads`, in that order. Autograd keeps for backward only what it takes (runtime/torch_ops.py)."""
 
     op: str  # the backward op's id, qualified
     grads: tuple[str, ...]  # the forward op's parameters that get a gradient, in the order the backward returns them
-    saves: tuple[int, ...]  # the forward outputs (by position) handed to the backward op, not differentiable
+    inputs: tuple[str, ...]  # the forward op's parameters handed to the backward op, in order (by default all)
+    outputs: tuple[int, ...]  # the forward outputs (by position) handed over next, still differentiable
+    saves: tuple[int, ...]  # the forward outputs (by position) handed over last, not differentiable
     location: Location  # the `backward:` key in the forward op's manifest
+
+    @property
+    def handed(self) -> tuple[int, ...]:
+        """The forward outputs (by position) the backward op takes after the inputs, in its order."""
+        return self.outputs + self.saves
 
 
 @dataclass(frozen=True)

@@ -187,6 +187,63 @@ def test_saved_outputs_and_keyword_only_parameters(workspace: Workspace, namespa
     assert x.grad is not None and torch.equal(x.grad, torch.full_like(x, 3.0))
 
 
+SUMMED = """
+import torch
+
+
+def squared_sum(a, b, scale):
+    s = a + b
+    return s * s * scale, s
+
+
+def squared_sum_backward(grad_sq, grad_s, scale, s):
+    grad = 2 * scale * s * grad_sq + grad_s
+    return grad, grad.clone()
+"""
+
+
+def test_autograd_keeps_only_the_inputs_and_outputs_the_backward_takes(workspace: Workspace, namespace: str) -> None:
+    """`inputs: [scale]` and `outputs: [return.1]`: autograd keeps the forward's second output (still
+    differentiable: its gradient reaches the backward) and the float, never the input tensors a and b."""
+    workspace.module("kc_bw_sum", SUMMED)
+    forward = workspace.op(
+        {"torch": "kc_bw_sum:squared_sum"},
+        signature="(a: Tensor, b: Tensor, scale: float) -> tuple[Tensor, Tensor]",
+        fake="reference",
+        backward={"op": "squared_sum_backward", "grads": ["a", "b"], "inputs": ["scale"], "outputs": ["return.1"]},
+    )
+    backward = workspace.op(
+        {"torch": "kc_bw_sum:squared_sum_backward"},
+        signature="(grad_sq: Tensor, grad_s: Tensor, scale: float, s: Tensor) -> tuple[Tensor, Tensor]",
+        fake="reference",
+    )
+    workspace.write({"squared_sum": forward, "squared_sum_backward": backward}, backends=["torch"])
+    catalog = workspace.load(cache=False)
+    linked = catalog.info("g.squared_sum").backward
+    assert linked is not None and (linked.inputs, linked.outputs, linked.saves) == (("scale",), (1,), ())
+    op = catalog.register_torch_ops(namespace, "g.squared_sum")["g.squared_sum"]
+    a, b = (torch.randn(3, 4, requires_grad=True) for _ in range(2))
+    packed: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        squared, summed = op(a, b, 1.5)
+    assert [t.untyped_storage().data_ptr() for t in packed] == [summed.untyped_storage().data_ptr()]
+    assert summed.requires_grad
+    (squared.sum() + (summed * 3).sum()).backward()
+    want = 2 * 1.5 * (a + b).detach() + 3
+    assert a.grad is not None and b.grad is not None
+    assert torch.allclose(a.grad, want) and torch.allclose(b.grad, want)
+    result = torch.library.opcheck(op, (a.detach().requires_grad_(), b.detach().requires_grad_(), 1.5))
+    assert set(result.values()) == {"SUCCESS"}
+
+
+def test_the_shipped_rotary_and_residual_norm_keep_only_what_their_backward_reads() -> None:
+    rotary, add_norm = SHIPPED.info("attention.apply_rotary").backward, SHIPPED.info("layernorm.add_rms_norm").backward
+    assert rotary is not None and (rotary.inputs, rotary.outputs) == (("cos", "sin"), ())
+    assert add_norm is not None and (add_norm.inputs, add_norm.outputs) == (("weight", "eps"), (1,))
+    rms = SHIPPED.info("layernorm.rms_norm").backward
+    assert rms is not None and (rms.inputs, rms.outputs) == (("x", "weight", "eps"), ())  # left out: all of them
+
+
 def test_explain_says_which_backward_op_and_backend_run(capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
@@ -206,6 +263,12 @@ def test_explain_says_which_backward_op_and_backend_run(capsys: pytest.CaptureFi
         "saves": [],
         "chosen": "torch",
     }
+    assert main(["explain", "layernorm.add_rms_norm", "--platform", "cpu"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  backward:"))
+    assert line.endswith("; gradients of x, residual, weight; keeps weight, eps, return.1")
+    assert main(["explain", "attention.apply_rotary", "--platform", "cpu", "--output-format", "json"]) == 0
+    backward = json.loads(capsys.readouterr().out)[0]["backward"]
+    assert (backward["inputs"], backward["outputs"], backward["saves"]) == (["cos", "sin"], [], [])
     assert main(["explain", "quantization.per_token_quant_fp8", "--platform", "cpu", "--output-format", "json"]) == 0
     assert "backward" not in json.loads(capsys.readouterr().out)[0]
 

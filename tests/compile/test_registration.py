@@ -36,8 +36,8 @@ SCHEMAS = {
         "layernorm_gemma_rms_norm_backward(Tensor grad, Tensor x, Tensor weight, float eps=1e-06) -> (Tensor, Tensor)"
     ),
     "layernorm.add_rms_norm_backward": (
-        "layernorm_add_rms_norm_backward(Tensor grad_out, Tensor grad_summed, Tensor x, Tensor residual, "
-        "Tensor weight, float eps=1e-06) -> (Tensor, Tensor, Tensor)"
+        "layernorm_add_rms_norm_backward(Tensor grad_out, Tensor grad_summed, Tensor weight, float eps, "
+        "Tensor summed) -> (Tensor, Tensor, Tensor)"
     ),
     "layernorm.layer_norm_backward": (
         "layernorm_layer_norm_backward(Tensor grad, Tensor x, Tensor weight, Tensor bias, float eps=1e-05) "
@@ -52,8 +52,7 @@ SCHEMAS = {
     ),
     "attention.apply_rotary": "attention_apply_rotary(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)",
     "attention.apply_rotary_backward": (
-        "attention_apply_rotary_backward(Tensor grad_q, Tensor grad_k, Tensor q, Tensor k, Tensor cos, Tensor sin) "
-        "-> (Tensor, Tensor)"
+        "attention_apply_rotary_backward(Tensor grad_q, Tensor grad_k, Tensor cos, Tensor sin) -> (Tensor, Tensor)"
     ),
     "attention.rotary_embedding": (
         "attention_rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!) key, SymInt head_size, "

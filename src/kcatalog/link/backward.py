@@ -1,6 +1,7 @@
 """Each op's `backward:` linked to the op it names and checked against the convention (KC250-KC255): the backward
-op takes one gradient per differentiable output of the forward op, then exactly the forward op's parameters, then
-one Tensor per saved output, and returns one gradient per `grads` entry; it runs wherever the forward op does.
+op takes one gradient per differentiable output of the forward op, then the forward op's parameters that `inputs`
+names (by default all of them), then one Tensor per `outputs` entry and one per `saves` entry, and returns one
+gradient per `grads` entry; it runs wherever the forward op does.
 
 Runs after extensions, since the backends an extension adds must be covered too.
 """
@@ -69,14 +70,19 @@ class _Link:
         backward_types = self.types(target, f"op '{op_id}' is the backward of op '{forward.op_id}'")
         if forward_types is None or backward_types is None:
             return None
-        saves = self.saves(forward_types)
+        saves = self.positions(forward_types, "saves", decl.saves, ())
+        outputs = self.positions(forward_types, "outputs", decl.outputs, saves or ())
+        inputs = self.inputs(forward_types)
         grads_ok = self.grads(forward_types)
-        if saves is None or not grads_ok or not self.outputs(forward_types, saves):
+        if saves is None or outputs is None or inputs is None or not grads_ok:
             return None
-        if not self.convention(target, op_id, forward_types, backward_types, saves, len(decl.grads)):
+        if not self.differentiable(forward_types, saves):
+            return None
+        linked = Backward(op_id, decl.grads, inputs, outputs, saves, key)
+        if not self.convention(target, forward_types, backward_types, linked):
             return None
         self.coverage(target, op_id)
-        return Backward(op_id, decl.grads, saves, key)
+        return linked
 
     def types(self, pending: PendingOp, role: str) -> SchemaTypes | None:
         """The op's signature in torch schema types (both ops of a pair become torch ops); None where it has none."""
@@ -117,31 +123,61 @@ class _Link:
                 ok = False
         return ok
 
-    def saves(self, forward: SchemaTypes) -> tuple[int, ...] | None:
-        """The positions of the saved outputs: each a Tensor output of the forward op, once."""
+    def inputs(self, forward: SchemaTypes) -> tuple[str, ...] | None:
+        """The forward op's parameters handed to the backward op: those `inputs` names, each once (all by default)."""
         decl, op_id = self.forward.op.backward, self.forward.op_id
         assert decl is not None
+        names = [p.name for p in forward.parameters]
+        if decl.inputs is None:
+            return tuple(names)
+        ok = True
+        for index, name in enumerate(decl.inputs):
+            problem = None
+            if name not in names:
+                problem = f"names '{name}', not a parameter of op '{op_id}'{did_you_mean(name, names)}"
+            elif name in decl.inputs[:index]:
+                problem = f"names '{name}' twice"
+            if problem is not None:
+                self.diagnostics.error(
+                    codes.BACKWARD_GRADS,
+                    f"inputs of the backward of op '{op_id}' {problem}; its parameters: {', '.join(names) or 'none'}",
+                    self.at("inputs", index),
+                )
+                ok = False
+        return decl.inputs if ok else None
+
+    def positions(
+        self, forward: SchemaTypes, field: str, entries: tuple[str, ...], taken: tuple[int, ...]
+    ) -> tuple[int, ...] | None:
+        """The positions of the outputs `saves` (or `outputs`) hands over: each a Tensor output of the forward op,
+        once, and none that `taken` (the saved ones, for `outputs`) holds already."""
+        op_id = self.forward.op_id
         found: list[int] = []
         ok = True
         outputs = ", ".join(_output(i, len(forward.returns)) for i in range(len(forward.returns))) or "none"
-        for index, text in enumerate(decl.saves):
+        for index, text in enumerate(entries):
             position = int(text.partition(".")[2])
             problem = None
             if position >= len(forward.returns):
                 problem = f"names '{text}', but op '{op_id}' has no such output; its outputs: {outputs}"
             elif forward.returns[position] != "Tensor":
-                problem = f"names '{text}', of type {forward.returns[position]}: only Tensor outputs can be saved"
+                problem = f"names '{text}', of type {forward.returns[position]}: only Tensor outputs can be handed over"
             elif position in found:
                 problem = f"names '{text}' twice"
+            elif position in taken:
+                problem = (
+                    f"names '{text}', which saves names too: an output handed over stays differentiable (outputs) "
+                    "or is not (saves), not both"
+                )
             if problem is not None:
                 self.diagnostics.error(
-                    codes.BACKWARD_SAVES, f"saves of the backward of op '{op_id}' {problem}", self.at("saves", index)
+                    codes.BACKWARD_SAVES, f"{field} of the backward of op '{op_id}' {problem}", self.at(field, index)
                 )
                 ok = False
             found.append(position)
         return tuple(found) if ok else None
 
-    def outputs(self, forward: SchemaTypes, saves: tuple[int, ...]) -> bool:
+    def differentiable(self, forward: SchemaTypes, saves: tuple[int, ...]) -> bool:
         """The forward op has an output to differentiate, and each one not saved is a Tensor."""
         op_id, pending = self.forward.op_id, self.forward
         where = pending.file.locations.value(("ops", pending.name, "signature"))
@@ -162,21 +198,15 @@ class _Link:
                 return False
         return True
 
-    def convention(
-        self,
-        target: PendingOp,
-        op_id: str,
-        forward: SchemaTypes,
-        backward: SchemaTypes,
-        saves: tuple[int, ...],
-        n_grads: int,
-    ) -> bool:
+    def convention(self, target: PendingOp, forward: SchemaTypes, backward: SchemaTypes, linked: Backward) -> bool:
         """The backward op's signature follows the convention; else one diagnostic, the first mismatch first."""
-        n_out = len(forward.returns)
-        gradients = [_output(i, n_out) for i in range(n_out) if i not in saves]
+        op_id, n_out, n_grads = linked.op, len(forward.returns), len(linked.grads)
+        gradients = [_output(i, n_out) for i in range(n_out) if i not in linked.saves]
+        by_name = {p.name: p for p in forward.parameters}
         expected: list[tuple[str, SchemaParameter | None]] = [(f"the gradient of {label}", None) for label in gradients]
-        expected += [(f"parameter '{p.name}' of op '{self.forward.op_id}'", p) for p in forward.parameters]
-        expected += [(f"the saved output {_output(i, n_out)}", None) for i in saves]
+        expected += [(f"parameter '{name}' of op '{self.forward.op_id}'", by_name[name]) for name in linked.inputs]
+        expected += [(f"the output {_output(i, n_out)} itself", None) for i in linked.outputs]
+        expected += [(f"the saved output {_output(i, n_out)}", None) for i in linked.saves]
         problem = _mismatch(expected, backward.parameters)
         if problem is None and backward.returns != ("Tensor",) * n_grads:
             returns = ", ".join(backward.returns) or "nothing"
@@ -186,7 +216,7 @@ class _Link:
         if problem is None:
             return True
         shown = [f"{p.name}: {_python(p.kind)}" if p is not None else f"a Tensor, {what}" for what, p in expected]
-        grads = ", ".join(self.forward.op.backward.grads)  # type: ignore[union-attr]  # checked by backward()
+        grads = ", ".join(linked.grads)
         self.diagnostics.error(
             codes.BACKWARD_SIGNATURE,
             f"backward op '{op_id}' of op '{self.forward.op_id}' does not follow the convention: {problem}; it should "

@@ -349,13 +349,15 @@ def _with_backwards(infos: list[OpInfo], info: Callable[[str], OpInfo]) -> list[
 def _register_autograd(
     torch: Any, library: Any, forward: TorchOp, info: OpInfo, backward: TorchOp, backward_info: OpInfo
 ) -> None:
-    """torch.library.register_autograd for the forward op: setup_context keeps its inputs (tensors saved for
-    backward) and its saved outputs (not differentiable); the backward calls the backward torch op with the
-    gradients of the other outputs, the inputs and the saved outputs, and gives its results to `grads`."""
+    """torch.library.register_autograd for the forward op: setup_context keeps only what the backward op takes
+    (the `inputs` of the forward's arguments, tensors saved for backward, others on ctx; the handed-over outputs,
+    `saves` marked non-differentiable); the backward calls the backward torch op with the gradients of the other
+    outputs, those inputs and those outputs, and gives its results to `grads`."""
     assert info.backward is not None and info.parameters is not None  # linked: the pair follow the convention
     names = info.parameters.names
-    saves = info.backward.saves
+    saves, handed = info.backward.saves, info.backward.handed
     grad_at = tuple(names.index(name) for name in info.backward.grads)
+    input_at = tuple(names.index(name) for name in info.backward.inputs)
     call = backward.packet.default
     assert backward_info.parameters is not None
     positional, keywords = len(backward_info.parameters.positional), backward_info.parameters.keyword_only
@@ -369,25 +371,25 @@ def _register_autograd(
             given = keyword_only_inputs or {}
             inputs = (*inputs, *(given[name] for name in keyword_only))
         outputs = output if isinstance(output, tuple) else (output,)
-        kept = [outputs[i] for i in saves]
-        if kept:
-            ctx.mark_non_differentiable(*kept)
-        tensors = [i for i, value in enumerate(inputs) if isinstance(value, torch.Tensor)]
-        ctx.save_for_backward(*(inputs[i] for i in tensors), *kept)
-        ctx.kc_inputs = tuple(None if i in tensors else value for i, value in enumerate(inputs))
+        if saves:
+            ctx.mark_non_differentiable(*(outputs[i] for i in saves))
+        taken = [inputs[i] for i in input_at]
+        tensors = [slot for slot, value in enumerate(taken) if isinstance(value, torch.Tensor)]
+        ctx.save_for_backward(*(taken[slot] for slot in tensors), *(outputs[i] for i in handed))
+        ctx.kc_inputs = tuple(None if slot in tensors else value for slot, value in enumerate(taken))
         ctx.kc_tensors = tensors
 
     def backward_fn(ctx: Any, *grads: Any) -> Any:
         saved = ctx.saved_tensors
-        inputs = list(ctx.kc_inputs)
-        for slot, i in enumerate(ctx.kc_tensors):
-            inputs[i] = saved[slot]
+        taken = list(ctx.kc_inputs)
+        for index, slot in enumerate(ctx.kc_tensors):
+            taken[slot] = saved[index]
         kept = saved[len(ctx.kc_tensors) :]
         differentiable = [grad for i, grad in enumerate(grads) if i not in saves]
-        args = (*differentiable, *inputs, *kept)
+        args = (*differentiable, *taken, *kept)
         results = call(*args[:positional], **dict(zip(keywords, args[positional:])))
         results = results if isinstance(results, tuple) else (results,)
-        gradients: list[Any] = [None] * len(inputs)
+        gradients: list[Any] = [None] * len(names)
         for i, grad in zip(grad_at, results):
             gradients[i] = grad
         return tuple(gradients) if len(gradients) > 1 else gradients[0]

@@ -25,7 +25,7 @@ from .inputs import DEFAULT_TOLERANCE, Call, build_call, describe, samples_of, s
 if TYPE_CHECKING:
     import torch
 
-    from ..model import OpInfo
+    from ..model import Backward, OpInfo
     from ..registry.catalog import Catalog
 
 CATALOG = "catalog"  # the case that lets the catalog choose both backends
@@ -258,12 +258,18 @@ def _kernel_gradients(case: GradientCase, torch_op: Any, call: Call, grad_output
     bw = case.info.backward
     assert bw is not None and case.backward.parameters is not None
     outputs = _outputs(call.clone().invoke(torch_op))
-    saved = [outputs[i] for i in bw.saves]
-    names = case.backward.parameters.names
-    saved_names = names[len(names) - len(saved) :] if saved else ()
     kernel = case.backward.backends[case.backend].load()
-    results = kernel(*grad_outputs, **call.clone().kwargs, **dict(zip(saved_names, saved)))
+    results = kernel(*grad_outputs, **_handed(bw, case.backward, call.clone(), outputs))
     return list(results) if isinstance(results, tuple) else [results]
+
+
+def _handed(bw: Backward, backward: OpInfo, call: Call, outputs: tuple[Any, ...]) -> dict[str, Any]:
+    """What the backward op takes after the gradients, by name: the forward's arguments that `inputs` names (the
+    ones the call passes; the others take their defaults), then the forward outputs handed over."""
+    assert backward.parameters is not None
+    names = backward.parameters.names
+    taken = {name: call.kwargs[name] for name in bw.inputs if name in call.kwargs}
+    return {**taken, **dict(zip(names[len(names) - len(bw.handed) :], (outputs[i] for i in bw.handed)))}
 
 
 def _gradcheck(case: GradientCase) -> GradientResult:
@@ -281,10 +287,7 @@ def _gradcheck(case: GradientCase) -> GradientResult:
         derivative = backward.backends[backward.reference].load()
     except Exception as exc:
         return _result(case, False, f"could not build the inputs: {type(exc).__name__}: {exc}", None, GRADCHECK)
-    names = backward.parameters.names
-    saved_names = names[len(names) - len(bw.saves) :] if bw.saves else ()
-
-    grads, saves = bw.grads, bw.saves
+    grads, saves, linked = bw.grads, bw.saves, bw
 
     class Pair(torch.autograd.Function):
         @staticmethod
@@ -301,8 +304,7 @@ def _gradcheck(case: GradientCase) -> GradientResult:
         @staticmethod
         def backward(ctx: Any, *grad_outputs: torch.Tensor) -> Any:
             differentiable = [g for i, g in enumerate(grad_outputs) if i not in saves]
-            saved = dict(zip(saved_names, (ctx.kc_outputs[i] for i in saves)))
-            results = derivative(*differentiable, **ctx.kc_call.kwargs, **saved)
+            results = derivative(*differentiable, **_handed(linked, backward, ctx.kc_call, ctx.kc_outputs))
             return results if isinstance(results, tuple) else (results,)
 
     inputs = tuple(call.kwargs[name].detach().requires_grad_(True) for name in grads)

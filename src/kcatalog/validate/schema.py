@@ -279,24 +279,37 @@ OpRef = Annotated[
     ),
 ]
 SAVED_OUTPUT_PATTERN = r"^return\.(0|[1-9][0-9]*)$"
+PARAMETER_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class BackwardDecl(_Strict):
     """The op that computes an op's gradients (its `backward:`): an op of its own, with its own backends, samples
     and conformance. By convention it takes one Tensor per differentiable output of the forward op (the gradient of
-    that output), then exactly the forward op's parameters, then one Tensor per `saves` entry; and it returns one
-    Tensor per `grads` entry, in that order."""
+    that output), then the forward op's parameters that `inputs` names (all of them where it is left out), then
+    one Tensor per `outputs` entry, then one per `saves` entry; and it returns one Tensor per `grads` entry, in
+    that order. Autograd keeps for backward only what the backward op takes."""
 
     op: OpRef = Field(description="the backward op: a name in this group, or a qualified id")
-    grads: tuple[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], ...] = Field(
+    grads: tuple[Annotated[str, Field(pattern=PARAMETER_NAME_PATTERN)], ...] = Field(
         min_length=1,
         description="the forward op's Tensor parameters that get a gradient, in the order the backward op returns "
         "them; the others get none",
     )
+    inputs: tuple[Annotated[str, Field(pattern=PARAMETER_NAME_PATTERN)], ...] | None = Field(
+        None,
+        description="the forward op's parameters handed to the backward op after the gradients, in that order; "
+        "left out: all of them, in the signature's order. A Tensor not named is not kept for backward",
+    )
+    outputs: tuple[Annotated[str, Field(pattern=SAVED_OUTPUT_PATTERN)], ...] = Field(
+        (),
+        description="forward outputs ('return.0', 'return.1', ...) handed to the backward op after the inputs, kept "
+        "for backward in their place (say, a sum the backward would recompute from two inputs); they stay "
+        "differentiable: the backward op takes their gradients too",
+    )
     saves: tuple[Annotated[str, Field(pattern=SAVED_OUTPUT_PATTERN)], ...] = Field(
         (),
-        description="forward outputs ('return.0', 'return.1', ...) handed to the backward op after the parameters; "
-        "they are not differentiable, so the backward op takes no gradient for them",
+        description="forward outputs ('return.0', 'return.1', ...) handed to the backward op after the inputs and "
+        "`outputs`; they are not differentiable, so the backward op takes no gradient for them",
     )
 
 

@@ -1,6 +1,7 @@
 """Pure-torch references for the backward ops of the normalisation layers (rms_norm, gemma_rms_norm, add_rms_norm,
-layer_norm): each takes the incoming gradient(s) then the forward's own arguments, recomputes the row statistics,
-and returns the gradients in float32 math (float64 stays float64), each in its input's dtype.
+layer_norm): each takes the incoming gradient(s) then the forward's own arguments (add_rms_norm: its weight, eps and
+its summed output), recomputes the row statistics, and returns the gradients in float32 math (float64 stays
+float64), each in its input's dtype.
 
 Kept apart from the forward references (kernels/torch/layernorm.py): the shipped tuned table records the source
 digest of every kernel module it timed, and a backward added there would make its entries stale.
@@ -54,20 +55,18 @@ def gemma_rms_norm_backward(
 
 
 def add_rms_norm_backward(
-    grad_out: torch.Tensor,
-    grad_summed: torch.Tensor,
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float = 1e-6,
+    grad_out: torch.Tensor, grad_summed: torch.Tensor, weight: torch.Tensor, eps: float, summed: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients (dx, dresidual, dweight) of add_rms_norm's ``(rms_norm(s) * weight, s)``, ``s = x + residual``
-    rounded to the residual's dtype (recomputed here as the forward rounds it): dx and dresidual are both ds."""
-    summed = (upcast(x) + upcast(residual)).to(residual.dtype)
+    """Gradients (dx, dresidual, dweight) of add_rms_norm's ``(rms_norm(s) * weight, s)``, ``s = x + residual``,
+    from ``s`` itself (the forward's second output, kept for backward instead of x and residual): dx and dresidual
+    are both ``ds``, in grad_out's dtype (normed's, x's) and grad_summed's (summed's, the residual's)."""
+    if not grad_out.shape == grad_summed.shape == summed.shape:
+        raise ValueError(f"grad_out {tuple(grad_out.shape)}, grad_summed {tuple(grad_summed.shape)} and summed "
+                         f"{tuple(summed.shape)} must have one shape")  # fmt: skip
     ds, dw = _rms_grads(upcast(grad_out), upcast(summed), upcast(weight), eps)
     ds = ds + upcast(grad_summed)
     # two tensors, never one twice: a torch op's outputs must not alias each other
-    return ds.to(x.dtype), ds.to(residual.dtype, copy=True), dw.to(weight.dtype).reshape(weight.shape)
+    return ds.to(grad_out.dtype), ds.to(grad_summed.dtype, copy=True), dw.to(weight.dtype).reshape(weight.shape)
 
 
 def layer_norm_backward(

@@ -3,8 +3,9 @@
 ``q [B, Hq, S, D]`` and ``k [B, Hk, S, D]`` are rotated by ``cos``/``sin`` of shape ``[B, S, D]`` (or ``[1, S, D]``,
 shared by the batch), as Llama's rotary embedding builds them: ``x * cos + rotate_half(x) * sin``, rotate_half
 being ``[-x2, x1]`` of the halves. New tensors; nothing changes in place, so the op has a backward: the adjoint
-rotation ``g * cos + rotate_half^T(g * sin)`` (a rotation by -sin where cos and sin repeat over the halves, as they
-do in every model). Math in float32 (float64 for float64 inputs), one rounding to each tensor's dtype.
+rotation ``g * cos + rotate_half^T(g * sin)`` of the outputs' gradients, which reads cos and sin alone (a rotation
+by -sin where cos and sin repeat over the halves, as they do in every model). Math in float32 (float64 for float64
+inputs), one rounding to each tensor's dtype.
 """
 
 from __future__ import annotations
@@ -49,10 +50,9 @@ def apply_rotary(
 
 
 def apply_rotary_backward(
-    grad_q: torch.Tensor, grad_k: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    grad_q: torch.Tensor, grad_k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradients (dq, dk) of apply_rotary: the adjoint rotation of the incoming gradients, in q's and k's dtypes."""
-    check_shapes(q, k, cos, sin)
-    if grad_q.shape != q.shape or grad_k.shape != k.shape:
-        raise ValueError(f"grad_q {tuple(grad_q.shape)} and grad_k {tuple(grad_k.shape)} must match q and k")
-    return _rotate(grad_q, cos, sin, True).to(q.dtype), _rotate(grad_k, cos, sin, True).to(k.dtype)
+    """Gradients (dq, dk) of apply_rotary: the adjoint rotation of the incoming gradients (in their dtypes, q's and
+    k's), from cos and sin alone: a rotation's adjoint reads no q or k, so autograd keeps neither."""
+    check_shapes(grad_q, grad_k, cos, sin)
+    return _rotate(grad_q, cos, sin, True), _rotate(grad_k, cos, sin, True)

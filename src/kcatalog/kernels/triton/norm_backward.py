@@ -3,8 +3,9 @@
 One kernel (``_norm_backward_kernel``), composed of the row helpers in ``_rows`` as the forward kernels are:
 
 * Each program loops over tiles of ``BLOCK_M`` rows (``tile = pid, pid + programs, ...``). A tile reads x (for
-  add_rms_norm: x and the residual, summed and rounded as the forward does) and the incoming gradient once,
-  recomputes the row statistics in registers (nothing saved by the forward), and writes dx once.
+  add_rms_norm: the forward's summed output, which autograd keeps instead of x and the residual) and the incoming
+  gradient once, recomputes the row statistics in registers (nothing else saved by the forward), and writes dx
+  once (add_rms_norm: dx plus the summed output's gradient, for x and for the residual).
 * The weight (and bias) gradients are per-row products summed over the rows: each program accumulates its rows
   in float32 registers and writes one row of a ``[programs, width]`` float32 buffer, which torch sums (as
   Liger-Kernel does; no atomics, so the result is deterministic). The launch has a bounded number of programs
@@ -61,27 +62,18 @@ _RMS, _GEMMA, _LAYER = 0, 1, 2
 
 
 @triton.jit
-def _load_x(x_rows, r_rows, cols, col_ok, ADD: tl.constexpr):
-    """x of a chunk as float32; ADD: x + residual rounded to the residual's dtype, as the forward stores it."""
-    x = load_chunk(x_rows, cols, col_ok, 0.0, "")
-    if ADD:
-        x = (x + load_chunk(r_rows, cols, col_ok, 0.0, "")).to(r_rows.dtype.element_ty).to(tl.float32)
-    return x
-
-
-@triton.jit
 def _norm_backward_kernel(
-    g_ptr, x_ptr, r_ptr, gs_ptr, w_ptr, dx_ptr, dr_ptr, dw_ptr, db_ptr,
-    n_rows, n_cols, stride_g, stride_x, stride_r, stride_gs, eps,
+    g_ptr, x_ptr, gs_ptr, w_ptr, dx_ptr, dr_ptr, dw_ptr, db_ptr,
+    n_rows, n_cols, stride_g, stride_x, stride_gs, eps,
     KIND: tl.constexpr, ADD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SINGLE_PASS: tl.constexpr, LOOP_STAGES: tl.constexpr, EVEN: tl.constexpr = False,
 ):  # fmt: skip
     """dx (dr: the same for add_rms_norm's residual), and this program's row of the dw (db) partial sums.
 
-    KIND: rms (scale w), gemma (scale 1 + w) or layer norm (mean subtracted; db too). ADD: x is x + residual
-    (r_ptr), and the summed output's gradient (gs_ptr) is added to dx. dx, dr are contiguous [n_rows, n_cols];
-    dw, db are [programs, n_cols] float32 (zeros for the chunked path, which adds to them). Pointers that a KIND
-    or ADD does not read are never dereferenced.
+    KIND: rms (scale w), gemma (scale 1 + w) or layer norm (mean subtracted; db too). ADD: x is add_rms_norm's
+    summed output, and its gradient (gs_ptr) is added to dx, written to dx and dr. dx, dr are contiguous
+    [n_rows, n_cols]; dw, db are [programs, n_cols] float32 (zeros for the chunked path, which adds to them).
+    Pointers that a KIND or ADD does not read are never dereferenced.
     """
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -97,10 +89,6 @@ def _norm_backward_kernel(
             x_rows, row_ok = row_ptrs(x_ptr, tile, n_rows, stride_x, BLOCK_M)
             g_rows, _ = row_ptrs(g_ptr, tile, n_rows, stride_g, BLOCK_M)
             x = load_row(x_rows + cols[None, :], col_ok[None, :], EVEN, "").to(tl.float32)
-            if ADD:
-                r_rows, _ = row_ptrs(r_ptr, tile, n_rows, stride_r, BLOCK_M)
-                r = load_row(r_rows + cols[None, :], col_ok[None, :], EVEN, "").to(tl.float32)
-                x = (x + r).to(r_ptr.dtype.element_ty).to(tl.float32)
             g = load_row(g_rows + cols[None, :], col_ok[None, :], EVEN, "").to(tl.float32)
             if KIND == 2:
                 _, rstd, xc = mean_rstd(x, col_ok, n_cols, eps, EVEN)
@@ -134,7 +122,6 @@ def _norm_backward_kernel(
         db_row = db_ptr + pid.to(tl.int64) * n_cols
         for tile in range(pid, n_tiles, nprog):
             x_rows, row_ok = row_ptrs(x_ptr, tile, n_rows, stride_x, BLOCK_M)
-            r_rows, _ = row_ptrs(r_ptr, tile, n_rows, stride_r, BLOCK_M)
             g_rows, _ = row_ptrs(g_ptr, tile, n_rows, stride_g, BLOCK_M)
             gs_rows, _ = row_ptrs(gs_ptr, tile, n_rows, stride_gs, BLOCK_M)
             dx_rows, _ = row_ptrs(dx_ptr, tile, n_rows, n_cols, BLOCK_M)
@@ -144,19 +131,19 @@ def _norm_backward_kernel(
                 acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
                 for off in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
                     cols, col_ok = chunk_cols(off, n_cols, BLOCK_N)
-                    acc += _load_x(x_rows, r_rows, cols, col_ok, ADD)
+                    acc += load_chunk(x_rows, cols, col_ok, 0.0, "")
                 mean = tl.sum(acc, axis=1) / n_cols
             acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for off in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
                 cols, col_ok = chunk_cols(off, n_cols, BLOCK_N)
-                xc = tl.where(col_ok[None, :], _load_x(x_rows, r_rows, cols, col_ok, ADD) - mean[:, None], 0.0)
+                xc = tl.where(col_ok[None, :], load_chunk(x_rows, cols, col_ok, 0.0, "") - mean[:, None], 0.0)
                 acc += xc * xc
             rstd = tl.rsqrt(tl.sum(acc, axis=1) / n_cols + eps)
             acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             acc_gw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for off in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
                 cols, col_ok = chunk_cols(off, n_cols, BLOCK_N)
-                xc = tl.where(col_ok[None, :], _load_x(x_rows, r_rows, cols, col_ok, ADD) - mean[:, None], 0.0)
+                xc = tl.where(col_ok[None, :], load_chunk(x_rows, cols, col_ok, 0.0, "") - mean[:, None], 0.0)
                 w = load_vec(w_ptr + cols, col_ok, False)
                 if KIND == 1:
                     w = w + 1.0
@@ -167,7 +154,7 @@ def _norm_backward_kernel(
             c2 = tl.sum(acc_gw, axis=1) / n_cols
             for off in tl.range(0, n_cols, BLOCK_N, num_stages=LOOP_STAGES):
                 cols, col_ok = chunk_cols(off, n_cols, BLOCK_N)
-                xhat = (_load_x(x_rows, r_rows, cols, col_ok, ADD) - mean[:, None]) * rstd[:, None]
+                xhat = (load_chunk(x_rows, cols, col_ok, 0.0, "") - mean[:, None]) * rstd[:, None]
                 w = load_vec(w_ptr + cols, col_ok, False)
                 if KIND == 1:
                     w = w + 1.0
@@ -192,18 +179,18 @@ def _backward(
     x: torch.Tensor,
     weight: torch.Tensor,
     eps: float,
-    residual: torch.Tensor | None = None,
     grad_summed: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """One launch: (dx, dweight) (+ dbias for layer norm; (dx, dresidual, dweight) with a residual)."""
+    """One launch: (dx, dweight) (+ dbias for layer norm); with grad_summed (x: add_rms_norm's summed output),
+    (dx, dresidual, dweight), dx in grad's dtype and dresidual in grad_summed's."""
     if grad.shape != x.shape:
         raise ValueError(f"grad {tuple(grad.shape)} must have x's shape {tuple(x.shape)}")
-    if residual is not None and (residual.shape != x.shape or grad_summed is None or grad_summed.shape != x.shape):
-        raise ValueError(f"residual and grad_summed must have x's shape {tuple(x.shape)}")
+    if grad_summed is not None and grad_summed.shape != x.shape:
+        raise ValueError(f"grad_summed {tuple(grad_summed.shape)} must have summed's shape {tuple(x.shape)}")
     n = x.shape[-1]
     w = as_vector(weight, n, "weight")
-    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    dr = None if residual is None else torch.empty(x.shape, dtype=residual.dtype, device=x.device)
+    dx = torch.empty(x.shape, dtype=x.dtype if grad_summed is None else grad.dtype, device=x.device)
+    dr = None if grad_summed is None else torch.empty(x.shape, dtype=grad_summed.dtype, device=x.device)
     x2, g2 = as_rows(x), as_rows(grad)
     m = x2.shape[0]
     t = TUNING.get()
@@ -214,13 +201,12 @@ def _backward(
     dw = alloc((programs, n), dtype=torch.float32, device=x.device)
     db = alloc((programs, n), dtype=torch.float32, device=x.device) if kind == _LAYER else dw
     if m:
-        r2 = x2 if residual is None else as_rows(residual)
         gs2 = g2 if grad_summed is None else as_rows(grad_summed)
         # unread pointers get a tensor of the right kind: Inductor's launcher of a kernel in a graph takes no None
         tracing.launch(_norm_backward_kernel, (programs,))(
-            g2, x2, r2, gs2, w, dx, dx if dr is None else dr, dw, db,
-            m, n, g2.stride(0), x2.stride(0), r2.stride(0), gs2.stride(0), eps,
-            KIND=kind, ADD=residual is not None, BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single,
+            g2, x2, gs2, w, dx, dx if dr is None else dr, dw, db,
+            m, n, g2.stride(0), x2.stride(0), gs2.stride(0), eps,
+            KIND=kind, ADD=grad_summed is not None, BLOCK_M=block_m, BLOCK_N=block_n, SINGLE_PASS=single,
             LOOP_STAGES=t.loop_stages, EVEN=block_n == n, num_warps=num_warps,
         )  # fmt: skip
     dweight = dw.sum(0).to(weight.dtype).reshape(weight.shape)
@@ -248,16 +234,12 @@ def gemma_rms_norm_backward(
 
 
 def add_rms_norm_backward(
-    grad_out: torch.Tensor,
-    grad_summed: torch.Tensor,
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float = 1e-6,
+    grad_out: torch.Tensor, grad_summed: torch.Tensor, weight: torch.Tensor, eps: float, summed: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients (dx, dresidual, dweight) of add_rms_norm: ``s = x + residual`` recomputed (rounded as the forward
-    rounds it), ``ds = rms_norm_backward(grad_out, s) + grad_summed`` written for x and for the residual."""
-    dx, dr, dw = _backward(_RMS, grad_out, x, weight, eps, residual, grad_summed)
+    """Gradients (dx, dresidual, dweight) of add_rms_norm from its summed output ``s = x + residual`` (kept for
+    backward instead of x and residual): ``ds = rms_norm_backward(grad_out, s) + grad_summed``, written for x (in
+    grad_out's dtype) and for the residual (in grad_summed's)."""
+    dx, dr, dw = _backward(_RMS, grad_out, summed, weight, eps, grad_summed)
     return dx, dr, dw
 
 

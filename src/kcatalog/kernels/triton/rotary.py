@@ -103,11 +103,11 @@ def _rotary(
     cos: torch.Tensor,
     sin: torch.Tensor,
     inverse: bool,
-    out_dtypes: tuple[torch.dtype, torch.dtype],
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k (or their gradients, `inverse`) rotated into new contiguous tensors of their own dtypes."""
     check_shapes(q, k, cos, sin)
-    qo = torch.empty(q.shape, dtype=out_dtypes[0], device=q.device)
-    ko = torch.empty(k.shape, dtype=out_dtypes[1], device=q.device)
+    qo = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    ko = torch.empty(k.shape, dtype=k.dtype, device=q.device)
     b, hq, seq, d = q.shape
     hk = k.shape[1]
     if qo.numel() == 0 and ko.numel() == 0:
@@ -135,14 +135,12 @@ def apply_rotary(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """transformers' ``apply_rotary_pos_emb(q, k, cos, sin)``: new contiguous (q_embed, k_embed)."""
-    return _rotary(q, k, cos, sin, False, (q.dtype, k.dtype))
+    return _rotary(q, k, cos, sin, False)
 
 
 def apply_rotary_backward(
-    grad_q: torch.Tensor, grad_k: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    grad_q: torch.Tensor, grad_k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradients (dq, dk) of apply_rotary, in q's and k's dtypes: the adjoint rotation of grad_q and grad_k."""
-    check_shapes(q, k, cos, sin)
-    if grad_q.shape != q.shape or grad_k.shape != k.shape:
-        raise ValueError(f"grad_q {tuple(grad_q.shape)} and grad_k {tuple(grad_k.shape)} must match q and k")
-    return _rotary(grad_q, grad_k, cos, sin, True, (q.dtype, k.dtype))
+    """Gradients (dq, dk) of apply_rotary, in grad_q's and grad_k's dtypes (q's and k's): the adjoint rotation of
+    grad_q and grad_k, from cos and sin alone."""
+    return _rotary(grad_q, grad_k, cos, sin, True)

@@ -140,13 +140,18 @@ def _backward(catalog: Catalog, s: Selection, options: argparse.Namespace) -> Se
 
 
 def _backward_line(catalog: Catalog, op: str, b: Selection) -> str:
-    """'  backward: layernorm.rms_norm_backward runs torch (...), by ...; gradients of x, weight'."""
+    """'  backward: layernorm.rms_norm_backward runs torch (...), by ...; gradients of x, weight', and what autograd
+    keeps for it where that is not every input ('; keeps cos, sin'), and the saved outputs ('; saves return.1')."""
     backward = catalog.info(op).backward
     assert backward is not None
     chosen = f"{b.chosen.backend} ({b.chosen.target}), by {b.decided_by}" if b.chosen else "nothing eligible"
+    parameters = catalog.info(op).parameters
+    everything = parameters is not None and backward.inputs == parameters.names and not backward.outputs
+    handed = [*backward.inputs, *(f"return.{i}" for i in backward.outputs)]
+    keeps = "" if everything else f"; keeps {', '.join(handed) or 'nothing'}"
     saves = f"; saves {', '.join(f'return.{i}' for i in backward.saves)}" if backward.saves else ""
     why = "".join(f"; {r.backend}: {r.reason}" for r in b.rejected) if not b.chosen else ""
-    return f"  backward: {b.op} runs {chosen}; gradients of {', '.join(backward.grads)}{saves}{why}"
+    return f"  backward: {b.op} runs {chosen}; gradients of {', '.join(backward.grads)}{keeps}{saves}{why}"
 
 
 def _backward_dict(catalog: Catalog, op: str, b: Selection) -> dict[str, Any]:
@@ -155,6 +160,8 @@ def _backward_dict(catalog: Catalog, op: str, b: Selection) -> dict[str, Any]:
     return {
         "op": b.op,
         "grads": list(backward.grads),
+        "inputs": list(backward.inputs),
+        "outputs": [f"return.{i}" for i in backward.outputs],
         "saves": [f"return.{i}" for i in backward.saves],
         "chosen": b.chosen.backend if b.chosen else None,
         "target": str(b.chosen.target) if b.chosen else None,
