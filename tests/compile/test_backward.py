@@ -46,7 +46,7 @@ def _sample(op: str, dtype: str, seed: int = 0) -> tuple[tuple[Any, ...], dict[s
     return call.invoke(lambda *a, **k: (a, k))
 
 
-# One op here: the whole-catalog conformance test (tests/conformance/test_shipped_catalog.py) checks every op's.
+# One op here: the shipped catalog's conformance tests (tests/conformance/test_shipped_catalog.py) check every op's.
 @pytest.mark.parametrize("op", ["layernorm.rms_norm"])
 @pytest.mark.parametrize("dtype", ["bfloat16"])
 def test_gradients_through_the_torch_op_equal_float64_autograd_of_the_reference(

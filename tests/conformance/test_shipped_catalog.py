@@ -1,4 +1,6 @@
-"""`kcatalog test` over the shipped catalog: every backend that can run on the CPU agrees with its reference."""
+"""`kcatalog test`'s checks over the shipped catalog, an op per test: every backend that can run on the CPU agrees
+with its reference (the Triton kernels run by the interpreter, as on cuda), keeps its promises, and every op with a
+backward has its gradients checked."""
 
 from __future__ import annotations
 
@@ -7,15 +9,25 @@ import math
 import os
 import sys
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 from conformance_support import run_cli
 
 import kcatalog
+from kcatalog.tools import conformance, gradients, promises
 from kcatalog.tools.inputs import samples_of, size_sets
-from kcatalog.tools.promises import rows_of
+from kcatalog.tools.promises import PromiseCase, rows_of
 
 SEED = 20240611
+SHIPPED_OPS = kcatalog.load_catalog(cache=False).ops()  # a test each, so that the workers share them out
+
+# Under the interpreter a Triton kernel's programs run one after another: repeated runs can only differ where they
+# read memory never written, and the agreement checks run every kernel on NaN-filled new memory, which would show
+# that. So `deterministic` is run once per dtype there (on the first, smallest size set), not on every size set.
+# `batch_invariant` runs on every size set, with 8 rows computed alone (the first and last among them) rather than
+# 64: a kernel whose rows depend on the batch differs on every row, or on the rows of a block's tail.
+INTERPRETED_ROWS = 8
 
 
 @pytest.fixture
@@ -32,90 +44,102 @@ def interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-def test_whole_shipped_catalog_passes_on_the_cpu_with_triton_interpreted(
-    interpreted: None, single_threaded: None
-) -> None:
-    result = run_cli("test", "--device", "cpu", "--interpret", "--seed", str(SEED))
-    assert result.code == 0, result.out + result.err
-    assert result.err == ""
-    lines = result.out.splitlines()
-    assert lines[0] == f"seed {SEED}"
-    assert not [line for line in lines if line.startswith("FAIL")]
-    catalog = kcatalog.load_catalog()
-    promises_at = lines.index(next(line for line in lines if line.split()[:3] == ["op", "backend", "promise"]))
-    gradients_at = lines.index(next(line for line in lines if line.split()[:3] == ["op", "backward", "backend"]))
-    table = [line.split() for line in lines[:gradients_at] if line.split()[:1] and line.split()[0] in catalog.ops()]
-    rows = [row for row in table if row[2] not in ("deterministic", "batch_invariant")]
-    promise_rows = [line.split() for line in lines[promises_at + 1 : gradients_at] if line.split()[0] in catalog.ops()]
-    gradient_rows = [
-        line.split() for line in lines[gradients_at + 1 :] if line.split()[:1] and line.split()[0] in catalog.ops()
-    ]
-    assert len(rows) + len(promise_rows) == len(table)
-    assert lines[-1] == f"{len(table) + len(gradient_rows)} checks, 0 failed."
-    assert {row[-1] for row in table + gradient_rows} == {"ok"}
-    # Every op with a backward had its gradients checked: the catalog's choice, each backward backend (the Triton
-    # kernels called directly, in the interpreter), and gradcheck of the references.
-    with_backward = {op for op in catalog.ops() if catalog.info(op).backward is not None}
-    assert with_backward and {row[0] for row in gradient_rows} == with_backward
-    for op in with_backward:
-        backward = catalog.info(op).backward
-        assert backward is not None
-        tried = {row[2] for row in gradient_rows if row[0] == op}
-        assert tried == {"catalog", "gradcheck", *catalog.info(backward.op).backends}, op
-    assert {row[0] for row in rows} == set(catalog.ops())  # every op appears
-    # Every other backend ran on every dtype and declared size set, except the dtypes a note says it
-    # was skipped for and why; the Triton kernels were never skipped: they ran under the interpreter.
-    checked = Counter((row[0], row[1]) for row in rows)
-    for op in catalog.ops():
-        info = catalog.info(op)
-        samples = samples_of(info)
-        assert samples is not None, op
-        assert checked[op, info.reference] == 0  # the reference is what the others are checked against
-        for backend in info.backends:
-            if backend == info.reference:
-                continue
-            skipped = {
-                dtype
-                for line in lines
-                if line.startswith(f"note: {op} [{backend}] ")
-                for dtype in line.split("] ", 1)[1].split(": skipped, ", 1)[0].split(", ")
-            }
-            size_set_count = math.prod(len(values) for values in samples.sizes.values())  # their product
-            assert checked[op, backend] == len(set(info.dtypes) - skipped) * size_set_count, (
-                op,
-                backend,
-                skipped,
-            )
-            if backend == "triton":
-                assert not skipped, op
-    assert sum(count for (_, backend), count in checked.items() if backend == "triton") > 0
-    assert_every_promise_checked(catalog, promise_rows)
+@pytest.fixture(scope="module")
+def shipped() -> kcatalog.Catalog:
+    return kcatalog.load_catalog()
 
 
-def assert_every_promise_checked(catalog: kcatalog.Catalog, rows: list[list[str]]) -> None:
-    """Every promise a shipped backend makes on the CPU (the references' too), and each Triton kernel on cuda (run
-    as on cuda, in the interpreter), was checked on every dtype it takes and size set, a batch_invariant one on
-    every size set of more than one row; no other promise was."""
-    checked = Counter((row[0], row[1], row[2]) for row in rows)
-    expected: Counter[tuple[str, str, str]] = Counter()
-    for op in catalog.ops():
-        info = catalog.info(op)
-        samples = samples_of(info)
-        assert samples is not None and info.dtypes is not None, op
-        found = rows_of(info, samples)
-        assert not isinstance(found, str), (op, found)
-        batches = [sizes for sizes in size_sets(samples) if found.count(sizes) > 1]
-        for spec in info.backends.values():
-            where = "cuda" if "triton" in spec.requires else "cpu"
-            dtypes = [dtype for dtype in info.dtypes if spec.dtypes is None or dtype in spec.dtypes]
-            for promise in kcatalog.Promise:
-                if spec.keeps(promise, where):
-                    per_dtype = len(batches if promise is kcatalog.Promise.BATCH_INVARIANT else size_sets(samples))
-                    expected[op, spec.backend, promise.value] = per_dtype * len(dtypes)
-    assert checked == expected
+def test_a_test_per_shipped_op_and_every_kind_of_check_among_them(shipped: kcatalog.Catalog) -> None:
+    assert SHIPPED_OPS == shipped.ops()
+    planned = promises.plan_promises(shipped, shipped.ops(), device="cpu", base_seed=SEED, interpret=True)[0]
     # torch's and aten's: what the CPU measurement backs; triton's: what the H200 measurement backs
-    assert {backend for _, backend, _ in expected} == {"torch", "aten", "triton"}
-    assert sum(count for (_, _, promise), count in expected.items() if promise == "batch_invariant") > 0
+    assert {case.spec.backend for case in planned} == {"torch", "aten", "triton"}
+    assert {case.promise for case in planned if case.spec.backend == "triton"} == set(kcatalog.Promise)
+    assert any(shipped.info(op).backward is not None for op in shipped.ops())
+
+
+@pytest.mark.parametrize("op", SHIPPED_OPS)
+def test_every_shipped_op_passes_on_the_cpu_with_triton_interpreted(
+    shipped: kcatalog.Catalog, op: str, interpreted: None, single_threaded: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info = shipped.info(op)
+    samples = samples_of(info)
+    assert samples is not None and info.dtypes is not None, op
+    where = {"device": "cpu", "base_seed": SEED, "interpret": True}
+    cases, notes = conformance.plan(shipped, [op], **where)
+    results = list(conformance.run(cases, shipped, "cpu"))
+    assert [(r.backend, r.dtype, r.sizes, r.message) for r in results if not r.passed or r.skipped] == []
+    # Every backend but the reference (what the others are checked against) ran on every dtype and declared size
+    # set, except the dtypes a note says it was skipped for and why; the Triton kernels were never skipped.
+    checked = Counter(r.backend for r in results)
+    assert checked[info.reference] == 0
+    for backend in info.backends:
+        if backend == info.reference:
+            continue
+        skipped = {
+            dtype
+            for note in notes
+            if note.startswith(f"{op} [{backend}] ")
+            for dtype in note.split("] ", 1)[1].split(": skipped, ", 1)[0].split(", ")
+        }
+        size_set_count = math.prod(len(values) for values in samples.sizes.values())  # their product
+        assert checked[backend] == len(set(info.dtypes) - skipped) * size_set_count, (backend, skipped)
+        if backend == "triton":
+            assert not skipped
+    promise_cases = promises.plan_promises(shipped, [op], **where)[0]
+    assert_every_promise_planned(info, promise_cases)
+    monkeypatch.setattr(promises, "MAX_ROWS", INTERPRETED_ROWS)
+    kept = list(promises.run_promises(list(promise_checks_run(promise_cases)), "cpu"))
+    assert [(r.backend, r.promise, r.dtype, r.sizes, r.message) for r in kept if not r.passed] == []
+    assert {(r.backend, r.promise, r.dtype) for r in kept} == {
+        (case.spec.backend, case.promise.value, case.dtype) for case in promise_cases
+    }
+    gradient_cases = gradients.plan_gradients(shipped, [op], **where)[0]
+    grads = list(gradients.run_gradients(gradient_cases, shipped, "cpu"))
+    assert [(g.backend, g.dtype, g.sizes, g.message) for g in grads if not g.passed] == []
+    if info.backward is None:
+        assert grads == []
+    else:
+        # The catalog's choice, each backward backend (the Triton kernels called directly, in the interpreter),
+        # and gradcheck of the references.
+        backends = {"catalog", "gradcheck", *shipped.info(info.backward.op).backends}
+        assert {g.backend for g in grads} == backends
+        assert Counter(g.backend for g in grads if g.backend != "gradcheck") == {
+            backend: len(info.dtypes) * len(size_sets(samples)) for backend in backends - {"gradcheck"}
+        }
+
+
+def assert_every_promise_planned(info: kcatalog.OpInfo, cases: list[PromiseCase]) -> None:
+    """Every promise a shipped backend makes on the CPU (the references' too), and each Triton kernel on cuda (run
+    as on cuda, in the interpreter), is planned on every dtype it takes and size set, a batch_invariant one on every
+    size set of more than one row; no other promise is."""
+    samples = samples_of(info)
+    assert samples is not None and info.dtypes is not None
+    found = rows_of(info, samples)
+    assert not isinstance(found, str), found
+    batches = [sizes for sizes in size_sets(samples) if found.count(sizes) > 1]
+    expected: Counter[tuple[str, str, str]] = Counter()
+    for spec in info.backends.values():
+        where = "cuda" if "triton" in spec.requires else "cpu"
+        dtypes = [dtype for dtype in info.dtypes if spec.dtypes is None or dtype in spec.dtypes]
+        for promise in kcatalog.Promise:
+            if spec.keeps(promise, where):
+                per_dtype = len(batches if promise is kcatalog.Promise.BATCH_INVARIANT else size_sets(samples))
+                expected.update({(spec.backend, promise.value, dtype): per_dtype for dtype in dtypes})
+    assert Counter((case.spec.backend, case.promise.value, case.dtype) for case in cases) == expected
+    assert not [case for case in cases if case.unchecked]
+
+
+def promise_checks_run(cases: list[PromiseCase]) -> Iterator[PromiseCase]:
+    """The planned checks, less a Triton kernel's `deterministic` on all but the first size set of each dtype."""
+    first: dict[tuple[str, str], PromiseCase] = {}
+    for case in cases:
+        if case.promise is kcatalog.Promise.DETERMINISTIC:
+            first.setdefault((case.spec.backend, case.dtype), case)
+    for case in cases:
+        repeated = case.promise is kcatalog.Promise.DETERMINISTIC and "triton" in case.spec.requires
+        if not repeated or first[case.spec.backend, case.dtype] is case:
+            yield case
 
 
 def test_json_output_of_one_op(interpreted: None) -> None:
