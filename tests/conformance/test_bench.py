@@ -224,3 +224,28 @@ def test_a_shape_that_cannot_be_built_is_an_error_row(workspace: Workspace) -> N
         r"^t\.scale2 +torch +float32 +decode +T=4 H=16 +error: RuntimeError: .*negative", result.out, re.M
     ), result.out
     assert re.search(r"^t\.scale2 +torch +float32 +decode +T=4 H=24 +\d+\.\d ", result.out, re.M), result.out
+
+
+def test_graph_replays_rotate_sets_by_bytes_and_copy_large_decode_inputs() -> None:
+    """A decode job whose inputs are large (an MoE layer's expert weights) rotates 2 sets copied on the device, not
+    8 built on the CPU (that took a Mixtral-shaped tune past its 150 s cap on the H200); small ones stay as before."""
+    from types import SimpleNamespace
+
+    from kcatalog.tools.timing import GRAPH_INPUT_SETS, more_sets
+
+    built: list[int] = []
+
+    def build(i: int) -> Call:
+        built.append(i)
+        return Call({"x": torch.zeros(4)})
+
+    for elements, sets, from_seeds in ((16, GRAPH_INPUT_SETS, True), (160 << 20, 2, False)):
+        built.clear()
+        job: Any = SimpleNamespace(shapes="decode", info=SimpleNamespace(mutates=()))
+        first = Call({"x": torch.ones(elements, dtype=torch.int8)})
+        more = more_sets(job, first, torch.empty(0, dtype=torch.int8), build)
+        assert len(more) == sets - 1
+        assert built == (list(range(1, sets)) if from_seeds else [])
+        if not from_seeds:  # copies: the same values at other addresses
+            assert more[0].kwargs["x"].data_ptr() != first.kwargs["x"].data_ptr()
+            assert torch.equal(more[0].kwargs["x"], first.kwargs["x"])

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..registry.catalog import Catalog
 
 GRAPH_INPUT_SETS = 8  # decode shapes fit in L2: rotate input sets so replays do not measure the cache
-# Prefill shapes rotate enough input sets that one replay reads this much (the H200's L2 is 50 MiB), 2 at least.
+# A replay rotates enough input sets that it reads this much (the H200's L2 is 50 MiB): 2 at least, 8 at most.
 ROTATED_BYTES = 256 << 20
 
 
@@ -187,17 +187,17 @@ def prepare(job: Job, device: str, seed: int = 0) -> Prepared:
 
 
 def input_sets(job: Job, moved: int) -> int:
-    """How many input sets one graph replay rotates through, so that no call finds its inputs in the L2."""
-    if job.shapes == "decode":
-        return GRAPH_INPUT_SETS
+    """How many input sets one graph replay rotates through, so that no call finds its inputs in the L2: decode
+    shapes and prefill shapes alike, since a decode call can read gigabytes too (an MoE layer's expert weights)."""
     return max(2, min(GRAPH_INPUT_SETS, -(-ROTATED_BYTES // max(moved, 1))))
 
 
 def more_sets(job: Job, first: Call, result: Any, build: Callable[[int], Call]) -> list[Call]:
-    """The input sets after `first` that a graph replay rotates through: decode's built from their own seeds,
-    prefill's copied on the device (its inputs are large: building them on the CPU took most of a tuning run)."""
+    """The input sets after `first` that a graph replay rotates through: small decode inputs built from their own
+    seeds, larger ones copied on the device. Building them on the CPU took most of a prefill tuning run, and
+    longer than a 150 s cap for one Mixtral-shaped MoE decode job (eight sets of 2.8 GB of expert weights, H200)."""
     sets = input_sets(job, bytes_moved(first, result, job.info.mutates))
-    if job.shapes == "decode":
+    if job.shapes == "decode" and sets == GRAPH_INPUT_SETS:
         return [build(i) for i in range(1, sets)]
     return [first.clone() for _ in range(1, sets)]
 
