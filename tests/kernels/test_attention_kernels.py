@@ -9,6 +9,7 @@ import torch
 
 from kcatalog.kernels.aten import attention as sdpa
 from kcatalog.kernels.torch.sdpa import decode, prefill
+from kcatalog.kernels.triton import decode_attention
 
 
 def inputs(batch: int = 2, queries: int = 3, keys: int = 12) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -18,7 +19,7 @@ def inputs(batch: int = 2, queries: int = 3, keys: int = 12) -> tuple[torch.Tens
     return q, k, v
 
 
-@pytest.mark.parametrize("kernel", [sdpa.math, sdpa.flash])
+@pytest.mark.parametrize("kernel", [sdpa.math, sdpa.flash, decode_attention.decode])
 @pytest.mark.parametrize("causal, window", [(True, 0), (True, 5), (False, 0)])
 def test_masks_bool_and_additive_combine_with_causal_and_window(kernel: object, causal: bool, window: int) -> None:
     q, k, v = inputs()
@@ -77,3 +78,34 @@ def test_flex_block_masks_close_over_no_ints(causal: bool, window: int) -> None:
     if window:
         expected = expected & (distance < window)
     assert torch.equal(allowed, expected)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 2e-5), (torch.bfloat16, 1e-2)])
+def test_triton_decode_splits_a_static_cache_and_skips_the_slots_the_mask_leaves_out(
+    dtype: torch.dtype, tolerance: float
+) -> None:
+    """A static cache's decode: every sequence's written slots a prefix of the cache, the rest masked out. Split
+    over many programs (combined after), and the tiles past a sequence's last written slot never read: they
+    hold NaN here, which any read would spread into the output."""
+    generator = torch.Generator().manual_seed(1)
+    batch, heads, kv_heads, slots, dim = 3, 8, 2, 96, 32
+    q = torch.randn(batch, heads, dim, generator=generator).to(dtype)
+    k, v = (torch.randn(batch, kv_heads, slots, dim, generator=generator).to(dtype) for _ in range(2))
+    written = torch.tensor([16, 48, 96])  # whole 16-key tiles, so that every unwritten tile is skipped whole
+    mask = (torch.arange(slots)[None, :] < written[:, None])[:, None, None, :]
+    expected = decode(q, k, v, mask, None, True, 0)
+    for b, n in enumerate(written.tolist()):
+        k[b, :, n:], v[b, :, n:] = float("nan"), float("nan")
+    with decode_attention.TUNING.override(sms=16, block_s=16):  # 2 programs a SM: 32 over 6 (sequence, head)s
+        got = decode_attention.decode(q, k, v, mask, None, True, 0)
+    torch.testing.assert_close(got, expected, atol=tolerance, rtol=tolerance)
+
+
+def test_triton_decode_gate_refuses_a_prefill_and_mixed_head_dims() -> None:
+    q, k, v = (t.to("meta") for t in inputs(queries=40, keys=40))  # 2 query heads per key head x 40 queries
+    assert decode_attention.decode_eligible(q, k, v) == (
+        "2 query heads per key head x 40 queries = 80 rows; this kernel holds at most 64 (a prefill's shape)"
+    )
+    assert decode_attention.decode_eligible(q[:64], k[:, :, :32], v[:, :, :32]) is True  # 32 rows
+    wide = torch.empty(6, 4, 32, device="meta")
+    assert decode_attention.decode_eligible(wide, k, v) == "query and key need one head dim, at most 256 (value's too)"
