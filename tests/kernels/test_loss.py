@@ -96,6 +96,20 @@ def test_triton_forward_and_backward_against_float64_autograd(t: int, v: int, dt
     assert torch.equal(x, x0) and torch.equal(w, w0) and torch.equal(target, target0)
 
 
+def test_triton_float16_gradients_do_not_underflow_before_the_gemms() -> None:
+    """(softmax - onehot) * grad / count in float16 flushes to zero below ~6e-8, as a near-uniform softmax over
+    Llama-3's vocabulary at 4,096 tokens makes it (1/128256/4096 ~ 2e-9): here 4,096 classes, 64 tokens and a loss
+    scale of 1e-2, 1e-2 / 64 / 4096 ~ 4e-8, while the gradients themselves (~1e-4) are normal float16 numbers.
+    The float16 blocks hold softmax - onehot, and the scale comes after the GEMMs."""
+    x, w, target = inputs(64, 32, 4096, torch.float16, "underflow")
+    x, w = x * 0.05, w * 2  # logits ~0.1: a near-uniform softmax
+    _, _, gx, _ = truth(x, w, target, 1e-2)
+    _, out_lse = triton_loss.fused_linear_cross_entropy(x, w, target)
+    rx, _ = triton_loss.fused_linear_cross_entropy_backward(torch.tensor(1e-2), x, w, target, -100, out_lse)
+    # grad_w is not compared: most of its entries (~1e-8 here) are below float16's normal range as results, in any order
+    check_close("grad_x float16, loss scale 1e-2", rx, gx, tol("fused_linear_cross_entropy_backward", torch.float16))
+
+
 @pytest.mark.usefixtures("blocks")
 def test_triton_ignore_index_inside_the_vocabulary() -> None:
     """An ignore_index that is also a vocabulary id (here 5, in the second block) drops exactly those rows."""
