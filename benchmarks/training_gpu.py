@@ -394,6 +394,23 @@ def op_cases(config: Any, seq: int, device: str, dtype: torch.dtype, ops: dict[s
     return cases
 
 
+def kernel_ms(run: Callable[[], Any], leaves: list[torch.Tensor], repeats: int = 5) -> float:
+    """GPU time of the kernels one call launches (torch.profiler, the median of `repeats` calls): the time left once
+    the host's share, which do_bench's wall time between events includes for calls this short, is taken out."""
+    per_call = []
+    for _ in range(repeats):
+        for leaf in leaves:
+            leaf.grad = None
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+        per_call.append(
+            sum(e.device_time_total for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA) / 1e3
+        )
+    return statistics.median(per_call)
+
+
 def measure_ops(bench: Results, cases: list[OpCase], device: str, args: argparse.Namespace) -> None:
     """Each implementation's outputs and gradients against float32 eager torch, then its forward + backward time."""
     cuda = device == "cuda"
@@ -431,6 +448,9 @@ def measure_ops(bench: Results, cases: list[OpCase], device: str, args: argparse
                             grad_to_none=leaves,
                             return_mode="median",
                         )
+                    )
+                    entry.setdefault("kernel_ms", {})[impl_name] = kernel_ms(
+                        lambda case=case, impl=impl_name: case.run(impl), leaves
                     )
                 else:
                     began = time.perf_counter()
@@ -541,6 +561,22 @@ def table(data: dict[str, Any]) -> str:
         ms, err = entry["ms"], entry["rel_err"]
         cell = lambda impl, ms=ms, err=err: f"{ms[impl]:.3f} ({err.get(impl, float('nan')):.1e})" if impl in ms else "-"  # noqa: E731
         ratio = lambda impl, ms=ms: f"{ms[impl] / ms['kcatalog']:.3f}" if impl in ms and ms.get("kcatalog") else "-"  # noqa: E731
+        lines.append(
+            f"| {name} | {cell('kcatalog')} | {cell('liger')} | {cell('torch_compile')} | {cell('torch')} "
+            f"| {ratio('liger')} | {ratio('torch_compile')} |"
+        )
+    lines += [
+        "",
+        "The same calls' GPU kernel time alone (ms, torch.profiler, median of 5): do_bench's time above includes the "
+        "host's where a call launches faster than the host issues it.",
+        "",
+        "| op | kcatalog | liger | torch_compile | torch | liger / kcatalog | compile / kcatalog |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, entry in ops.items():
+        ks = entry.get("kernel_ms", {})
+        cell = lambda impl, ks=ks: f"{ks[impl]:.3f}" if impl in ks else "-"  # noqa: E731
+        ratio = lambda impl, ks=ks: f"{ks[impl] / ks['kcatalog']:.3f}" if impl in ks and ks.get("kcatalog") else "-"  # noqa: E731
         lines.append(
             f"| {name} | {cell('kcatalog')} | {cell('liger')} | {cell('torch_compile')} | {cell('torch')} "
             f"| {ratio('liger')} | {ratio('torch_compile')} |"
