@@ -15,7 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 #: aten ops that launch nothing on CUDA (views, allocations).
-NO_LAUNCH = {"empty.memory_format", "view.default", "_reshape_alias.default", "reshape.default",
+NO_LAUNCH = {"empty.memory_format", "empty_like.default", "view.default", "_reshape_alias.default", "reshape.default",
              "_unsafe_view.default", "as_strided.default", "slice.Tensor", "select.int", "expand.default",
              "alias.default", "detach.default"}  # fmt: skip
 MODULES = ("kcatalog.kernels.triton.moe", "kcatalog.kernels.triton.moe_align", "kcatalog.kernels.triton.moe_gemv")
@@ -66,14 +66,16 @@ def main() -> None:
         ids = torch.randint(0, experts, (tokens, top_k), generator=gen)
         weights = torch.rand(tokens, top_k)
         gate_up, down = torch.randn(experts, 2 * inter, hidden), torch.randn(experts, hidden, inter)
-        triton_launches.clear()
-        with Log() as log:
-            moe.fused_experts(x, ids, weights, gate_up, down)
-        torch_ops = [op for op in log.ops if op not in NO_LAUNCH]
-        allocations = sum(op.startswith("empty") for op in log.ops)
-        print(f"T={tokens} E={experts} K={top_k}: {len(torch_ops)} torch ops that launch + {len(triton_launches)} "
-              f"Triton launches = {len(torch_ops) + len(triton_launches)}; {allocations} allocations")  # fmt: skip
-        print(f"   torch: {dict(collections.Counter(torch_ops))}\n   triton: {triton_launches}")
+        for path in ("gemm", "gemv") if hasattr(moe.TUNING.get(), "gemv_tokens") else ("gemm",):
+            triton_launches.clear()
+            with moe.TUNING.override(**({"gemv_tokens": tokens} if path == "gemv" else {})), Log() as log:
+                moe.fused_experts(x, ids, weights, gate_up, down)
+            torch_ops = [op for op in log.ops if op not in NO_LAUNCH]
+            allocations = sum(op.startswith("empty") for op in log.ops)
+            print(f"T={tokens} E={experts} K={top_k} {path}: {len(torch_ops)} torch ops that launch + "
+                  f"{len(triton_launches)} Triton launches = {len(torch_ops) + len(triton_launches)}; "
+                  f"{allocations} allocations")  # fmt: skip
+            print(f"   torch: {dict(collections.Counter(torch_ops))}\n   triton: {triton_launches}")
 
 
 if __name__ == "__main__":

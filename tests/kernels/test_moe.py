@@ -19,6 +19,7 @@ from kcatalog.kernels.torch import moe as ref
 from kcatalog.testing import check_close
 
 triton_moe = pytest.importorskip("kcatalog.kernels.triton.moe")
+GemvConfig = triton_moe.GemvConfig
 
 MANIFEST = yaml.safe_load((Path(__file__).resolve().parents[2] / "catalog" / "moe.yaml").read_text())
 TOLERANCE = MANIFEST["ops"]["fused_experts"]["tolerance"]
@@ -176,6 +177,22 @@ def test_shapes_that_do_not_fit_are_refused() -> None:
         triton_moe.fused_experts(x, ids, weights, gate_up, torch.zeros(2, 16, 9))
     with pytest.raises(ValueError, match=r"^topk_ids \(3, 1\) and topk_weights \(3, 2\) must both be \[T, K\]"):
         triton_moe.fused_experts(x, ids, torch.zeros(3, 2), gate_up, down)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize(("tokens", "hidden", "inter", "experts", "top_k"), SHAPES)
+def test_the_gemv_path_matches_the_reference(
+    tokens: int, hidden: int, inter: int, experts: int, top_k: int, dtype: torch.dtype
+) -> None:
+    """The small-batch path (moe_gemv.py), ragged widths included, and deterministic run to run."""
+    args = inputs(tokens, hidden, inter, experts, top_k, dtype)
+    with triton_moe.TUNING.override(gemv_tokens=tokens, gemv=GemvConfig(64, 32, 32, 4)):
+        out = triton_moe.fused_experts(*args)
+        if dtype == torch.bfloat16:
+            assert torch.equal(out, triton_moe.fused_experts(*args))
+    assert out.shape == (tokens, hidden) and out.dtype == dtype
+    wide = [a.float() if a.is_floating_point() else a for a in args]
+    check_close("gemv", out, ref.fused_experts(*wide), TOLERANCE[str(dtype).removeprefix("torch.")])
 
 
 def test_the_output_does_not_follow_the_order_within_an_expert(monkeypatch: pytest.MonkeyPatch) -> None:

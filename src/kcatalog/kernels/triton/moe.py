@@ -32,6 +32,7 @@ import triton.language as tl
 from ..tracing import launch
 from ._rows import Spread, Tunables, cdiv
 from .moe_align import align
+from .moe_gemv import GemvConfig, fused_experts_gemv
 
 
 class GemmConfig(NamedTuple):
@@ -63,10 +64,15 @@ class MoeTuning(Spread):
     (8 warps, 3 stages in shared memory). Prefill takes 128 pairs per block for both GEMMs: on the H200 at 4,096
     tokens (benchmarks/results/moe_h200.txt) 5.44 ms against 7.23 ms with 64 (Mixtral-8x7B's shape, 0.74 of a
     dense bf16 GEMM of the same work against 0.56) and 1.05 against 1.28 ms (Qwen3-30B-A3B's).
+
+    `gemv_tokens`: up to this many tokens, moe_gemv.py's two matrix-vector kernels instead (no alignment, the
+    top-k sum in the down kernel: 2 launches instead of 4); off (0) until measured against the GEMMs on the GPU.
     """
 
     decode_pairs: int = 16
     medium_pairs: int = 96
+    gemv_tokens: int = 0
+    gemv: GemvConfig = GemvConfig()
     decode: MoeConfig = MoeConfig(16, GemmConfig(64, 128, 1, 4, 4), GemmConfig(64, 128, 1, 4, 4))
     medium: MoeConfig = MoeConfig(32, GemmConfig(64, 64, 4, 4, 4), GemmConfig(128, 64, 4, 4, 4))
     prefill: MoeConfig = MoeConfig(128, GemmConfig(128, 64, 8, 8, 3), GemmConfig(128, 64, 8, 8, 3))
@@ -287,7 +293,11 @@ def fused_experts(
         return torch.zeros_like(hidden_states)
     x = _contiguous_rows(hidden_states)
     w1, w2 = _contiguous_rows(gate_up_proj), _contiguous_rows(down_proj)
-    cfg = TUNING.get().config(pairs, experts)
+    route = topk_weights.reshape(-1).contiguous()
+    tuning = TUNING.get()
+    if tokens <= tuning.gemv_tokens:
+        return fused_experts_gemv(x, topk_ids, route, w1, w2, tuning.gemv)
+    cfg = tuning.config(pairs, experts)
     bm = cfg.block_m
     aligned = align(topk_ids, experts, bm)
     m_blocks = aligned.block_expert.numel()
@@ -301,7 +311,6 @@ def fused_experts(
         EVEN_K=hidden % g1.block_k == 0, EVEN_N=inter % g1.block_n == 0, UPCAST=_INTERPRETED,
         num_warps=g1.num_warps, num_stages=g1.num_stages,
     )  # fmt: skip
-    route = topk_weights.reshape(-1).contiguous()
     per_pair = torch.empty((pairs, hidden), dtype=x.dtype, device=x.device)
     g2 = cfg.down
     launch(_down_kernel, (m_blocks * cdiv(hidden, g2.block_n),))(
