@@ -6,6 +6,10 @@ expert shapes, against a dense bf16 GEMM of the same work, and whole MoE models 
 (b) The op alone: T in {1, 16, 64, 4096}, backends interleaved round by round, medians of CUDA-event times
     (eager calls, launch overhead included); a dense bf16 GEMM [T*K, H] x [H, 3I] (the same 6*T*K*H*I FLOPs) in
     the same rounds; the Triton kernel's fraction of that dense throughput (target >= 0.6 at Mixtral T=4096).
+(b') The op alone in CUDA graphs: each backend's calls captured N to a graph (after warm-up calls on a side
+    stream) and the graph replayed round by round, medians of ms per call, beside the eager ones: what the op
+    costs on the GPU once launch overhead is gone. A backend that cannot be captured (a host sync, a
+    data-dependent shape) is recorded with the reason and skipped.
 (c) Whole models with random weights, bf16, a few layers (--qwen-layers, --mixtral-layers; stated in the
     results): plain transformers with its default experts implementation (grouped_mm) and its other ones
     (eager; batched_mm where its per-pair weight copies fit), and kcatalog.kernelize(model); prefill of 4096
@@ -16,11 +20,15 @@ Liger-Kernel's backend runs when liger_kernel is importable (its autotuning is s
 LIGER_FUSED_MOE_AUTOTUNE=0, to keep the run short).
 
 Run: PYTHONPATH=src python benchmarks/moe_gpu.py OUT_DIR   (writes OUT_DIR/moe_gpu.json and OUT_DIR/moe_gpu.md)
+     --op-only: (a), (b) and (b') only, at T in {1, 16, 64, 4096}, both shapes (about 1-2 minutes on an H200);
+     it also times the alignment alone (Triton against the torch ops it replaced) and the small-batch path
+     triton[gemv] (moe_gemv.py, off by default: MoeTuning.gemv_tokens).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -104,10 +112,14 @@ def check(catalog: Any, names: list[str], results: dict[str, Any]) -> None:
             x = torch.randn(tokens, shape.hidden, generator=gen, device="cuda").bfloat16()
             ids, w = routing(tokens, shape, gen)
             ref = reference(x.float(), ids, w.float(), gate_up.float(), down.float())
-            for backend in names:
+            gemv = ["triton[gemv]"] if "triton" in names and tokens <= 64 else []
+            for backend in names + gemv:
                 if backend == "transformers_batched_mm" and not batched_mm_fits(tokens, shape):
                     continue
-                out = catalog.kernel(OP, backend)(x, ids, w, gate_up, down)
+                if backend == "triton[gemv]":
+                    out = with_gemv(x, ids, w, gate_up, down)
+                else:
+                    out = catalog.kernel(OP, backend)(x, ids, w, gate_up, down)
                 err = relative_error(out, ref)
                 ok = bool(out.dtype == torch.bfloat16 and out.shape == x.shape and err <= tolerance)
                 rows.append(dict(shape=shape.name, tokens=tokens, backend=backend, rel_err=err, ok=ok))
@@ -138,6 +150,48 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, inner: int) -> d
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def graphed(fns: dict[str, Callable[[], Any]], calls: int, rounds: int) -> tuple[dict[str, float], dict[str, str]]:
+    """Median milliseconds per call of each fn replayed from a CUDA graph of `calls` calls, and the reason for
+    each fn that could not be captured. Each fn is captured and timed before the next is tried, so that a
+    failed capture costs only its own row."""
+    medians: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    for name, fn in fns.items():
+        side = torch.cuda.Stream()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            torch.cuda.synchronize()
+            with torch.cuda.stream(side):  # our own stream context: restored even if the capture fails
+                fn()  # compile, autotune, allocate outside the capture
+                fn()
+                torch.cuda.synchronize()
+                graph.capture_begin()
+                try:
+                    for _ in range(calls):
+                        fn()
+                finally:
+                    graph.capture_end()
+            graph.replay()
+            torch.cuda.synchronize()
+        except Exception as exc:  # not capturable (a host sync, a data-dependent shape): say why, go on
+            skipped[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+            with contextlib.suppress(Exception):
+                torch.cuda.synchronize()
+            continue
+        times = []
+        for _ in range(rounds):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / calls)
+        medians[name] = statistics.median(times)
+        del graph
+    torch.cuda.empty_cache()
+    return medians, skipped
+
+
 def _alternatives() -> dict[str, Any]:
     from kcatalog.kernels.triton.moe import GemmConfig, MoeConfig
 
@@ -159,13 +213,64 @@ def with_prefill(config: Any, *args: torch.Tensor) -> torch.Tensor:
         return fused_experts(*args)
 
 
-def time_op(catalog: Any, names: list[str], results: dict[str, Any]) -> None:
+def torch_align(topk_ids: torch.Tensor, experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The alignment as the backend's first form did it, in torch ops (about 25 launches), to time against."""
+    flat = topk_ids.reshape(-1).long()
+    pairs = flat.numel()
+    counts = torch.zeros(experts, dtype=torch.int64, device=flat.device)
+    counts.scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + block_m - 1) // block_m * block_m
+    ends = torch.cumsum(padded, 0)
+    sorted_experts, order = torch.sort(flat, stable=True)
+    rank = torch.arange(pairs, device=flat.device) - (torch.cumsum(counts, 0) - counts)[sorted_experts]
+    slot = (ends - padded)[sorted_experts] + rank
+    blocks = -(-pairs // block_m) + min(experts, pairs)
+    sorted_pairs = torch.full((blocks * block_m,), pairs, dtype=torch.int32, device=flat.device)
+    sorted_pairs.scatter_(0, slot, order.to(torch.int32))
+    starts = torch.arange(blocks, device=flat.device) * block_m
+    return sorted_pairs, torch.searchsorted(ends, starts, right=True).to(torch.int32)
+
+
+def time_align(shape: Shape, tokens: int, ids: torch.Tensor, results: dict[str, Any]) -> None:
+    """The alignment alone, Triton kernel(s) against the torch ops, eager and replayed; the two must agree."""
+    from kcatalog.kernels.triton.moe import TUNING
+    from kcatalog.kernels.triton.moe_align import align
+
+    block_m = TUNING.get().config(ids.numel(), shape.experts).block_m
+    new, old = align(ids, shape.experts, block_m), torch_align(ids, shape.experts, block_m)
+    same = torch.equal(new.sorted_pairs, old[0]) and torch.equal(new.block_expert, old[1])
+    fns: dict[str, Callable[[], Any]] = {
+        "align[triton]": lambda: align(ids, shape.experts, block_m),
+        "align[torch]": lambda: torch_align(ids, shape.experts, block_m),
+    }
+    eager = interleaved(fns, rounds=9, inner=20)
+    replayed, skipped = graphed(fns, calls=20, rounds=7)
+    row = dict(shape=shape.name, tokens=tokens, block_m=block_m, same=same, eager_ms=eager, graph_ms=replayed)
+    results.setdefault("align", []).append(row)
+    line = ", ".join(f"{n} {replayed.get(n, float('nan')):.4f}/{ms:.4f}" for n, ms in eager.items())
+    print(f"  align {shape.name} T={tokens} (ms, graph/eager): {line}; {'same' if same else 'DIFFERENT'}", flush=True)
+    for name, reason in skipped.items():
+        print(f"    {name}: not captured ({reason})", flush=True)
+
+
+def with_gemv(*args: torch.Tensor) -> torch.Tensor:
+    """The Triton kernel through its matrix-vector path (moe_gemv.py) at any batch."""
+    from kcatalog.kernels.triton.moe import TUNING, fused_experts
+
+    with TUNING.override(gemv_tokens=1 << 30):
+        return fused_experts(*args)
+
+
+def time_op(catalog: Any, names: list[str], results: dict[str, Any], graphs: bool = False) -> None:
     for shape in SHAPES:
-        time_shape(catalog, names, shape, results.setdefault("op", []))
+        time_shape(catalog, names, shape, results.setdefault("op", []), results if graphs else None)
         torch.cuda.empty_cache()
 
 
-def time_shape(catalog: Any, names: list[str], shape: Shape, rows: list[dict[str, Any]]) -> None:
+def time_shape(
+    catalog: Any, names: list[str], shape: Shape, rows: list[dict[str, Any]], results: dict[str, Any] | None = None
+) -> None:
+    """Eager times of every backend at each T; with `results`, also CUDA-graph replays (results['op_graph'])."""
     gen = torch.Generator(device="cuda").manual_seed(1)
     gate_up, down = weights(shape, gen)
     for tokens in TOKENS:
@@ -180,6 +285,8 @@ def time_shape(catalog: Any, names: list[str], shape: Shape, rows: list[dict[str
                 continue
             kernel = catalog.kernel(OP, backend)
             fns[backend] = lambda k=kernel, x=x, ids=ids, w=w: k(x, ids, w, gate_up, down)  # noqa: B023
+        if "triton" in names and tokens <= 64:  # the small-batch path (moe_gemv.py), off by default
+            fns["triton[gemv]"] = lambda x=x, ids=ids, w=w: with_gemv(x, ids, w, gate_up, down)  # noqa: B023
         if "triton" in names and tokens == 4096:  # a tiny autotune: the prefill class's alternatives, side by side
             for label, config in PREFILL_ALTERNATIVES.items():
                 fns[f"triton[{label}]"] = lambda c=config, x=x, ids=ids, w=w: with_prefill(c, x, ids, w, gate_up, down)  # noqa: B023
@@ -194,6 +301,29 @@ def time_shape(catalog: Any, names: list[str], shape: Shape, rows: list[dict[str
         print(f"  op {shape.name} T={tokens} (ms): {line}", flush=True)
         if "triton" in medians:
             print(f"    triton: {dense / medians['triton']:.2f} of dense bf16 GEMM throughput", flush=True)
+        if results is not None and "triton" in names:
+            time_align(shape, tokens, ids, results)
+        if results is not None:
+            # Triton and the dense GEMM first: a failed capture of another backend cannot spoil their rows.
+            order = sorted(fns, key=lambda n: (n not in ("triton", "dense_gemm"), n))
+            plain = {n: fns[n] for n in order if n == "triton[gemv]" or ("[" not in n and n != "transformers_eager")}
+            replayed, skipped = graphed(plain, calls=20 if tokens <= 64 else 3, rounds=7 if tokens <= 64 else 3)
+            if "transformers_eager" in fns:
+                skipped["transformers_eager"] = "not tried: its loop over experts reads the routing on the host"
+            for name, ms in replayed.items():
+                results.setdefault("op_graph", []).append(
+                    dict(shape=shape.name, tokens=tokens, backend=name, graph_ms=ms, eager_ms=medians[name])
+                )
+            for name, reason in skipped.items():
+                results.setdefault("op_graph_skipped", []).append(
+                    dict(shape=shape.name, tokens=tokens, backend=name, reason=reason)
+                )
+            line = ", ".join(
+                f"{n} {ms:.3f}/{medians[n]:.3f}" for n, ms in sorted(replayed.items(), key=lambda kv: kv[1])
+            )
+            print(f"  graph {shape.name} T={tokens} (ms, graph/eager): {line}", flush=True)
+            for name, reason in skipped.items():
+                print(f"    {name}: not captured ({reason})", flush=True)
 
 
 # -- whole models -----------------------------------------------------------------------------------------
@@ -350,6 +480,19 @@ def summary(results: dict[str, Any]) -> str:
     for r in results.get("op", []):
         lines.append(f"| {r['shape']} | {r['tokens']} | {r['backend']} | {r['ms']:.3f} | {r['tflops']:.0f} | "
                      f"{r['fraction_of_dense']:.2f} |")  # fmt: skip
+    if results.get("op_graph"):
+        lines += ["", "## the op alone, CUDA-graph replay against eager (median ms per call)", ""]
+        lines.append("| shape | T | backend | graph ms | eager ms |")
+        lines.append("| --- | --- | --- | --- | --- |")
+        for r in results["op_graph"]:
+            lines.append(
+                f"| {r['shape']} | {r['tokens']} | {r['backend']} | {r['graph_ms']:.3f} | {r['eager_ms']:.3f} |"
+            )
+        for r in results.get("op_graph_skipped", []):
+            lines.append(f"- not captured: {r['shape']} T={r['tokens']} {r['backend']}: {r['reason']}")
+    for r in results.get("align", []):
+        times = ", ".join(f"{n} {r['graph_ms'].get(n, float('nan')):.4f}/{ms:.4f}" for n, ms in r["eager_ms"].items())
+        lines.append(f"- align {r['shape']} T={r['tokens']} (ms, graph/eager): {times}; same: {r['same']}")
     lines += ["", "## whole models (median ms per forward)", ""]
     for r in results.get("model", []):
         times = ", ".join(f"{k} {v:.2f}" for k, v in r["ms"].items())
@@ -368,6 +511,7 @@ def main() -> int:
     parser.add_argument("--qwen-layers", type=int, default=12)
     parser.add_argument("--mixtral-layers", type=int, default=6)
     parser.add_argument("--skip-models", action="store_true")
+    parser.add_argument("--op-only", action="store_true", help="only the op alone, eager and in CUDA graphs")
     parser.add_argument("--compile", action="store_true", help="also torch.compile'd decode (adds minutes)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -392,7 +536,9 @@ def main() -> int:
         ("check", lambda: check(catalog, names, results)),
         ("op", lambda: time_op(catalog, names, results)),
     ]
-    if not args.skip_models:
+    if args.op_only:
+        stages[1] = ("op", lambda: time_op(catalog, names, results, graphs=True))
+    elif not args.skip_models:
         stages.append(("models", lambda: whole_models(args, results)))
     for stage, run in stages:
         t0 = time.perf_counter()
@@ -405,7 +551,8 @@ def main() -> int:
         (args.out / "moe_gpu.json").write_text(json.dumps(results, indent=1))
         (args.out / "moe_gpu.md").write_text(summary(results))
     print(f"done in {time.perf_counter() - began:.0f} s; wrote {args.out}/moe_gpu.json and moe_gpu.md", flush=True)
-    return 1 if results.get("errors") or any(not r["ok"] for r in results.get("check", [])) else 0
+    bad_align = any(not r["same"] for r in results.get("align", []))
+    return 1 if results.get("errors") or bad_align or any(not r["ok"] for r in results.get("check", [])) else 0
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@
 
 Three steps, as vLLM's and SGLang's fused MoE (the design, not their code):
 
-1. **Align** (torch, no host sync): the T x K (token, slot) pairs sorted by expert, each expert's run padded
-   to a multiple of BLOCK_M with a sentinel pair (S = T * K), and the expert of each BLOCK_M block (E past the
-   last one). At most ``cdiv(S, BLOCK_M) + min(E, S)`` blocks exist, so the grids are sized without reading
-   the counts back: an expert with no token has no block and costs nothing.
+1. **Align** (moe_align.py: one Triton launch up to 1,024 pairs, two above; no host sync): the T x K (token,
+   slot) pairs sorted by expert, each expert's run padded to a multiple of BLOCK_M with a sentinel pair
+   (S = T * K), and the expert of each BLOCK_M block (E past the last one). At most
+   ``cdiv(S, BLOCK_M) + min(E, S)`` blocks exist, so the grids are sized without reading the counts back: an
+   expert with no token has no block and costs nothing.
 2. **gate_up GEMM with SiLU-and-mul in its epilogue**: each program owns BLOCK_M pairs of one expert and
    BLOCK_N columns of the intermediate width; it gathers the pairs' token rows of x once per K step and
    multiplies them by both the gate and the up rows of that expert's weight (two fp32 accumulators), then
@@ -30,6 +31,8 @@ import triton.language as tl
 
 from ..tracing import launch
 from ._rows import Spread, Tunables, cdiv
+from .moe_align import align
+from .moe_gemv import GemvConfig, fused_experts_gemv
 
 
 class GemmConfig(NamedTuple):
@@ -61,10 +64,15 @@ class MoeTuning(Spread):
     (8 warps, 3 stages in shared memory). Prefill takes 128 pairs per block for both GEMMs: on the H200 at 4,096
     tokens (benchmarks/results/moe_h200.txt) 5.44 ms against 7.23 ms with 64 (Mixtral-8x7B's shape, 0.74 of a
     dense bf16 GEMM of the same work against 0.56) and 1.05 against 1.28 ms (Qwen3-30B-A3B's).
+
+    `gemv_tokens`: up to this many tokens, moe_gemv.py's two matrix-vector kernels instead (no alignment, the
+    top-k sum in the down kernel: 2 launches instead of 4); off (0) until measured against the GEMMs on the GPU.
     """
 
     decode_pairs: int = 16
     medium_pairs: int = 96
+    gemv_tokens: int = 0
+    gemv: GemvConfig = GemvConfig()
     decode: MoeConfig = MoeConfig(16, GemmConfig(64, 128, 1, 4, 4), GemmConfig(64, 128, 1, 4, 4))
     medium: MoeConfig = MoeConfig(32, GemmConfig(64, 64, 4, 4, 4), GemmConfig(128, 64, 4, 4, 4))
     prefill: MoeConfig = MoeConfig(128, GemmConfig(128, 64, 8, 8, 3), GemmConfig(128, 64, 8, 8, 3))
@@ -81,38 +89,6 @@ _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # read once, as Triton
 
 #: The tunables in effect; ``with TUNING.override(prefill=...): ...`` changes them within a block.
 TUNING = Tunables(__name__, MoeTuning())
-
-
-class Alignment(NamedTuple):
-    """The pairs sorted by expert and padded per expert to BLOCK_M (sentinel S), and each block's expert."""
-
-    sorted_pairs: torch.Tensor  # [blocks * BLOCK_M] int32: t * K + k, or S for padding
-    block_expert: torch.Tensor  # [blocks] int32: the block's expert, E for the blocks past the last one
-
-
-def align(topk_ids: torch.Tensor, experts: int, block_m: int) -> Alignment:
-    """Sort the (token, slot) pairs of `topk_ids` [T, K] by expert and pad each expert's run to `block_m`.
-
-    All on the device, no host sync (CUDA-graph safe): the number of blocks is the upper bound
-    ``cdiv(S, block_m) + min(E, S)``; the blocks past the last expert's are marked with expert E.
-    """
-    flat = topk_ids.reshape(-1)
-    pairs = flat.numel()
-    device = flat.device
-    counts = torch.zeros(experts, dtype=torch.int64, device=device)
-    counts.scatter_add_(0, flat.long(), torch.ones_like(flat, dtype=torch.int64))
-    padded = (counts + block_m - 1) // block_m * block_m
-    ends = torch.cumsum(padded, 0)
-    sorted_experts, order = torch.sort(flat.long(), stable=True)
-    # A pair's slot: its expert's padded start plus its rank among that expert's pairs.
-    rank = torch.arange(pairs, device=device) - (torch.cumsum(counts, 0) - counts)[sorted_experts]
-    slot = (ends - padded)[sorted_experts] + rank
-    blocks = cdiv(pairs, block_m) + min(experts, pairs)
-    sorted_pairs = torch.full((blocks * block_m,), pairs, dtype=torch.int32, device=device)
-    sorted_pairs.scatter_(0, slot, order.to(torch.int32))
-    starts = torch.arange(blocks, device=device) * block_m
-    block_expert = torch.searchsorted(ends, starts, right=True).to(torch.int32)
-    return Alignment(sorted_pairs, block_expert)
 
 
 @triton.jit
@@ -317,7 +293,11 @@ def fused_experts(
         return torch.zeros_like(hidden_states)
     x = _contiguous_rows(hidden_states)
     w1, w2 = _contiguous_rows(gate_up_proj), _contiguous_rows(down_proj)
-    cfg = TUNING.get().config(pairs, experts)
+    route = topk_weights.reshape(-1).contiguous()
+    tuning = TUNING.get()
+    if tokens <= tuning.gemv_tokens:
+        return fused_experts_gemv(x, topk_ids, route, w1, w2, tuning.gemv)
+    cfg = tuning.config(pairs, experts)
     bm = cfg.block_m
     aligned = align(topk_ids, experts, bm)
     m_blocks = aligned.block_expert.numel()
@@ -331,7 +311,6 @@ def fused_experts(
         EVEN_K=hidden % g1.block_k == 0, EVEN_N=inter % g1.block_n == 0, UPCAST=_INTERPRETED,
         num_warps=g1.num_warps, num_stages=g1.num_stages,
     )  # fmt: skip
-    route = topk_weights.reshape(-1).contiguous()
     per_pair = torch.empty((pairs, hidden), dtype=x.dtype, device=x.device)
     g2 = cfg.down
     launch(_down_kernel, (m_blocks * cdiv(hidden, g2.block_n),))(
