@@ -198,7 +198,7 @@ def test_layers_command_shows_each_layer_and_what_it_adds(
     assert out[0].split() == ["#", "layer", "origin", "contributes"]
     assert (
         out[1].startswith("1  shipped ")
-        and "23 ops, 71 backend specs; targets under kcatalog.integrations, kcatalog.kernels" in out[1]
+        and "23 ops, 72 backend specs; targets under kcatalog.integrations, kcatalog.kernels" in out[1]
     )
     assert out[2].startswith("2  kc-plugin-rocm  entry point kcatalog.catalogs: catalog = kc_plugin_rocm.catalog")
     assert out[2].endswith(
